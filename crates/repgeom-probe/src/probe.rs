@@ -1,0 +1,368 @@
+//! The per-layer protocol: split, standardise, cross-validate the L2 strength, fit, score.
+
+use std::ops::Range;
+
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
+
+use crate::solver::{Problem, column_stats};
+use crate::split::{Labels, Split, stratified_folds, train_test};
+use crate::{Error, Result, ValidProbeParams};
+
+/// A borrowed row-major feature matrix: one row per labelled example.
+#[derive(Debug, Clone, Copy)]
+pub struct Features<'a> {
+    rows: usize,
+    cols: usize,
+    data: &'a [f32],
+}
+
+impl<'a> Features<'a> {
+    /// View `data` as `rows × cols` (row-major); `layer` only labels the error.
+    pub fn new(layer: usize, rows: usize, cols: usize, data: &'a [f32]) -> Result<Self> {
+        let expected = rows.checked_mul(cols).unwrap_or(usize::MAX);
+        if data.len() != expected {
+            return Err(Error::FeatureShape {
+                layer,
+                rows,
+                cols,
+                expected,
+                found: data.len(),
+            });
+        }
+        if rows == 0 || cols == 0 {
+            return Err(Error::EmptyFeatures { layer, rows, cols });
+        }
+        Ok(Self { rows, cols, data })
+    }
+
+    /// Number of examples.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Feature dimension.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn row(&self, i: usize) -> &'a [f32] {
+        &self.data[i * self.cols..(i + 1) * self.cols]
+    }
+}
+
+/// Probe result for one layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerProbe {
+    /// Layer index (as given by the caller).
+    pub layer: usize,
+    /// Test accuracy of the probe.
+    pub accuracy: f64,
+    /// Test macro-F1 (unweighted mean of per-class F1 over classes present in test labels or predictions).
+    pub macro_f1: f64,
+    /// L2 strength chosen by cross-validation.
+    pub chosen_l2: f64,
+    /// Test accuracy of always predicting the most frequent training class.
+    pub majority_baseline: f64,
+    /// Pooled cross-validation accuracy of each grid strength, strongest first.
+    pub cv_accuracy: Vec<(f64, f64)>,
+    /// Training examples.
+    pub n_train: usize,
+    /// Test examples.
+    pub n_test: usize,
+    /// Feature dimension.
+    pub dim: usize,
+    /// L-BFGS iterations of the final fit.
+    pub iterations: usize,
+    /// Whether the final fit met the gradient tolerance within `max_iter`.
+    pub converged: bool,
+}
+
+/// Probe results over layers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    /// Class names, indexed by label.
+    pub class_names: Vec<String>,
+    /// One entry per probed layer, in the order probed.
+    pub layers: Vec<LayerProbe>,
+}
+
+/// One tidy output row, joinable with PGA results on `(model, layer)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TidyRow {
+    /// Model name.
+    pub model: String,
+    /// Layer index.
+    pub layer: usize,
+    /// `probe_accuracy`, `probe_macro_f1`, `probe_l2` or `majority_baseline`.
+    pub metric: String,
+    /// The value.
+    pub value: f64,
+}
+
+/// The metric names of [`ProbeReport::tidy`], in output order.
+pub const METRICS: [&str; 4] = [
+    "probe_accuracy",
+    "probe_macro_f1",
+    "probe_l2",
+    "majority_baseline",
+];
+
+impl ProbeReport {
+    /// Long-format rows: per layer, the [`METRICS`] in order.
+    pub fn tidy(&self, model: &str) -> Vec<TidyRow> {
+        let mut out = Vec::with_capacity(self.layers.len() * METRICS.len());
+        for l in &self.layers {
+            let values = [l.accuracy, l.macro_f1, l.chosen_l2, l.majority_baseline];
+            for (metric, value) in METRICS.iter().zip(values) {
+                out.push(TidyRow {
+                    model: model.to_owned(),
+                    layer: l.layer,
+                    metric: (*metric).to_owned(),
+                    value,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Split and folds fixed once for all layers of one labelled set.
+#[derive(Debug, Clone)]
+pub struct ProbePlan {
+    params: ValidProbeParams,
+    labels: Labels,
+    /// Training examples ordered by fold (fold 0 first), so each fold is a row range.
+    train_order: Vec<usize>,
+    fold_ranges: Vec<Range<usize>>,
+    test: Vec<usize>,
+}
+
+impl ValidProbeParams {
+    /// Fix the train/test split and the cross-validation folds for `labels`.
+    pub fn plan(&self, labels: Labels, split: &Split) -> Result<ProbePlan> {
+        let p = &self.0;
+        let (train, test) = train_test(&labels, split, p.train_frac, p.seed)?;
+        let fold_of = stratified_folds(&labels, &train, p.folds, p.seed)?;
+        let mut order: Vec<(usize, usize)> =
+            train.iter().zip(&fold_of).map(|(&i, &f)| (f, i)).collect();
+        order.sort_unstable();
+        let mut fold_ranges = Vec::with_capacity(p.folds);
+        let mut start = 0;
+        for f in 0..p.folds {
+            let len = fold_of.iter().filter(|&&x| x == f).count();
+            fold_ranges.push(start..start + len);
+            start += len;
+        }
+        Ok(ProbePlan {
+            params: self.clone(),
+            labels,
+            train_order: order.into_iter().map(|(_, i)| i).collect(),
+            fold_ranges,
+            test,
+        })
+    }
+}
+
+/// Copy `idx` rows of `f`, standardised with `mu`/`inv_s`, into an f32 matrix.
+fn gather(f: &Features<'_>, idx: &[usize], mu: &[f64], inv_s: &[f64]) -> Array2<f32> {
+    let d = f.cols();
+    let mut out = Array2::<f32>::zeros((idx.len(), d));
+    for (mut row, &i) in out.rows_mut().into_iter().zip(idx) {
+        for (j, (o, v)) in row.iter_mut().zip(f.row(i)).enumerate() {
+            *o = ((f64::from(*v) - mu[j]) * inv_s[j]) as f32;
+        }
+    }
+    out
+}
+
+impl ProbePlan {
+    /// The labels the plan was made for.
+    pub fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// Number of training examples.
+    pub fn n_train(&self) -> usize {
+        self.train_order.len()
+    }
+
+    /// Number of test examples.
+    pub fn n_test(&self) -> usize {
+        self.test.len()
+    }
+
+    /// Probe one layer's features (one row per labelled example).
+    pub fn probe_layer(&self, layer: usize, features: Features<'_>) -> Result<LayerProbe> {
+        let p = self.params.params();
+        let (rows, d) = (features.rows(), features.cols());
+        if rows != self.labels.len() {
+            return Err(Error::LabelCount {
+                layer,
+                rows,
+                cols: d,
+                labels: self.labels.len(),
+            });
+        }
+        if let Some(pos) = features.data.iter().position(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                layer,
+                row: pos / d,
+                col: pos % d,
+                rows,
+                cols: d,
+                value: features.data[pos],
+            });
+        }
+        let k = self.labels.n_classes();
+        let y = self.labels.values();
+
+        // Standardise on the training rows only: compute stats on the raw training rows.
+        let raw_train = gather(&features, &self.train_order, &vec![0.0; d], &vec![1.0; d]);
+        let all_train = [0..self.train_order.len()];
+        let (mu, inv_s) = column_stats(raw_train.view(), &all_train);
+        drop(raw_train);
+        let x_tr = gather(&features, &self.train_order, &mu, &inv_s);
+        let y_tr: Vec<usize> = self.train_order.iter().map(|&i| y[i]).collect();
+        let x_te = gather(&features, &self.test, &mu, &inv_s);
+        let y_te: Vec<usize> = self.test.iter().map(|&i| y[i]).collect();
+
+        // Cross-validate the L2 strength (grid strongest first, warm-started along it).
+        let n_grid = p.grid.len();
+        let mut correct = vec![0usize; n_grid];
+        let mut fold_thetas: Vec<Vec<Vec<f64>>> = Vec::new();
+        if n_grid > 1 {
+            for val in &self.fold_ranges {
+                let fit_ranges = [0..val.start, val.end..self.train_order.len()];
+                let (fmu, finv) = column_stats(x_tr.view(), &fit_ranges);
+                let prob = Problem::new(x_tr.view(), &y_tr, k, &fit_ranges, fmu, finv, p.parallel);
+                let mut theta = vec![0.0; prob.n_params()];
+                let mut per_grid = Vec::with_capacity(n_grid);
+                for (g, &l2) in p.grid.iter().enumerate() {
+                    let fit = prob
+                        .fit(theta, l2, p.max_iter, p.tol)
+                        .ok_or(Error::Diverged { layer, l2 })?;
+                    let pred = prob.predict(&fit.theta, x_tr.view(), val.clone());
+                    correct[g] += pred
+                        .iter()
+                        .zip(&y_tr[val.clone()])
+                        .filter(|(a, b)| a == b)
+                        .count();
+                    theta = fit.theta;
+                    per_grid.push(theta.clone());
+                }
+                fold_thetas.push(per_grid);
+            }
+        }
+        // Most correct wins; ties go to the stronger strength (earlier in the grid).
+        let best = (0..n_grid).fold(0, |b, g| if correct[g] > correct[b] { g } else { b });
+        let chosen_l2 = p.grid[best];
+        let n_cv = self.train_order.len() as f64;
+        let cv_accuracy = if n_grid > 1 {
+            p.grid
+                .iter()
+                .zip(&correct)
+                .map(|(&l, &c)| (l, c as f64 / n_cv))
+                .collect()
+        } else {
+            Vec::new()
+        };
+
+        // Final fit on all training rows, warm-started at the folds' mean solution.
+        let prob = Problem::new(
+            x_tr.view(),
+            &y_tr,
+            k,
+            &all_train,
+            vec![0.0; d],
+            vec![1.0; d],
+            p.parallel,
+        );
+        let mut theta0 = vec![0.0; prob.n_params()];
+        for f in &fold_thetas {
+            for (t, v) in theta0.iter_mut().zip(&f[best]) {
+                *t += v / fold_thetas.len() as f64;
+            }
+        }
+        let fit = prob
+            .fit(theta0, chosen_l2, p.max_iter, p.tol)
+            .ok_or(Error::Diverged {
+                layer,
+                l2: chosen_l2,
+            })?;
+        let pred = prob.predict(&fit.theta, x_te.view(), 0..self.test.len());
+
+        let majority = majority_class(&y_tr, k);
+        let majority_baseline =
+            y_te.iter().filter(|&&c| c == majority).count() as f64 / y_te.len() as f64;
+        Ok(LayerProbe {
+            layer,
+            accuracy: accuracy(&pred, &y_te),
+            macro_f1: macro_f1(&pred, &y_te, k),
+            chosen_l2,
+            majority_baseline,
+            cv_accuracy,
+            n_train: self.train_order.len(),
+            n_test: self.test.len(),
+            dim: d,
+            iterations: fit.iterations,
+            converged: fit.converged,
+        })
+    }
+
+    /// Probe several layers in order; stops at the first error.
+    pub fn probe_layers<'a>(
+        &self,
+        layers: impl IntoIterator<Item = (usize, Features<'a>)>,
+    ) -> Result<ProbeReport> {
+        let layers = layers
+            .into_iter()
+            .map(|(l, f)| self.probe_layer(l, f))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ProbeReport {
+            class_names: self.labels.class_names().to_vec(),
+            layers,
+        })
+    }
+}
+
+/// Most frequent class (lowest label on ties).
+pub(crate) fn majority_class(y: &[usize], k: usize) -> usize {
+    let mut counts = vec![0usize; k];
+    for &c in y {
+        counts[c] += 1;
+    }
+    (0..k).fold(0, |b, c| if counts[c] > counts[b] { c } else { b })
+}
+
+/// Fraction of predictions equal to the truth.
+pub fn accuracy(pred: &[usize], truth: &[usize]) -> f64 {
+    if truth.is_empty() {
+        return 0.0;
+    }
+    pred.iter().zip(truth).filter(|(a, b)| a == b).count() as f64 / truth.len() as f64
+}
+
+/// Macro-F1: mean over classes `c` with `tp + fp + fn > 0` of `F1_c = 2 tp / (2 tp + fp + fn)`.
+pub fn macro_f1(pred: &[usize], truth: &[usize], n_classes: usize) -> f64 {
+    let mut tp = vec![0usize; n_classes];
+    let mut fp = vec![0usize; n_classes];
+    let mut fn_ = vec![0usize; n_classes];
+    for (&p, &t) in pred.iter().zip(truth) {
+        if p == t {
+            tp[t] += 1;
+        } else {
+            fp[p] += 1;
+            fn_[t] += 1;
+        }
+    }
+    let (mut sum, mut m) = (0.0, 0usize);
+    for c in 0..n_classes {
+        let den = 2 * tp[c] + fp[c] + fn_[c];
+        if den > 0 {
+            sum += 2.0 * tp[c] as f64 / den as f64;
+            m += 1;
+        }
+    }
+    if m == 0 { 0.0 } else { sum / m as f64 }
+}
