@@ -1,0 +1,47 @@
+//! repgeom-report turns the tidy long results table into what a researcher reads: CSV, Parquet
+//! and JSON tables, the study's eight figures (SVG + PNG), a per-model summary (markdown + CSV)
+//! and a plain `index.html`.
+//!
+//! The main type is [`ResultsTable`], a validated, canonically sorted list of [`Row`]s (one metric
+//! value per model, checkpoint, layer, variant). Every figure is a function of the table alone
+//! (`fig1_pga_z_by_layer(&table, &opts) -> Result<Figure>`), so users can draw them from their own
+//! results.
+//!
+//! Key design decision: a figure is first built as a small declarative plot description (panels,
+//! series, reference lines, legend) and then drawn by one renderer generic over the plotters
+//! backend. SVG and PNG therefore cannot disagree, the legend lives outside the data area, the
+//! symmetric-log axis for PGA z (which spans about −80..+20) is handled in one place, and tests
+//! can check the SVG's text without looking at pixels. Text is drawn with the embedded DejaVu font
+//! through ab_glyph, so no system fonts are needed.
+//!
+//! This crate computes no metrics and knows nothing of activations; it is the only crate that
+//! knows about polars and plotters. It never prints.
+#![deny(missing_docs)]
+
+mod error;
+mod figures;
+mod html;
+mod io;
+mod plot;
+mod summary;
+mod table;
+
+pub use error::{Error, Result};
+pub use figures::{
+    ALL_FIGURES, Figure, FigureFn, FigureOptions, ZScale, all_figures, fig1_pga_z_by_layer,
+    fig2_pga_z_heatmap, fig3_ccr_ablation, fig4_pc_readout_share, fig5_spectral_vs_pga,
+    fig6_val_loss, fig7_cross_model, fig8_probe_vs_pga,
+};
+pub use html::{index_html, index_html_with_notes};
+pub use summary::{
+    CcrEffect, SummaryOptions, SummaryRow, SummaryTable, layer_ranges, summary, summary_with,
+};
+pub use table::{
+    Column, ResultsTable, Row, TableFormat, format_number, format_table, relative_depth,
+};
+
+/// Re-export of the polars `DataFrame` used by [`ResultsTable::to_dataframe`].
+pub use polars::prelude::DataFrame;
+
+#[cfg(test)]
+mod tests;

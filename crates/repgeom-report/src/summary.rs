@@ -1,0 +1,341 @@
+//! The per-model summary table: peak and minimum PGA z, the collapse zone, and the CCR effect.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::io::atomic_write;
+use crate::table::{ResultsTable, Row};
+
+/// Rules for the summary (defaults: variant `ccr1`, collapse zone from relative depth 0.5,
+/// final layer excluded).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryOptions {
+    /// The PGA variant the peak, minimum and collapse zone are read from.
+    pub pga_variant: String,
+    /// Layers at relative depth ≥ this can be in the collapse zone.
+    pub collapse_min_depth: f64,
+    /// Leave the model's final layer out of the collapse zone (it recovers by construction:
+    /// it is what the readout reads).
+    pub exclude_final_layer: bool,
+}
+
+impl Default for SummaryOptions {
+    fn default() -> Self {
+        Self {
+            pga_variant: "ccr1".to_owned(),
+            collapse_min_depth: 0.5,
+            exclude_final_layer: true,
+        }
+    }
+}
+
+/// PGA z at a stronger CCR variant: its minimum (and layer) and how many layers stay negative.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CcrEffect {
+    /// Minimum z over layers.
+    pub min_z: f64,
+    /// Layer of the minimum.
+    pub min_layer: u32,
+    /// Number of layers with z < 0.
+    pub negative_layers: usize,
+}
+
+/// One model's line in the summary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryRow {
+    /// Model name.
+    pub model: String,
+    /// Model family.
+    pub family: String,
+    /// Hidden width.
+    pub d: u32,
+    /// Layers (hidden-state tensors).
+    pub n_layers: u32,
+    /// The checkpoint summarised (`""` = the released model).
+    pub checkpoint: String,
+    /// Highest z and its layer.
+    pub peak: (f64, u32),
+    /// Lowest z and its layer.
+    pub min: (f64, u32),
+    /// Number of layers with z < 0 at the base variant.
+    pub negative_layers: usize,
+    /// Collapse-zone layers (see [`SummaryOptions`]), ascending.
+    pub collapse_layers: Vec<u32>,
+    /// CCR-5 effect, when `ccr5` rows exist.
+    pub ccr5: Option<CcrEffect>,
+    /// CCR-10 effect, when `ccr10` rows exist.
+    pub ccr10: Option<CcrEffect>,
+}
+
+/// The summary: one row per model with PGA z rows, sorted by (d, model).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SummaryTable {
+    /// One row per model.
+    pub rows: Vec<SummaryRow>,
+    /// The options used.
+    pub pga_variant: String,
+    /// True when any row of the source table was synthetic.
+    pub synthetic: bool,
+}
+
+/// Compresses sorted layers to ranges: `[3, 5, 6, 7]` → `"3, 5–7"`; empty → `"none"`.
+pub fn layer_ranges(layers: &[u32]) -> String {
+    if layers.is_empty() {
+        return "none".to_owned();
+    }
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            layers[i].to_string()
+        } else {
+            format!("{}–{}", layers[i], layers[j])
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// Final-checkpoint rows of one model for `variant`, finite values only, by layer.
+fn final_layer_values<'a>(rows: &[&'a Row]) -> (String, Vec<&'a Row>) {
+    let key = |r: &Row| (r.step.unwrap_or(u64::MAX), r.checkpoint.clone());
+    let Some(fin) = rows.iter().map(|r| key(r)).max() else {
+        return (String::new(), Vec::new());
+    };
+    let mut out: Vec<&Row> = rows
+        .iter()
+        .copied()
+        .filter(|r| key(r) == fin && r.value.is_finite())
+        .collect();
+    out.sort_by_key(|r| r.layer);
+    (fin.1, out)
+}
+
+fn extremes(rows: &[&Row]) -> Option<((f64, u32), (f64, u32))> {
+    let first = rows.first()?;
+    let mut peak = (first.value, first.layer);
+    let mut min = peak;
+    for r in rows {
+        if r.value > peak.0 {
+            peak = (r.value, r.layer);
+        }
+        if r.value < min.0 {
+            min = (r.value, r.layer);
+        }
+    }
+    Some((peak, min))
+}
+
+fn ccr_effect(rows: &[&Row]) -> Option<CcrEffect> {
+    let (_, min) = extremes(rows)?;
+    Some(CcrEffect {
+        min_z: min.0,
+        min_layer: min.1,
+        negative_layers: rows.iter().filter(|r| r.value < 0.0).count(),
+    })
+}
+
+/// The summary with default rules ([`SummaryOptions::default`]).
+pub fn summary(table: &ResultsTable) -> SummaryTable {
+    summary_with(table, &SummaryOptions::default())
+}
+
+/// The summary with explicit rules.
+pub fn summary_with(table: &ResultsTable, opts: &SummaryOptions) -> SummaryTable {
+    let mut by_model: BTreeMap<&str, BTreeMap<&str, Vec<&Row>>> = BTreeMap::new();
+    for r in table.rows().iter().filter(|r| r.metric == "pga_z") {
+        by_model
+            .entry(&r.model)
+            .or_default()
+            .entry(&r.variant)
+            .or_default()
+            .push(r);
+    }
+    let mut rows = Vec::new();
+    for variants in by_model.values() {
+        let Some(base) = variants.get(opts.pga_variant.as_str()) else {
+            continue;
+        };
+        let (checkpoint, base) = final_layer_values(base);
+        let Some((peak, min)) = extremes(&base) else {
+            continue;
+        };
+        let info = base[0];
+        let collapse_layers = base
+            .iter()
+            .filter(|r| {
+                r.value < 0.0
+                    && r.relative_depth >= opts.collapse_min_depth
+                    && !(opts.exclude_final_layer && r.layer + 1 == r.n_layers)
+            })
+            .map(|r| r.layer)
+            .collect();
+        let effect = |v: &str| {
+            variants
+                .get(v)
+                .and_then(|rs| ccr_effect(&final_layer_values(rs).1))
+        };
+        rows.push(SummaryRow {
+            model: info.model.clone(),
+            family: info.family.clone(),
+            d: info.d,
+            n_layers: info.n_layers,
+            checkpoint,
+            peak,
+            min,
+            negative_layers: base.iter().filter(|r| r.value < 0.0).count(),
+            collapse_layers,
+            ccr5: effect("ccr5"),
+            ccr10: effect("ccr10"),
+        });
+    }
+    rows.sort_by(|a, b| (a.d, &a.model).cmp(&(b.d, &b.model)));
+    SummaryTable {
+        rows,
+        pga_variant: opts.pga_variant.clone(),
+        synthetic: table.any_synthetic(),
+    }
+}
+
+const HEADER: [&str; 15] = [
+    "model",
+    "family",
+    "d",
+    "n_layers",
+    "checkpoint",
+    "peak_z",
+    "peak_layer",
+    "min_z",
+    "min_layer",
+    "negative_layers",
+    "collapse_zone",
+    "ccr5_min_z",
+    "ccr5_negative_layers",
+    "ccr10_min_z",
+    "ccr10_negative_layers",
+];
+
+impl SummaryRow {
+    fn cells(&self, digits: usize) -> [String; 15] {
+        let f = |v: f64| format!("{v:.digits$}");
+        let e = |c: &Option<CcrEffect>| match c {
+            Some(c) => (
+                format!("{} (layer {})", f(c.min_z), c.min_layer),
+                c.negative_layers.to_string(),
+            ),
+            None => ("–".to_owned(), "–".to_owned()),
+        };
+        let (c5, n5) = e(&self.ccr5);
+        let (c10, n10) = e(&self.ccr10);
+        [
+            self.model.clone(),
+            self.family.clone(),
+            self.d.to_string(),
+            self.n_layers.to_string(),
+            if self.checkpoint.is_empty() {
+                "final".to_owned()
+            } else {
+                self.checkpoint.clone()
+            },
+            f(self.peak.0),
+            self.peak.1.to_string(),
+            f(self.min.0),
+            self.min.1.to_string(),
+            self.negative_layers.to_string(),
+            layer_ranges(&self.collapse_layers),
+            c5,
+            n5,
+            c10,
+            n10,
+        ]
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+impl SummaryTable {
+    /// A markdown table with a short legend of the definitions.
+    pub fn to_markdown(&self) -> String {
+        let mut s = String::new();
+        if self.synthetic {
+            s.push_str("**SYNTHETIC DATA**: these numbers come from synthetic inputs, not real models.\n\n");
+        }
+        let _ = writeln!(s, "| {} |", HEADER.join(" | "));
+        let _ = writeln!(s, "|{}", HEADER.iter().map(|_| "---|").collect::<String>());
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "| {} |",
+                r.cells(2).map(|c| c.replace('|', "\\|")).join(" | ")
+            );
+        }
+        let _ = write!(
+            s,
+            "\nPGA z at variant {v}, each model's final checkpoint. Layers are hidden-state indices (0 = embeddings). \
+             collapse_zone: layers at relative depth ≥ 0.5, excluding the final layer, with z < 0. \
+             ccr5/ccr10: minimum z (and its layer) and number of layers with z < 0 after removing the top 5 / 10 \
+             principal directions.\n",
+            v = self.pga_variant
+        );
+        s
+    }
+
+    /// CSV with the same columns (4 decimals; `min_z (layer L)` cells split are kept as text).
+    pub fn to_csv(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{}", HEADER.join(","));
+        for r in &self.rows {
+            let mut cells = r.cells(4);
+            // machine-readable CCR columns: the number only
+            for (i, c) in [(11, &r.ccr5), (13, &r.ccr10)] {
+                cells[i] = c
+                    .as_ref()
+                    .map(|c| format!("{:.4}", c.min_z))
+                    .unwrap_or_default();
+            }
+            for i in [12, 14] {
+                if cells[i] == "–" {
+                    cells[i].clear();
+                }
+            }
+            let _ = writeln!(
+                s,
+                "{}",
+                cells
+                    .iter()
+                    .map(|c| csv_field(c))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
+        s
+    }
+
+    /// Writes `summary.md` and `summary.csv` into `dir` atomically.
+    pub fn write(&self, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+        if !dir.is_dir() {
+            return Err(Error::Io {
+                op: "write summary into",
+                path: dir.to_owned(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+            });
+        }
+        let md = dir.join("summary.md");
+        let csv = dir.join("summary.csv");
+        atomic_write(&md, self.to_markdown().as_bytes())?;
+        atomic_write(&csv, self.to_csv().as_bytes())?;
+        Ok((md, csv))
+    }
+}

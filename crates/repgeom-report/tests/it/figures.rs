@@ -1,0 +1,162 @@
+//! Figures: SVG structure snapshots, PNG sanity, missing data.
+
+use repgeom_report::{ALL_FIGURES, Error, Figure, FigureOptions, ResultsTable, Row, ZScale};
+
+use super::fixture;
+
+/// Text of every `<text>` element, in document order.
+fn svg_texts(svg: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = svg;
+    while let Some(i) = rest.find("<text") {
+        rest = &rest[i..];
+        let Some(gt) = rest.find('>') else { break };
+        let Some(end) = rest.find("</text>") else {
+            break;
+        };
+        out.push(
+            rest[gt + 1..end]
+                .trim()
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&"),
+        );
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// The structure of one figure: title, caption, every text and the count of drawn lines.
+fn structure(f: &Figure) -> String {
+    let texts = svg_texts(&f.svg);
+    format!(
+        "name: {}\ntitle: {}\ncaption: {}\nsize: {:?}\npolylines: {}\ntexts:\n{}\n",
+        f.name,
+        f.title,
+        f.caption,
+        f.size(),
+        f.svg.matches("<polyline").count(),
+        texts
+            .iter()
+            .map(|t| format!("  {t}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}
+
+fn check(name: &str, table: &ResultsTable, opts: &FigureOptions) -> Figure {
+    let (_, f) = ALL_FIGURES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("known figure");
+    let fig = f(table, opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(fig.name, name);
+    assert!(fig.svg.starts_with("<svg"), "{name}: not an SVG");
+    insta::assert_snapshot!(name, structure(&fig));
+    fig
+}
+
+#[test]
+fn every_figure_structure() {
+    let t = fixture();
+    let o = FigureOptions::default();
+    for (name, _) in ALL_FIGURES {
+        let fig = check(name, &t, &o);
+        let texts = svg_texts(&fig.svg);
+        assert!(texts.contains(&fig.title), "{name}: title missing");
+        // for looking at the figures by eye: REPGEOM_REPORT_DUMP=/some/dir cargo test -p repgeom-report
+        if let Some(dir) = std::env::var_os("REPGEOM_REPORT_DUMP") {
+            fig.save(std::path::Path::new(&dir)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn fig1_has_one_legend_entry_per_model_and_marks_size() {
+    let t = fixture();
+    let f = repgeom_report::fig1_pga_z_by_layer(&t, &FigureOptions::default()).unwrap();
+    let texts = svg_texts(&f.svg);
+    for m in [
+        "pythia-70m (d=512)",
+        "pythia-410m (d=1024)",
+        "pythia-2.8b (d=2560)",
+    ] {
+        assert_eq!(texts.iter().filter(|t| *t == m).count(), 1, "{m}");
+    }
+    assert!(texts.iter().any(|t| t.contains("dashed blue: small")));
+    assert!(
+        texts.iter().any(|t| t.contains("symlog")),
+        "z spans -70..20: symlog expected"
+    );
+    let lin = repgeom_report::fig1_pga_z_by_layer(
+        &t,
+        &FigureOptions {
+            z_scale: ZScale::Linear,
+            ..FigureOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(!svg_texts(&lin.svg).iter().any(|t| t.contains("symlog")));
+}
+
+#[test]
+fn png_is_deterministic_and_sized() {
+    let t = fixture();
+    let f = repgeom_report::fig3_ccr_ablation(&t, &FigureOptions::default()).unwrap();
+    let a = f.png().unwrap();
+    assert_eq!(&a[..8], b"\x89PNG\r\n\x1a\n");
+    // IHDR: width and height, big-endian, at bytes 16..24
+    let w = u32::from_be_bytes(a[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(a[20..24].try_into().unwrap());
+    assert_eq!((w, h), (1200, 800));
+    assert_eq!(a, f.png().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let (svg, png) = f.save(dir.path()).unwrap();
+    assert_eq!(std::fs::read(png).unwrap(), a);
+    assert_eq!(std::fs::read_to_string(svg).unwrap(), f.svg);
+}
+
+#[test]
+fn missing_metrics_are_reported() {
+    let only_loss = ResultsTable::new(vec![
+        Row::new("m", "f", 64, 0, 3, "val_loss", "", 3.0).with_checkpoint("step1", Some(1)),
+    ])
+    .unwrap();
+    let o = FigureOptions::default();
+    let mut out = String::new();
+    for (name, f) in ALL_FIGURES {
+        let line = match f(&only_loss, &o) {
+            Ok(_) => "ok".to_owned(),
+            Err(e @ Error::NoData { .. }) => e.to_string(),
+            Err(e) => format!("unexpected error: {e}"),
+        };
+        out.push_str(&format!("{name}: {line}\n"));
+    }
+    // a partially missing figure still draws, saying which panel has no data
+    let partial = ResultsTable::new(vec![
+        Row::new("m", "f", 64, 0, 3, "rankme", "", 3.0),
+        Row::new("m", "f", 64, 1, 3, "rankme", "", 4.0),
+    ])
+    .unwrap();
+    let f5 = repgeom_report::fig5_spectral_vs_pga(&partial, &o).unwrap();
+    let texts = svg_texts(&f5.svg);
+    out.push_str(&format!(
+        "fig5 partial: {:?}\n",
+        texts
+            .iter()
+            .filter(|t| t.starts_with("no data"))
+            .collect::<Vec<_>>()
+    ));
+    let bad = FigureOptions {
+        small_max_d: 4096,
+        ..FigureOptions::default()
+    };
+    out.push_str(&format!(
+        "bad options: {}\n",
+        repgeom_report::fig1_pga_z_by_layer(&fixture(), &bad)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    ));
+    insta::assert_snapshot!(out);
+}

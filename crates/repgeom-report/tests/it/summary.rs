@@ -1,0 +1,63 @@
+//! The summary table and the index page.
+
+use repgeom_report::{FigureOptions, all_figures, index_html, layer_ranges, summary};
+
+use super::fixture;
+
+#[test]
+fn summary_markdown_snapshot() {
+    let s = summary(&fixture());
+    insta::assert_snapshot!(s.to_markdown());
+}
+
+#[test]
+fn summary_csv_snapshot() {
+    insta::assert_snapshot!(summary(&fixture()).to_csv());
+}
+
+#[test]
+fn collapse_zone_follows_the_rule() {
+    let s = summary(&fixture());
+    let row = |m: &str| s.rows.iter().find(|r| r.model == m).unwrap();
+    // pythia-410m: 25 layers, dip on relative depth 0.6..0.99, final layer (24) excluded
+    let small = row("pythia-410m");
+    assert_eq!(layer_ranges(&small.collapse_layers), "15–23");
+    assert!(!small.collapse_layers.contains(&24));
+    // the large model never goes negative
+    assert!(row("pythia-2.8b").collapse_layers.is_empty());
+    // CCR-5 shrinks the collapse
+    let ccr5 = small.ccr5.as_ref().unwrap();
+    assert!(ccr5.negative_layers < small.negative_layers);
+    assert!(ccr5.min_z > small.min.0);
+    assert_eq!(layer_ranges(&[1, 2, 3, 7, 9, 10]), "1–3, 7, 9–10");
+}
+
+#[test]
+fn index_page_has_banner_figures_and_summary() {
+    let t = fixture();
+    let figs: Vec<_> = all_figures(&t, &FigureOptions::default())
+        .into_iter()
+        .filter_map(|(_, f)| f.ok())
+        .collect();
+    let html = index_html(&figs, &summary(&t));
+    assert!(html.contains("SYNTHETIC DATA"));
+    for f in &figs {
+        assert!(
+            html.contains(&format!("src=\"{}.png\"", f.name)),
+            "{}",
+            f.name
+        );
+    }
+    assert_eq!(html.matches("<figure").count(), 8);
+    assert!(html.contains("<th>collapse_zone</th>"));
+    // a real (non-synthetic) table has no banner
+    let real = repgeom_report::ResultsTable::new(
+        t.rows()
+            .iter()
+            .cloned()
+            .map(|r| r.with_synthetic(false))
+            .collect(),
+    )
+    .unwrap();
+    assert!(!index_html(&figs, &summary(&real)).contains("SYNTHETIC DATA"));
+}
