@@ -1,0 +1,228 @@
+//! Centring, principal directions, CCR and the readout subspace, all in `f64`.
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, MatRef, Par};
+
+use crate::{Error, Result};
+
+/// Converts an `f32` matrix to `f64`.
+pub fn to_f64(x: MatRef<'_, f32>) -> Mat<f64> {
+    Mat::from_fn(x.nrows(), x.ncols(), |i, j| f64::from(x[(i, j)]))
+}
+
+/// Converts an `f64` matrix to `f32` (rounding to nearest).
+pub fn to_f32(x: MatRef<'_, f64>) -> Mat<f32> {
+    Mat::from_fn(x.nrows(), x.ncols(), |i, j| x[(i, j)] as f32)
+}
+
+/// Subtracts the mean over points (rows) from every column, in `f64`.
+///
+/// $$X_c = X - \mathbf{1}\,\bar{x}^\top,\qquad \bar{x} = \tfrac{1}{N}X^\top\mathbf{1}$$
+pub fn center_columns(x: MatRef<'_, f32>) -> Mat<f64> {
+    let n = x.nrows();
+    let mut out = to_f64(x);
+    for j in 0..out.ncols() {
+        let mean = out.col(j).iter().sum::<f64>() / n.max(1) as f64;
+        out.col_mut(j).iter_mut().for_each(|v| *v -= mean);
+    }
+    out
+}
+
+/// Eigendecomposition of a symmetric matrix, eigenvalues in non-increasing order.
+///
+/// Runs sequentially (bit-identical at any thread count). Each eigenvector's sign is fixed so
+/// that its entry of largest magnitude is positive, which makes the output deterministic.
+pub fn symmetric_eigen_desc(a: MatRef<'_, f64>) -> Result<(Vec<f64>, Mat<f64>)> {
+    assert_eq!(a.nrows(), a.ncols(), "symmetric_eigen_desc needs a square matrix");
+    let n = a.nrows();
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
+    let mut s_diag = faer::diag::Diag::<f64>::zeros(n);
+    let mut u = Mat::<f64>::zeros(n, n);
+    let scratch =
+        self_adjoint_evd_scratch::<f64>(n, ComputeEigenvectors::Yes, Par::Seq, Default::default());
+    self_adjoint_evd(
+        a,
+        s_diag.as_mut(),
+        Some(u.as_mut()),
+        Par::Seq,
+        MemStack::new(&mut MemBuffer::new(scratch)),
+        Default::default(),
+    )
+    .map_err(|_| Error::NoConvergence { what: "symmetric eigendecomposition".into() })?;
+    let s = s_diag.column_vector();
+    let mut values = Vec::with_capacity(n);
+    let mut vectors = Mat::<f64>::zeros(n, n);
+    for (dst, src) in (0..n).rev().enumerate() {
+        values.push(s[src]);
+        let col = u.col(src);
+        let mut pivot = 0.0f64;
+        for v in col.iter() {
+            if v.abs() > pivot.abs() {
+                pivot = *v;
+            }
+        }
+        let sign = if pivot < 0.0 { -1.0 } else { 1.0 };
+        for i in 0..n {
+            vectors[(i, dst)] = sign * col[i];
+        }
+    }
+    Ok((values, vectors))
+}
+
+/// The top principal directions of a centred point cloud and its whole covariance spectrum.
+#[derive(Debug, Clone)]
+pub struct PrincipalDirections {
+    /// `d × m` orthonormal directions, by decreasing variance.
+    pub directions: Mat<f64>,
+    /// All `min(N, d)` eigenvalues of the covariance $X_c^\top X_c/(N-1)$, non-increasing.
+    pub variances: Vec<f64>,
+}
+
+/// Top-`m` principal directions of an already centred `N × d` matrix.
+///
+/// Uses whichever Gram matrix is smaller: $X_c^\top X_c$ (`d × d`) when `N ≥ d`, otherwise
+/// $X_c X_c^\top$ (`N × N`) with $u_j = X_c^\top v_j/\sqrt{\lambda_j}$.
+pub fn principal_directions(
+    xc: MatRef<'_, f64>,
+    m: usize,
+    par: Par,
+) -> Result<PrincipalDirections> {
+    let (n, d) = (xc.nrows(), xc.ncols());
+    if n < 2 {
+        return Err(Error::TooFewPoints { what: "principal directions".into(), n, min: 2 });
+    }
+    let r = n.min(d);
+    if m > r {
+        return Err(Error::DimensionTooLarge {
+            what: "principal directions".into(),
+            requested: m,
+            available: r,
+        });
+    }
+    let denom = (n - 1) as f64;
+    if n >= d {
+        let mut g = Mat::<f64>::zeros(d, d);
+        matmul(&mut g, Accum::Replace, xc.transpose(), xc, 1.0, par);
+        let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
+        let variances = vals.iter().map(|v| v.max(0.0) / denom).collect();
+        let directions = vecs.subcols(0, m).to_owned();
+        Ok(PrincipalDirections { directions, variances })
+    } else {
+        let mut g = Mat::<f64>::zeros(n, n);
+        matmul(&mut g, Accum::Replace, xc, xc.transpose(), 1.0, par);
+        let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
+        let mut directions = Mat::<f64>::zeros(d, m);
+        matmul(&mut directions, Accum::Replace, xc.transpose(), vecs.subcols(0, m), 1.0, par);
+        for j in 0..m {
+            let norm = directions.col(j).norm_l2();
+            if norm <= f64::EPSILON * (1.0 + vals[0].abs().sqrt()) {
+                return Err(Error::DimensionTooLarge {
+                    what: "principal directions (data has lower rank)".into(),
+                    requested: m,
+                    available: j,
+                });
+            }
+            directions.col_mut(j).iter_mut().for_each(|v| *v /= norm);
+        }
+        let variances = vals.iter().take(r).map(|v| v.max(0.0) / denom).collect();
+        Ok(PrincipalDirections { directions, variances })
+    }
+}
+
+/// Removes the span of the orthonormal columns of `u` (`d × c`) from every row of `x`:
+/// $X - (XU)U^\top$.
+#[track_caller]
+pub fn remove_directions(x: MatRef<'_, f64>, u: MatRef<'_, f64>, par: Par) -> Mat<f64> {
+    assert_eq!(x.ncols(), u.nrows(), "remove_directions: x is N×d, u must be d×c");
+    let mut out = x.to_owned();
+    if u.ncols() == 0 {
+        return out;
+    }
+    let mut coef = Mat::<f64>::zeros(x.nrows(), u.ncols());
+    matmul(&mut coef, Accum::Replace, x, u, 1.0, par);
+    matmul(&mut out, Accum::Add, &coef, u.transpose(), -1.0, par);
+    out
+}
+
+/// CCR-`c`: centre over points, then remove the top-`c` principal directions.
+///
+/// `c = 0` centres only. Returns the corrected matrix in `f64`.
+pub fn ccr(x: MatRef<'_, f32>, c: usize, par: Par) -> Result<Mat<f64>> {
+    let xc = center_columns(x);
+    if c == 0 {
+        return Ok(xc);
+    }
+    let pd = principal_directions(xc.as_ref(), c, par)?;
+    Ok(remove_directions(xc.as_ref(), pd.directions.as_ref(), par))
+}
+
+/// Top-`k` right singular vectors (`d × k`) and the top-`k` singular values of a `V × d` matrix.
+///
+/// Computed from the `d × d` Gram matrix $W^\top W$, accumulated in `f64` over blocks of rows
+/// (so a 50k-row readout never exists in `f64` at once), then a sequential symmetric
+/// eigendecomposition. The subspace is what PGA uses; signs are fixed deterministically.
+pub fn top_right_singular_vectors(
+    w: MatRef<'_, f32>,
+    k: usize,
+    par: Par,
+) -> Result<(Mat<f64>, Vec<f64>)> {
+    let d = w.ncols();
+    let available = d.min(w.nrows());
+    if k > available || k == 0 {
+        return Err(Error::DimensionTooLarge {
+            what: "readout singular vectors".into(),
+            requested: k,
+            available,
+        });
+    }
+    const BLOCK: usize = 4096;
+    let mut g = Mat::<f64>::zeros(d, d);
+    let mut start = 0;
+    while start < w.nrows() {
+        let len = BLOCK.min(w.nrows() - start);
+        let block = to_f64(w.subrows(start, len));
+        matmul(&mut g, Accum::Add, block.transpose(), &block, 1.0, par);
+        start += len;
+    }
+    let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
+    let sv = vals.iter().take(k).map(|v| v.max(0.0).sqrt()).collect();
+    Ok((vecs.subcols(0, k).to_owned(), sv))
+}
+
+/// The readout subspace $V_k$ of `W_U` (`V × d`): its top-`k` right singular vectors.
+pub fn readout_subspace(w_u: MatRef<'_, f32>, k: usize, par: Par) -> Result<Mat<f64>> {
+    top_right_singular_vectors(w_u, k, par).map(|(v, _)| v)
+}
+
+/// Projects the rows of `x` (`N × d`) onto the columns of `basis` (`d × k`): $XB$.
+#[track_caller]
+pub fn project(x: MatRef<'_, f64>, basis: MatRef<'_, f64>, par: Par) -> Mat<f64> {
+    assert_eq!(x.ncols(), basis.nrows(), "project: x is N×d, basis must be d×k");
+    let mut out = Mat::<f64>::zeros(x.nrows(), basis.ncols());
+    matmul(&mut out, Accum::Replace, x, basis, 1.0, par);
+    out
+}
+
+/// Projects `f32` rows onto `f32` basis columns: $XB$ in `f32` (the fast path of null draws).
+#[track_caller]
+pub fn project_f32(x: MatRef<'_, f32>, basis: MatRef<'_, f32>, par: Par) -> Mat<f32> {
+    assert_eq!(x.ncols(), basis.nrows(), "project_f32: x is N×d, basis must be d×k");
+    let mut out = Mat::<f32>::zeros(x.nrows(), basis.ncols());
+    matmul(&mut out, Accum::Replace, x, basis, 1.0f32, par);
+    out
+}
+
+/// Largest absolute entry of $B^\top B - I$: zero for an orthonormal basis.
+pub fn orthonormal_basis_check(b: MatRef<'_, f64>) -> f64 {
+    let mut g = Mat::<f64>::zeros(b.ncols(), b.ncols());
+    matmul(&mut g, Accum::Replace, b.transpose(), b, 1.0, Par::Seq);
+    let mut worst = 0.0f64;
+    for j in 0..g.ncols() {
+        for i in 0..g.nrows() {
+            let target = if i == j { 1.0 } else { 0.0 };
+            worst = worst.max((g[(i, j)] - target).abs());
+        }
+    }
+    worst
+}

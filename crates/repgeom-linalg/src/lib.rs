@@ -1,0 +1,48 @@
+//! `repgeom-linalg` is the numerical core of repgeom: centring, common-component removal (CCR),
+//! symmetric eigendecompositions and singular subspaces, projections, pairwise cosine distances
+//! via GEMM, average ranks and the Spearman correlation.
+//!
+//! The main types are faer's [`Mat`] and [`MatRef`] (re-exported here so that no other crate
+//! depends on faer directly) and [`RankedReference`], a reference vector ranked once so that
+//! its Spearman correlation with many other vectors costs one radix sort each.
+//!
+//! Key design decision: one float type per path, chosen for accuracy or speed and stated at the
+//! boundary. Decompositions (readout subspace, principal directions) run in `f64`, because faer's
+//! `f32` decompositions are orders of magnitude less accurate than LAPACK's; distance GEMMs run in
+//! `f32`, which is twice as fast and exact enough for ranking. Every function takes its
+//! parallelism as an explicit [`Par`] argument; decompositions always run sequentially so that
+//! results are bit-identical at any thread count.
+//!
+//! This crate is not I/O and never prints: it sees only matrices and slices.
+#![deny(missing_docs)]
+
+mod decomp;
+mod distance;
+mod error;
+mod extra;
+mod rank;
+#[cfg(test)]
+mod tests;
+
+pub use decomp::{
+    PrincipalDirections, ccr, center_columns, orthonormal_basis_check, principal_directions,
+    project, project_f32, readout_subspace, remove_directions, symmetric_eigen_desc, to_f32, to_f64,
+    top_right_singular_vectors,
+};
+pub use distance::{condensed_len, cosine_distances, cosine_distances_into, normalize_rows, pair_index};
+pub use error::{Error, Result};
+pub use extra::{gram_rows, hsic_biased_unscaled, hsic_unbiased, singular_values};
+pub use faer::{Mat, MatMut, MatRef, Par};
+pub use rank::{RankScratch, RankedReference, average_ranks, pearson, spearman};
+
+/// Checks that every entry of `x` is finite; returns the first offending `(row, col)`.
+pub fn first_non_finite<T: Copy + Into<f64>>(x: MatRef<'_, T>) -> Option<(usize, usize)> {
+    for j in 0..x.ncols() {
+        for i in 0..x.nrows() {
+            if !x[(i, j)].into().is_finite() {
+                return Some((i, j));
+            }
+        }
+    }
+    None
+}

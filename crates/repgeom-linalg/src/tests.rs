@@ -1,0 +1,115 @@
+use super::*;
+
+/// Absolute tolerance for quantities computed in `f64` from small exact inputs.
+const STRICT: f64 = 1e-12;
+
+fn check_ranks(values: &[f32], expect: &[f64]) {
+    let got = average_ranks(values);
+    assert_eq!(got.len(), expect.len());
+    for (g, e) in got.iter().zip(expect) {
+        assert!((g - e).abs() < STRICT, "ranks of {values:?}: got {got:?}, expected {expect:?}");
+    }
+}
+
+#[test]
+fn average_ranks_match_rankdata() {
+    check_ranks(&[3.0, 1.0, 2.0], &[3.0, 1.0, 2.0]);
+    check_ranks(&[1.0, 1.0, 2.0, 0.5], &[2.5, 2.5, 4.0, 1.0]);
+    check_ranks(&[-1.0, 0.0, -0.0, 5.0, 5.0, 5.0], &[1.0, 2.5, 2.5, 5.0, 5.0, 5.0]);
+    check_ranks(&[2.0; 4], &[2.5; 4]);
+}
+
+#[test]
+fn spearman_is_pearson_of_ranks() {
+    let a: Vec<f32> = (0..500).map(|i| ((i * 37) % 101) as f32 / 7.0).collect();
+    let b: Vec<f32> = (0..500).map(|i| ((i * 53) % 97) as f32 * 0.3 + (i % 5) as f32).collect();
+    let direct = spearman(&a, &b, "test").unwrap();
+    let ra = average_ranks(&a);
+    let rb = average_ranks(&b);
+    let via = pearson(&ra, &rb, "test").unwrap();
+    assert!((direct - via).abs() < STRICT, "{direct} vs {via}");
+    assert!((spearman(&a, &a, "test").unwrap() - 1.0).abs() < STRICT);
+    let neg: Vec<f32> = a.iter().map(|v| -v).collect();
+    assert!((spearman(&a, &neg, "test").unwrap() + 1.0).abs() < STRICT);
+}
+
+#[test]
+fn spearman_of_constant_is_an_error() {
+    let a = [1.0f32, 2.0, 3.0];
+    let b = [4.0f32; 3];
+    assert!(matches!(spearman(&a, &b, "t"), Err(Error::Constant { .. })));
+}
+
+#[test]
+fn cosine_distances_match_definition() {
+    let x = Mat::<f64>::from_fn(7, 5, |i, j| ((i * 5 + j) as f64 * 0.37).sin() + 0.1 * i as f64);
+    let d = cosine_distances(x.as_ref(), "x", Par::Seq).unwrap();
+    assert_eq!(d.len(), condensed_len(7));
+    for i in 0..7 {
+        for j in (i + 1)..7 {
+            let (mut dot, mut ni, mut nj) = (0.0, 0.0, 0.0);
+            for c in 0..5 {
+                dot += x[(i, c)] * x[(j, c)];
+                ni += x[(i, c)] * x[(i, c)];
+                nj += x[(j, c)] * x[(j, c)];
+            }
+            let expect = 1.0 - dot / (ni * nj).sqrt();
+            let got = f64::from(d[pair_index(7, i, j)]);
+            assert!((got - expect).abs() < 1e-6, "pair ({i},{j}): {got} vs {expect}");
+        }
+    }
+}
+
+#[test]
+fn zero_norm_row_is_an_error() {
+    let mut x = Mat::<f64>::from_fn(4, 3, |i, j| (i + j) as f64 + 1.0);
+    x.row_mut(2).fill(0.0);
+    let err = cosine_distances(x.as_ref(), "acts", Par::Seq).unwrap_err();
+    assert_eq!(err.to_string(), "acts: row 2 has zero norm, so cosine distances to it are undefined");
+}
+
+#[test]
+fn ccr_removes_top_direction_and_centres() {
+    // Points with one dominant direction e0 plus structure in e1, e2.
+    let x = Mat::<f32>::from_fn(50, 4, |i, j| match j {
+        0 => 100.0 * ((i as f32) * 0.7).sin() + 3.0,
+        1 => ((i as f32) * 1.3).cos(),
+        2 => ((i as f32) * 0.4).sin(),
+        _ => 0.01 * (i as f32 % 3.0),
+    });
+    let c1 = ccr(x.as_ref(), 1, Par::Seq).unwrap();
+    for j in 0..4 {
+        let mean: f64 = c1.col(j).iter().sum::<f64>() / 50.0;
+        assert!(mean.abs() < 1e-9, "column {j} mean {mean}");
+    }
+    let energy0: f64 = c1.col(0).iter().map(|v| v * v).sum();
+    assert!(energy0 < 1e-3, "dominant direction left energy {energy0}");
+}
+
+#[test]
+fn readout_subspace_is_orthonormal_and_rotation_equivariant() {
+    let w = Mat::<f32>::from_fn(40, 6, |i, j| {
+        ((i * 7 + j * 3) as f32 * 0.11).sin() * (6 - j) as f32
+    });
+    let (v, s) = top_right_singular_vectors(w.as_ref(), 3, Par::Seq).unwrap();
+    assert!(orthonormal_basis_check(v.as_ref()) < 1e-10);
+    assert!(s[0] >= s[1] && s[1] >= s[2]);
+    // W V = U S: each column of W v_j has norm s_j.
+    let wf = to_f64(w.as_ref());
+    let wv = project(wf.as_ref(), v.as_ref(), Par::Seq);
+    for j in 0..3 {
+        let norm = wv.col(j).norm_l2();
+        assert!((norm - s[j]).abs() < 1e-8 * s[0], "column {j}: {norm} vs {}", s[j]);
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_thread_count() {
+    let w = Mat::<f32>::from_fn(300, 64, |i, j| ((i * 13 + j * 7) as f32 * 0.017).sin());
+    let (a, _) = top_right_singular_vectors(w.as_ref(), 8, Par::Seq).unwrap();
+    let (b, _) = top_right_singular_vectors(w.as_ref(), 8, Par::rayon(2)).unwrap();
+    assert!(a == b, "readout subspace differs between 1 and 2 threads");
+    let da = cosine_distances(w.as_ref(), "w", Par::Seq).unwrap();
+    let db = cosine_distances(w.as_ref(), "w", Par::rayon(2)).unwrap();
+    assert!(da == db, "distances differ between 1 and 2 threads");
+}

@@ -1,0 +1,275 @@
+//! `repgeom-null` draws the seeded null distributions that give PGA its z-scores: uniformly
+//! random (Haar) `k`-dimensional subspaces of $\mathbb{R}^d$, and the summary statistics of a
+//! null sample.
+//!
+//! The main type is [`NullBases`]: `n_null` orthonormal `d × k` bases drawn for one
+//! `(seed, d, k)` and reused across every layer of a model, so that all layers are compared
+//! against the same random subspaces.
+//!
+//! Key design decision: draw `i` is generated from its own ChaCha8 stream (`seed`, stream `i`),
+//! so draws can be made in parallel and are bit-identical at any thread count, and a single
+//! draw can be regenerated without the others. A basis is the Q factor of a `d × k` standard
+//! Gaussian matrix with the signs fixed so that `diag(R) > 0`, which makes its span uniform on
+//! the Grassmannian (Mezzadri 2007); Q is computed by twice-iterated modified Gram–Schmidt,
+//! whose R has a positive diagonal by construction.
+//!
+//! This crate is not metric logic: it knows nothing of distances or activations.
+#![deny(missing_docs)]
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+use repgeom_linalg::Mat;
+
+#[cfg(test)]
+mod tests;
+
+/// Errors of null sampling and null statistics.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A parameter is out of range.
+    #[error("invalid null parameter {name} = {value}: {reason}")]
+    InvalidParam {
+        /// Parameter name.
+        name: &'static str,
+        /// Its value, formatted.
+        value: String,
+        /// Why it is invalid.
+        reason: &'static str,
+    },
+    /// A supplied array of bases has the wrong shape.
+    #[error("null bases have shape {found:?}, expected [n_null, {d}, {k}]")]
+    ShapeMismatch {
+        /// The shape found.
+        found: Vec<usize>,
+        /// Expected ambient dimension.
+        d: usize,
+        /// Expected subspace dimension.
+        k: usize,
+    },
+    /// A supplied basis is not orthonormal.
+    #[error("null basis {index} is not orthonormal (max |QᵀQ − I| = {deviation:.3e})")]
+    NotOrthonormal {
+        /// Which basis.
+        index: usize,
+        /// Largest deviation from the identity.
+        deviation: f64,
+    },
+    /// The null sample has no spread, so a z-score is undefined.
+    #[error("the null distribution has zero spread (all {n} draws equal {value}), so z is undefined")]
+    DegenerateNull {
+        /// Number of draws.
+        n: usize,
+        /// Their common value.
+        value: f64,
+    },
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Unchecked parameters of a null distribution.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NullParams {
+    /// Number of random subspaces (default 100).
+    pub n_null: usize,
+    /// Seed of the draws (default 0).
+    pub seed: u64,
+}
+
+impl Default for NullParams {
+    fn default() -> Self {
+        Self { n_null: 100, seed: 0 }
+    }
+}
+
+/// Null parameters that passed [`NullParams::check`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidNullParams(NullParams);
+
+impl NullParams {
+    /// Validates: at least 2 draws (a sample standard deviation needs two).
+    pub fn check(self) -> Result<ValidNullParams> {
+        if self.n_null < 2 {
+            return Err(Error::InvalidParam {
+                name: "n_null",
+                value: self.n_null.to_string(),
+                reason: "at least 2 draws are needed for a standard deviation",
+            });
+        }
+        Ok(ValidNullParams(self))
+    }
+}
+
+impl ValidNullParams {
+    /// Number of draws.
+    pub fn n_null(&self) -> usize {
+        self.0.n_null
+    }
+    /// Seed.
+    pub fn seed(&self) -> u64 {
+        self.0.seed
+    }
+}
+
+/// One Haar-random orthonormal `d × k` basis from draw `index` of `seed`.
+#[track_caller]
+pub fn haar_basis(d: usize, k: usize, seed: u64, index: u64) -> Mat<f64> {
+    assert!(k <= d && k > 0, "haar_basis needs 0 < k <= d");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(index);
+    // Row-major fill, like numpy's standard_normal((d, k)).
+    let mut g = Mat::<f64>::zeros(d, k);
+    for i in 0..d {
+        for j in 0..k {
+            g[(i, j)] = StandardNormal.sample(&mut rng);
+        }
+    }
+    orthonormalize(&mut g);
+    g
+}
+
+/// In-place twice-iterated modified Gram–Schmidt: columns become the Q of a QR factorisation
+/// whose R has a positive diagonal.
+fn orthonormalize(q: &mut Mat<f64>) {
+    let k = q.ncols();
+    for j in 0..k {
+        for _pass in 0..2 {
+            for p in 0..j {
+                let dot: f64 = q.col(p).iter().zip(q.col(j).iter()).map(|(a, b)| a * b).sum();
+                for i in 0..q.nrows() {
+                    let v = q[(i, p)];
+                    q[(i, j)] -= dot * v;
+                }
+            }
+        }
+        let norm = q.col(j).norm_l2();
+        q.col_mut(j).iter_mut().for_each(|v| *v /= norm);
+    }
+}
+
+/// `n_null` Haar-random `d × k` bases, drawn once per `(seed, d, k)`.
+#[derive(Debug, Clone)]
+pub struct NullBases {
+    d: usize,
+    k: usize,
+    seed: Option<u64>,
+    bases: Vec<Mat<f64>>,
+}
+
+impl NullBases {
+    /// Draws the bases (in parallel on the current rayon pool; identical at any thread count).
+    pub fn draw(d: usize, k: usize, params: &ValidNullParams) -> Result<Self> {
+        use rayon::prelude::*;
+        if k == 0 || k >= d {
+            return Err(Error::InvalidParam {
+                name: "k",
+                value: k.to_string(),
+                reason: "the subspace dimension must satisfy 0 < k < d",
+            });
+        }
+        let seed = params.seed();
+        let bases = (0..params.n_null() as u64)
+            .into_par_iter()
+            .map(|i| haar_basis(d, k, seed, i))
+            .collect();
+        Ok(Self { d, k, seed: Some(seed), bases })
+    }
+
+    /// Bases supplied by the user as an `n_null × d × k` C-order array; each is checked to be
+    /// orthonormal to `tol`.
+    pub fn from_array(shape: &[usize], data: &[f64], d: usize, k: usize, tol: f64) -> Result<Self> {
+        if shape.len() != 3 || shape[1] != d || shape[2] != k || shape[0] < 2 {
+            return Err(Error::ShapeMismatch { found: shape.to_vec(), d, k });
+        }
+        assert_eq!(data.len(), shape.iter().product::<usize>(), "data length must match shape");
+        let mut bases = Vec::with_capacity(shape[0]);
+        for (index, chunk) in data.chunks_exact(d * k).enumerate() {
+            let q = Mat::<f64>::from_fn(d, k, |i, j| chunk[i * k + j]);
+            let deviation = repgeom_linalg::orthonormal_basis_check(q.as_ref());
+            if !(deviation <= tol) {
+                return Err(Error::NotOrthonormal { index, deviation });
+            }
+            bases.push(q);
+        }
+        Ok(Self { d, k, seed: None, bases })
+    }
+
+    /// The bases as an `n_null × d × k` C-order array (the layout of `--save-null-bases`).
+    pub fn to_array(&self) -> (Vec<usize>, Vec<f64>) {
+        let mut data = Vec::with_capacity(self.bases.len() * self.d * self.k);
+        for q in &self.bases {
+            for i in 0..self.d {
+                for j in 0..self.k {
+                    data.push(q[(i, j)]);
+                }
+            }
+        }
+        (vec![self.bases.len(), self.d, self.k], data)
+    }
+
+    /// Ambient dimension.
+    pub fn d(&self) -> usize {
+        self.d
+    }
+    /// Subspace dimension.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// The seed they were drawn from, or `None` when supplied from a file.
+    pub fn seed(&self) -> Option<u64> {
+        self.seed
+    }
+    /// Number of bases.
+    pub fn len(&self) -> usize {
+        self.bases.len()
+    }
+    /// Whether there are no bases.
+    pub fn is_empty(&self) -> bool {
+        self.bases.is_empty()
+    }
+    /// The bases.
+    pub fn bases(&self) -> &[Mat<f64>] {
+        &self.bases
+    }
+}
+
+/// Summary of an observed statistic against its null sample.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NullSummary {
+    /// Mean of the null sample.
+    pub null_mean: f64,
+    /// Sample standard deviation (ddof = 1) of the null sample.
+    pub null_std: f64,
+    /// $z = (x - \bar{x}_{null}) / s_{null}$.
+    pub z: f64,
+    /// One-sided empirical p-value $(1 + \#\{null \ge x\}) / (n + 1)$.
+    pub p_value: f64,
+}
+
+/// Compares `observed` with a null sample: mean, sample std (ddof 1), z and empirical p.
+pub fn summarize(observed: f64, null: &[f64]) -> Result<NullSummary> {
+    let n = null.len();
+    if n < 2 {
+        return Err(Error::InvalidParam {
+            name: "n_null",
+            value: n.to_string(),
+            reason: "at least 2 draws are needed for a standard deviation",
+        });
+    }
+    let mean = null.iter().sum::<f64>() / n as f64;
+    let var = null.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64;
+    let std = var.sqrt();
+    if !(std > 0.0) {
+        return Err(Error::DegenerateNull { n, value: mean });
+    }
+    let exceed = null.iter().filter(|&&v| v >= observed).count();
+    Ok(NullSummary {
+        null_mean: mean,
+        null_std: std,
+        z: (observed - mean) / std,
+        p_value: (1 + exceed) as f64 / (n + 1) as f64,
+    })
+}
