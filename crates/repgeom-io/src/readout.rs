@@ -1,0 +1,260 @@
+//! Reading the unembedding matrix `W_U` (V x d) from a file or a HuggingFace checkpoint.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use crate::activations::extension;
+use crate::checkpoint::{Checkpoint, open_checkpoint, read_json};
+use crate::st::{StFile, list_names};
+use crate::{Error, Matrix, Result, mmap, npy};
+
+/// Options for [`read_readout`].
+#[derive(Debug, Clone, Default)]
+pub struct ReadoutOptions {
+    /// Keep only the first `vocab_rows` rows (drop padding rows past the real vocabulary).
+    /// When `None` and the checkpoint directory has a `tokenizer.json`, its vocabulary size is used.
+    pub vocab_rows: Option<usize>,
+    /// Read this tensor instead of choosing one by architecture.
+    pub tensor: Option<String>,
+}
+
+/// The readout (unembedding) matrix and where it came from.
+#[derive(Debug, Clone)]
+pub struct Readout {
+    /// `W_U`, V x d, row-major f32 (after dropping padding rows).
+    pub matrix: Matrix,
+    /// The file or checkpoint directory read.
+    pub source: PathBuf,
+    /// The tensor used (e.g. `embed_out.weight`).
+    pub tensor: String,
+    /// Rows the tensor has in the file, before any rows were dropped.
+    pub rows_in_file: usize,
+    /// A human-readable remark on choices made (tied fallback, rows dropped), if any.
+    pub note: Option<String>,
+}
+
+/// Untied output-embedding names, most specific first.
+const HEAD_NAMES: &[&str] = &[
+    "embed_out.weight",
+    "lm_head.weight",
+    "model.transformer.ff_out.weight",
+];
+/// Input-embedding names used when the readout is tied.
+const TIED_NAMES: &[&str] = &[
+    "model.embed_tokens.weight",
+    "gpt_neox.embed_in.weight",
+    "transformer.wte.weight",
+    "model.transformer.wte.weight",
+];
+
+/// Reads `W_U` from an `.npy` / `.safetensors` [V, d] file or a checkpoint directory.
+pub fn read_readout(path: &Path, opts: &ReadoutOptions) -> Result<Readout> {
+    let mut notes = Vec::new();
+    let (tensor, shape, data, tokenizer_rows) = if path.is_dir() {
+        let ck = open_checkpoint(path)?;
+        let (name, note) = choose_tensor(&ck, opts)?;
+        notes.extend(note);
+        let (shape, data) = ck.read_tensor_f32(&name)?;
+        let tok = path.join("tokenizer.json");
+        let tok_rows = if opts.vocab_rows.is_none() && tok.is_file() {
+            Some(tokenizer_vocab_size(&tok)?)
+        } else {
+            None
+        };
+        (name, shape, data, tok_rows)
+    } else {
+        match extension(path).as_str() {
+            "npy" => {
+                let map = mmap::map_file(path)?;
+                let t = npy::parse(Cow::Borrowed(map.bytes()), path, "array")?.into_c_order();
+                let data = t.to_f32(path)?;
+                (t.name.clone(), t.shape.clone(), data, None)
+            }
+            "safetensors" => {
+                let f = StFile::open(path)?;
+                let name = match &opts.tensor {
+                    Some(n) => n.clone(),
+                    None => {
+                        let names = f.names();
+                        let two_d: Vec<&String> = names
+                            .iter()
+                            .filter(|n| f.shape(n).is_some_and(|s| s.len() == 2))
+                            .collect();
+                        if let Some(n) = HEAD_NAMES.iter().chain(TIED_NAMES).find(|n| f.has(n)) {
+                            n.to_string()
+                        } else if two_d.len() == 1 {
+                            two_d[0].clone()
+                        } else {
+                            return Err(Error::MissingTensor {
+                                file: path.to_path_buf(),
+                                tensor: "a single 2-D tensor or one of embed_out.weight, lm_head.weight (set the tensor name)"
+                                    .into(),
+                                available: list_names(&names),
+                            });
+                        }
+                    }
+                };
+                let t = f.tensor(&name)?;
+                let data = t.to_f32(path)?;
+                (name, t.shape.clone(), data, None)
+            }
+            _ => {
+                return Err(Error::UnknownFormat {
+                    file: path.to_path_buf(),
+                    expected: ".npy, .safetensors or a HuggingFace checkpoint directory",
+                });
+            }
+        }
+    };
+    if shape.len() != 2 {
+        return Err(Error::ShapeMismatch {
+            file: path.to_path_buf(),
+            tensor,
+            expected: "[V, d] (vocabulary x hidden size)".into(),
+            found: shape,
+        });
+    }
+    let (rows, cols) = (shape[0], shape[1]);
+    let keep = match (opts.vocab_rows, tokenizer_rows) {
+        (Some(v), _) => {
+            if v == 0 || v > rows {
+                return Err(Error::VocabRows {
+                    file: path.to_path_buf(),
+                    tensor,
+                    requested: v,
+                    available: rows,
+                });
+            }
+            if v < rows {
+                notes.push(format!("using {v} rows as requested (file has {rows})"));
+            }
+            v
+        }
+        (None, Some(t)) if t < rows => {
+            notes.push(format!(
+                "using {t} rows from tokenizer.json (file has {rows})"
+            ));
+            t
+        }
+        (None, Some(t)) if t > rows => {
+            notes.push(format!(
+                "tokenizer.json has {t} tokens but the readout only {rows} rows; using all {rows}"
+            ));
+            rows
+        }
+        _ => rows,
+    };
+    let mut data = data;
+    data.truncate(keep * cols);
+    Ok(Readout {
+        matrix: Matrix::new(keep, cols, data)?,
+        source: path.to_path_buf(),
+        tensor,
+        rows_in_file: rows,
+        note: if notes.is_empty() {
+            None
+        } else {
+            Some(notes.join("; "))
+        },
+    })
+}
+
+/// Picks the readout tensor of a checkpoint; returns the name and a note when it fell back.
+fn choose_tensor(ck: &Checkpoint, opts: &ReadoutOptions) -> Result<(String, Option<String>)> {
+    if let Some(n) = &opts.tensor {
+        if !ck.has_tensor(n) {
+            return Err(Error::MissingTensor {
+                file: ck.dir.clone(),
+                tensor: n.clone(),
+                available: list_names(&ck.tensor_names()),
+            });
+        }
+        return Ok((n.clone(), None));
+    }
+    let neox = ck.architecture.contains("GPTNeoX") || ck.model_type.as_deref() == Some("gpt_neox");
+    let heads: Vec<&str> = if neox {
+        vec!["embed_out.weight"]
+    } else {
+        HEAD_NAMES.to_vec()
+    };
+    if let Some(n) = heads.iter().find(|n| ck.has_tensor(n)) {
+        return Ok((n.to_string(), None));
+    }
+    if ck.tie_word_embeddings
+        && let Some(n) = TIED_NAMES.iter().find(|n| ck.has_tensor(n))
+    {
+        return Ok((
+            n.to_string(),
+            Some(format!(
+                "tied embeddings: using the input embedding `{n}` as W_U"
+            )),
+        ));
+    }
+    let mut wanted: Vec<&str> = heads;
+    if ck.tie_word_embeddings {
+        wanted.extend(TIED_NAMES);
+    }
+    Err(Error::MissingTensor {
+        file: ck.dir.clone(),
+        tensor: format!(
+            "{} ({}, tie_word_embeddings = {})",
+            wanted.join(" | "),
+            ck.architecture,
+            ck.tie_word_embeddings
+        ),
+        available: list_names(&ck.tensor_names()),
+    })
+}
+
+/// Vocabulary size of a HuggingFace `tokenizer.json`: entries of `model.vocab` plus
+/// `added_tokens` whose content is not already in it (and at least the largest id + 1).
+pub(crate) fn tokenizer_vocab_size(path: &Path) -> Result<usize> {
+    let js = read_json(path)?;
+    let bad = |r: &str| Error::format(path, "json", r.to_string());
+    let vocab = js
+        .get("model")
+        .and_then(|m| m.get("vocab"))
+        .ok_or_else(|| bad("no `model.vocab`"))?;
+    let mut max_id: Option<u64> = None;
+    let mut bump = |id: Option<u64>| {
+        if let Some(id) = id {
+            max_id = Some(max_id.map_or(id, |m| m.max(id)));
+        }
+    };
+    let (mut count, contents): (usize, std::collections::BTreeSet<String>) = match vocab {
+        serde_json::Value::Object(m) => {
+            for v in m.values() {
+                bump(v.as_u64());
+            }
+            (m.len(), m.keys().cloned().collect())
+        }
+        // Unigram models store `[[piece, score], ...]`; the id is the position.
+        serde_json::Value::Array(a) => {
+            if !a.is_empty() {
+                bump(Some(a.len() as u64 - 1));
+            }
+            let pieces = a
+                .iter()
+                .filter_map(|p| p.get(0).and_then(|s| s.as_str()).map(str::to_string))
+                .collect();
+            (a.len(), pieces)
+        }
+        _ => return Err(bad("`model.vocab` is neither an object nor an array")),
+    };
+    if let Some(added) = js.get("added_tokens").and_then(|a| a.as_array()) {
+        for t in added {
+            let content = t
+                .get("content")
+                .and_then(|c| c.as_str())
+                .unwrap_or_default();
+            bump(t.get("id").and_then(|i| i.as_u64()));
+            if !contents.contains(content) {
+                count += 1;
+            }
+        }
+    }
+    let by_id = max_id.map_or(0, |m| {
+        usize::try_from(m).unwrap_or(usize::MAX).saturating_add(1)
+    });
+    Ok(count.max(by_id))
+}

@@ -1,0 +1,69 @@
+//! Unit tests of the private parsers.
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use crate::npy;
+use crate::tensor::{DType, checked_numel};
+
+fn file() -> &'static Path {
+    Path::new("x.npy")
+}
+
+#[test]
+fn npy_header_round_trip() {
+    let data: Vec<u8> = [1.5f32, -2.0, 3.25, 0.0, 7.0, 8.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let img = npy::encode("<f4", &[2, 3], &data);
+    assert_eq!(
+        (img.len() - data.len()) % 64,
+        0,
+        "header must be 64-byte aligned"
+    );
+    let t = npy::parse(Cow::Borrowed(&img), file(), "a").unwrap();
+    assert_eq!(t.shape, vec![2, 3]);
+    assert_eq!(t.dtype, DType::F32);
+    assert!(!t.fortran);
+    assert_eq!(
+        t.to_f32(file()).unwrap(),
+        vec![1.5, -2.0, 3.25, 0.0, 7.0, 8.0]
+    );
+}
+
+#[test]
+fn npy_header_variants_parse() {
+    // Python 2 long suffix, double quotes, no trailing comma, 1-D and 0-D shapes.
+    for (dict, shape) in [
+        (
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (2L, 1L), }",
+            vec![2, 1],
+        ),
+        (
+            "{\"descr\": \"<f8\", \"fortran_order\": False, \"shape\": (2,)}",
+            vec![2],
+        ),
+        (
+            "{'shape': (), 'fortran_order': False, 'descr': '<f8'}",
+            vec![],
+        ),
+    ] {
+        let n: usize = shape.iter().product();
+        let mut img = b"\x93NUMPY\x01\x00".to_vec();
+        img.extend_from_slice(&(dict.len() as u16 + 1).to_le_bytes());
+        img.extend_from_slice(dict.as_bytes());
+        img.push(b'\n');
+        img.extend(std::iter::repeat_n(0u8, n * 8));
+        let t = npy::parse(Cow::Borrowed(&img), file(), "a").unwrap();
+        assert_eq!(t.shape, shape, "{dict}");
+    }
+}
+
+#[test]
+fn numel_guards_overflow() {
+    assert_eq!(checked_numel(&[3, 4]), Some(12));
+    assert_eq!(checked_numel(&[]), Some(1));
+    assert_eq!(checked_numel(&[1 << 21, 1 << 20]), None);
+    assert_eq!(checked_numel(&[usize::MAX, 2]), None);
+}

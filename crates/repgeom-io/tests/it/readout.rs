@@ -1,0 +1,175 @@
+//! read_readout and open_checkpoint: architecture rules, tied fallback, vocab rows, shards.
+
+use std::path::Path;
+
+use repgeom_io::{ReadoutOptions, open_checkpoint, read_readout, write_npy_f32};
+
+use crate::{EXACT, assert_close, fixture, redact};
+
+/// Reads a readout and returns a one-line summary; checks values with `value(v, j)`.
+#[track_caller]
+fn check(path: &Path, opts: &ReadoutOptions, value: fn(usize, usize) -> f64) -> String {
+    let r = read_readout(path, opts).unwrap_or_else(|e| panic!("{e}"));
+    let expected: Vec<f64> = (0..r.matrix.rows)
+        .flat_map(|v| (0..r.matrix.cols).map(move |j| value(v, j)))
+        .collect();
+    assert_close(&r.matrix.data, &expected, EXACT);
+    format!(
+        "tensor={} shape=[{}, {}] rows_in_file={} note={}",
+        r.tensor,
+        r.matrix.rows,
+        r.matrix.cols,
+        r.rows_in_file,
+        r.note.as_deref().unwrap_or("-")
+    )
+}
+
+fn head(v: usize, j: usize) -> f64 {
+    (v as f64 - 2.0 * j as f64) / 8.0
+}
+
+fn embed(v: usize, j: usize) -> f64 {
+    (v as f64 + j as f64) / 8.0
+}
+
+#[test]
+fn neox_sharded_bf16_uses_embed_out_and_tokenizer_vocab() {
+    let s = check(&fixture("tiny_neox"), &ReadoutOptions::default(), head);
+    insta::assert_snapshot!(s, @"tensor=embed_out.weight shape=[12, 4] rows_in_file=16 note=using 12 rows from tokenizer.json (file has 16)");
+}
+
+#[test]
+fn explicit_vocab_rows_and_tensor_override() {
+    let opts = ReadoutOptions {
+        vocab_rows: Some(14),
+        tensor: None,
+    };
+    let s = check(&fixture("tiny_neox"), &opts, head);
+    insta::assert_snapshot!(s, @"tensor=embed_out.weight shape=[14, 4] rows_in_file=16 note=using 14 rows as requested (file has 16)");
+    let opts = ReadoutOptions {
+        vocab_rows: Some(16),
+        tensor: Some("gpt_neox.embed_in.weight".into()),
+    };
+    let s = check(&fixture("tiny_neox"), &opts, embed);
+    insta::assert_snapshot!(s, @"tensor=gpt_neox.embed_in.weight shape=[16, 4] rows_in_file=16 note=-");
+}
+
+#[test]
+fn tied_f16_checkpoint_falls_back_to_input_embedding() {
+    let s = check(&fixture("tiny_tied"), &ReadoutOptions::default(), embed);
+    insta::assert_snapshot!(s, @"tensor=model.embed_tokens.weight shape=[8, 4] rows_in_file=8 note=tied embeddings: using the input embedding `model.embed_tokens.weight` as W_U");
+}
+
+#[test]
+fn npy_and_safetensors_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("wu.npy");
+    let data: Vec<f32> = (0..5)
+        .flat_map(|v| (0..3).map(move |j| head(v, j) as f32))
+        .collect();
+    write_npy_f32(&p, &[5, 3], &data).unwrap();
+    let s = check(
+        &p,
+        &ReadoutOptions {
+            vocab_rows: Some(4),
+            tensor: None,
+        },
+        head,
+    );
+    insta::assert_snapshot!(s, @"tensor=array shape=[4, 3] rows_in_file=5 note=using 4 rows as requested (file has 5)");
+    let p = dir.path().join("wu.safetensors");
+    let bias = [0f32; 5];
+    repgeom_io::write_safetensors(
+        &p,
+        &[
+            ("lm_head.bias".into(), vec![5], &bias),
+            ("lm_head.weight".into(), vec![5, 3], &data),
+        ],
+        &Default::default(),
+    )
+    .unwrap();
+    let s = check(&p, &ReadoutOptions::default(), head);
+    insta::assert_snapshot!(s, @"tensor=lm_head.weight shape=[5, 3] rows_in_file=5 note=-");
+}
+
+#[test]
+fn checkpoint_tensor_access() {
+    let ck = open_checkpoint(&fixture("tiny_neox")).unwrap();
+    assert_eq!(ck.architecture, "GPTNeoXForCausalLM");
+    assert!(!ck.tie_word_embeddings);
+    assert_eq!(
+        ck.tensor_names(),
+        vec![
+            "embed_out.weight",
+            "gpt_neox.embed_in.weight",
+            "gpt_neox.final_layer_norm.weight"
+        ]
+    );
+    assert!(ck.has_tensor("gpt_neox.final_layer_norm.weight"));
+    let (shape, data) = ck
+        .read_tensor_f32("gpt_neox.final_layer_norm.weight")
+        .unwrap();
+    assert_eq!(shape, vec![4]);
+    assert_close(&data, &[1.0; 4], EXACT);
+    assert_eq!(ck.tensor_shape("embed_out.weight"), Some(vec![16, 4]));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn checkpoint_errors_name_shard_tensor_and_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing_shard");
+    copy_dir(&fixture("tiny_neox"), &missing);
+    std::fs::remove_file(missing.join("model-00002-of-00002.safetensors")).unwrap();
+    let untied = dir.path().join("untied_no_head");
+    copy_dir(&fixture("tiny_tied"), &untied);
+    std::fs::write(
+        untied.join("config.json"),
+        r#"{"architectures":["LlamaForCausalLM"],"tie_word_embeddings":false}"#,
+    )
+    .unwrap();
+    let no_config = dir.path().join("no_config");
+    std::fs::create_dir(&no_config).unwrap();
+    let neox = fixture("tiny_neox");
+    let cases: Vec<(&Path, ReadoutOptions)> = vec![
+        (&missing, ReadoutOptions::default()),
+        (&untied, ReadoutOptions::default()),
+        (&no_config, ReadoutOptions::default()),
+        (
+            &neox,
+            ReadoutOptions {
+                vocab_rows: Some(17),
+                tensor: None,
+            },
+        ),
+        (
+            &neox,
+            ReadoutOptions {
+                vocab_rows: None,
+                tensor: Some("lm_head.weight".into()),
+            },
+        ),
+        (
+            &neox,
+            ReadoutOptions {
+                vocab_rows: None,
+                tensor: Some("gpt_neox.final_layer_norm.weight".into()),
+            },
+        ),
+    ];
+    let msgs: Vec<String> = cases
+        .into_iter()
+        .map(|(p, o)| match read_readout(p, &o) {
+            Ok(r) => format!("unexpected success: {}", r.tensor),
+            Err(e) => redact(&e.to_string(), Some(dir.path())),
+        })
+        .collect();
+    insta::assert_snapshot!(msgs.join("\n"));
+}
