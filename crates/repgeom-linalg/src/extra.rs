@@ -1,0 +1,116 @@
+//! Extra numerics for the metric registry: singular values of a point cloud, Gram matrices and
+//! the linear HSIC estimators behind CKA. All in `f64`.
+
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::matmul::matmul;
+use faer::linalg::svd::{ComputeSvdVectors, svd, svd_scratch};
+use faer::{Accum, Mat, MatRef, Par};
+
+use crate::{Error, Result};
+
+/// All `min(N, d)` singular values of `x`, non-increasing.
+///
+/// A direct bidiagonal SVD (no Gram matrix, so small singular values keep their relative
+/// accuracy), run sequentially so that the values are bit-identical at any thread count.
+pub fn singular_values(x: MatRef<'_, f64>, what: &str) -> Result<Vec<f64>> {
+    let (m, n) = (x.nrows(), x.ncols());
+    let size = m.min(n);
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    let mut s = faer::diag::Diag::<f64>::zeros(size);
+    let scratch = svd_scratch::<f64>(
+        m,
+        n,
+        ComputeSvdVectors::No,
+        ComputeSvdVectors::No,
+        Par::Seq,
+        Default::default(),
+    );
+    svd(
+        x,
+        s.as_mut(),
+        None,
+        None,
+        Par::Seq,
+        MemStack::new(&mut MemBuffer::new(scratch)),
+        Default::default(),
+    )
+    .map_err(|_| Error::NoConvergence {
+        what: format!("singular value decomposition of {what}"),
+    })?;
+    let mut values: Vec<f64> = s.column_vector().iter().map(|v| v.abs()).collect();
+    values.sort_by(|a, b| b.total_cmp(a));
+    Ok(values)
+}
+
+/// The Gram matrix of the rows of `x` (`N × d`): $K = XX^\top$ (`N × N`).
+pub fn gram_rows(x: MatRef<'_, f64>, par: Par) -> Mat<f64> {
+    let n = x.nrows();
+    let mut g = Mat::<f64>::zeros(n, n);
+    matmul(&mut g, Accum::Replace, x, x.transpose(), 1.0, par);
+    g
+}
+
+/// The biased (V-statistic) linear HSIC of two Gram matrices of **centred** features, up to
+/// the factor $1/(N-1)^2$ (which cancels in CKA): $\langle K, L\rangle_F = \mathrm{tr}(KL)$.
+#[track_caller]
+pub fn hsic_biased_unscaled(k: MatRef<'_, f64>, l: MatRef<'_, f64>) -> f64 {
+    assert_eq!(
+        k.shape(),
+        l.shape(),
+        "hsic: Gram matrices must have the same shape"
+    );
+    let mut sum = 0.0;
+    for j in 0..k.ncols() {
+        for i in 0..k.nrows() {
+            sum += k[(i, j)] * l[(i, j)];
+        }
+    }
+    sum
+}
+
+/// The unbiased HSIC estimator of Song et al. (2012), eq. 5, for two `N × N` Gram matrices
+/// (`N ≥ 4`); the diagonals are ignored (set to zero):
+///
+/// $$\mathrm{HSIC}_1 = \frac{1}{N(N-3)}\Big[\mathrm{tr}(\tilde K\tilde L)
+/// + \frac{\mathbf 1^\top\tilde K\mathbf 1\;\mathbf 1^\top\tilde L\mathbf 1}{(N-1)(N-2)}
+/// - \frac{2}{N-2}\,\mathbf 1^\top\tilde K\tilde L\mathbf 1\Big]$$
+#[track_caller]
+pub fn hsic_unbiased(k: MatRef<'_, f64>, l: MatRef<'_, f64>) -> Result<f64> {
+    assert_eq!(
+        k.shape(),
+        l.shape(),
+        "hsic: Gram matrices must have the same shape"
+    );
+    assert_eq!(k.nrows(), k.ncols(), "hsic: Gram matrices must be square");
+    let n = k.nrows();
+    if n < 4 {
+        return Err(Error::TooFewPoints {
+            what: "unbiased HSIC".into(),
+            n,
+            min: 4,
+        });
+    }
+    let mut trace = 0.0;
+    let mut row_k = vec![0.0f64; n];
+    let mut row_l = vec![0.0f64; n];
+    for j in 0..n {
+        for i in 0..n {
+            if i != j {
+                let (kv, lv) = (k[(i, j)], l[(i, j)]);
+                trace += kv * lv;
+                row_k[j] += kv;
+                row_l[j] += lv;
+            }
+        }
+    }
+    let sum_k: f64 = row_k.iter().sum();
+    let sum_l: f64 = row_l.iter().sum();
+    // 1ᵀ K̃ L̃ 1 = Σ_j (K̃1)_j (L̃1)_j for symmetric K̃, L̃.
+    let cross: f64 = row_k.iter().zip(&row_l).map(|(a, b)| a * b).sum();
+    let nf = n as f64;
+    let value = (trace + sum_k * sum_l / ((nf - 1.0) * (nf - 2.0)) - 2.0 / (nf - 2.0) * cross)
+        / (nf * (nf - 3.0));
+    Ok(value)
+}
