@@ -1,0 +1,315 @@
+//! Cross-model metrics on two representations of the same points: distance agreement
+//! (Spearman of pairwise cosine distances) in the full space, in each model's readout subspace
+//! and in random subspaces; and linear CKA.
+
+use rayon::prelude::*;
+use repgeom_linalg::{
+    Mat, MatRef, Par, RankScratch, RankedReference, ccr, condensed_len, cosine_distances,
+    cosine_distances_into, gram_rows, hsic_biased_unscaled, hsic_unbiased, project, project_f32,
+    to_f32,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::registry::{MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
+use crate::{Error, Result};
+
+/// Distance agreement between two models: Spearman correlation of their pairwise cosine
+/// distances over the same `N` points, in the full space (variant `full`), inside each model's
+/// own readout subspace (variant `readout`, with z against random subspaces), and in random
+/// `k`-dimensional subspaces of each model (variant `random`: their mean, with `sd`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DistanceSpearman {
+    /// CCR level applied to each model before distances (0 = centre only; default 1, as PGA).
+    pub ccr: usize,
+    /// Compare inside each model's readout subspace (needs both readout bases).
+    pub readout: bool,
+    /// Compare inside random subspaces (needs both null bases, same number of draws).
+    pub random: bool,
+}
+
+impl Default for DistanceSpearman {
+    fn default() -> Self {
+        Self {
+            ccr: 1,
+            readout: true,
+            random: true,
+        }
+    }
+}
+
+#[typetag::serde(name = "distance_spearman")]
+impl PairMetric for DistanceSpearman {
+    fn info(&self) -> MetricInfo {
+        MetricInfo {
+            name: "distance_spearman",
+            summary: "Spearman of two models' pairwise cosine distances: full space, own readout subspaces, random subspaces",
+            source: "representational similarity analysis (Kriegeskorte et al. 2008); readout/random variants per repgeom SPEC",
+            options: &[
+                OptionDoc {
+                    name: "ccr",
+                    help: "principal directions removed from each model first (0 = centre only)",
+                },
+                OptionDoc {
+                    name: "readout",
+                    help: "also compare inside each model's readout subspace",
+                },
+                OptionDoc {
+                    name: "random",
+                    help: "also compare inside paired random subspaces (null for the readout)",
+                },
+            ],
+            needs_readout: true,
+            needs_null: true,
+            rotation_invariant: true,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
+        let what = input.what();
+        let (a, b) = (&input.a, &input.b);
+        let par = a.par();
+        let n = a.n();
+        for side in [a, b] {
+            if self.ccr >= (side.n() - 1).min(side.d()) {
+                return Err(Error::InvalidOption {
+                    name: "ccr".into(),
+                    value: self.ccr.to_string(),
+                    reason: format!(
+                        "too many directions to remove from {} [{}, {}]",
+                        side.what(),
+                        side.n(),
+                        side.d()
+                    ),
+                });
+            }
+        }
+        let xa = ccr(a.acts(), self.ccr, par)?;
+        let xb = ccr(b.acts(), self.ccr, par)?;
+        let label_a = format!("{} after CCR-{}", a.what(), self.ccr);
+        let label_b = format!("{} after CCR-{}", b.what(), self.ccr);
+        let mut out = Vec::new();
+        let mut scratch = RankScratch::default();
+
+        let da = cosine_distances(xa.as_ref(), &label_a, par)?;
+        let ref_a = RankedReference::new(&da, &format!("{label_a}: full-space distances"))?;
+        drop(da);
+        let db = cosine_distances(xb.as_ref(), &label_b, par)?;
+        let full = ref_a.spearman(
+            &db,
+            &mut scratch,
+            &format!("{label_b}: full-space distances"),
+        )?;
+        drop(db);
+        out.push(
+            MetricValue::new("distance_spearman", "full", full).with_extra("ccr", self.ccr as f64),
+        );
+
+        let readout = if self.readout {
+            let va = a.readout_basis("distance_spearman")?;
+            let vb = b.readout_basis("distance_spearman")?;
+            let pa = cosine_distances(
+                project(xa.as_ref(), va, par).as_ref(),
+                &format!("{label_a} in its readout subspace"),
+                par,
+            )?;
+            let pb = cosine_distances(
+                project(xb.as_ref(), vb, par).as_ref(),
+                &format!("{label_b} in its readout subspace"),
+                par,
+            )?;
+            let r =
+                repgeom_linalg::spearman(&pa, &pb, &format!("{what}: readout-subspace distances"))?;
+            Some((r, va.ncols(), vb.ncols()))
+        } else {
+            None
+        };
+
+        let random = if self.random {
+            let qa = a.null("distance_spearman")?;
+            let qb = b.null("distance_spearman")?;
+            if qa.len() != qb.len() {
+                return Err(Error::ShapeMismatch {
+                    what: format!("{what}: paired random subspaces"),
+                    left: format!("{} draws for {}", qa.len(), a.what()),
+                    right: format!("{} draws for {}", qb.len(), b.what()),
+                });
+            }
+            let ha = to_f32(xa.as_ref());
+            let hb = to_f32(xb.as_ref());
+            let qa32: Vec<Mat<f32>> = qa.bases().iter().map(|q| to_f32(q.as_ref())).collect();
+            let qb32: Vec<Mat<f32>> = qb.bases().iter().map(|q| to_f32(q.as_ref())).collect();
+            let pairs: Vec<(&Mat<f32>, &Mat<f32>)> = qa32.iter().zip(&qb32).collect();
+            let draw = |s: &mut DrawScratch, (q1, q2): (&Mat<f32>, &Mat<f32>)| -> Result<f64> {
+                s.rho(ha.as_ref(), q1.as_ref(), hb.as_ref(), q2.as_ref(), &what)
+            };
+            let rhos: Vec<f64> = match par {
+                Par::Seq => {
+                    let mut s = DrawScratch::new(n);
+                    pairs
+                        .iter()
+                        .map(|&p| draw(&mut s, p))
+                        .collect::<Result<_>>()?
+                }
+                _ => pairs
+                    .par_iter()
+                    .map_init(|| DrawScratch::new(n), |s, &p| draw(s, p))
+                    .collect::<Result<_>>()?,
+            };
+            Some(rhos)
+        } else {
+            None
+        };
+
+        match (readout, random) {
+            (Some((r, ka, kb)), Some(rhos)) => {
+                let s = repgeom_null::summarize(r, &rhos)?;
+                out.push(
+                    MetricValue::new("distance_spearman", "readout", r)
+                        .with_null(&s)
+                        .with_extra("z", s.z)
+                        .with_extra("k_a", ka as f64)
+                        .with_extra("k_b", kb as f64),
+                );
+                out.push(random_row(&rhos, &s));
+            }
+            (Some((r, ka, kb)), None) => out.push(
+                MetricValue::new("distance_spearman", "readout", r)
+                    .with_extra("k_a", ka as f64)
+                    .with_extra("k_b", kb as f64),
+            ),
+            (None, Some(rhos)) => {
+                let s = repgeom_null::summarize(0.0, &rhos)?;
+                out.push(random_row(&rhos, &s));
+            }
+            (None, None) => {}
+        }
+        Ok(out)
+    }
+}
+
+fn random_row(rhos: &[f64], s: &repgeom_null::NullSummary) -> MetricValue {
+    MetricValue::new("distance_spearman", "random", s.null_mean)
+        .with_extra("sd", s.null_std)
+        .with_extra("n_null", rhos.len() as f64)
+}
+
+/// Per-worker buffers of one random draw.
+struct DrawScratch {
+    da: Vec<f32>,
+    db: Vec<f32>,
+    rank: RankScratch,
+}
+
+impl DrawScratch {
+    fn new(n: usize) -> Self {
+        let m = condensed_len(n);
+        Self {
+            da: vec![0.0; m],
+            db: vec![0.0; m],
+            rank: RankScratch::default(),
+        }
+    }
+
+    fn rho(
+        &mut self,
+        ha: MatRef<'_, f32>,
+        qa: MatRef<'_, f32>,
+        hb: MatRef<'_, f32>,
+        qb: MatRef<'_, f32>,
+        what: &str,
+    ) -> Result<f64> {
+        let label = format!("{what}: random subspaces");
+        cosine_distances_into(
+            project_f32(ha, qa, Par::Seq).as_ref(),
+            &mut self.da,
+            &label,
+            Par::Seq,
+        )?;
+        cosine_distances_into(
+            project_f32(hb, qb, Par::Seq).as_ref(),
+            &mut self.db,
+            &label,
+            Par::Seq,
+        )?;
+        let reference = RankedReference::new(&self.da, &label)?;
+        Ok(reference.spearman(&self.db, &mut self.rank, &label)?)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Linear CKA (Kornblith et al. 2019): HSIC of the two linear kernels on centred features,
+/// normalised, a similarity in [0, 1] (1 = identical up to rotation and isotropic scaling).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CkaLinear {
+    /// Use the unbiased HSIC estimator of Song et al. (2012) (variant `debiased`) instead of the
+    /// biased one of Gretton et al. (2005) (variant `biased`, default).
+    pub debiased: bool,
+}
+
+#[allow(clippy::derivable_impls)] // written out so the default is stated beside the others
+impl Default for CkaLinear {
+    fn default() -> Self {
+        Self { debiased: false }
+    }
+}
+
+#[typetag::serde(name = "cka_linear")]
+impl PairMetric for CkaLinear {
+    fn info(&self) -> MetricInfo {
+        MetricInfo {
+            name: "cka_linear",
+            summary: "linear centred kernel alignment, a similarity in [0, 1] (biased or debiased HSIC)",
+            source: "Kornblith, Norouzi, Lee, Hinton (2019), ICML; debiased HSIC: Song et al. (2012), JMLR",
+            options: &[OptionDoc {
+                name: "debiased",
+                help: "use the unbiased HSIC estimator (variant debiased)",
+            }],
+            needs_readout: false,
+            needs_null: false,
+            rotation_invariant: true,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
+        let what = format!("cka_linear on {}", input.what());
+        let par = input.a.par();
+        let k = gram_rows(input.a.centred(), par);
+        let l = gram_rows(input.b.centred(), par);
+        let (kl, kk, ll, variant) = if self.debiased {
+            (
+                hsic_unbiased(k.as_ref(), l.as_ref())?,
+                hsic_unbiased(k.as_ref(), k.as_ref())?,
+                hsic_unbiased(l.as_ref(), l.as_ref())?,
+                "debiased",
+            )
+        } else {
+            (
+                hsic_biased_unscaled(k.as_ref(), l.as_ref()),
+                hsic_biased_unscaled(k.as_ref(), k.as_ref()),
+                hsic_biased_unscaled(l.as_ref(), l.as_ref()),
+                "biased",
+            )
+        };
+        if !(kk > 0.0 && ll > 0.0) {
+            return Err(Error::Degenerate {
+                what,
+                reason: format!(
+                    "a self-similarity HSIC is not positive (HSIC(A,A) = {kk:.3e}, HSIC(B,B) = {ll:.3e})"
+                ),
+            });
+        }
+        let value = kl / (kk.sqrt() * ll.sqrt());
+        Ok(vec![MetricValue::new("cka_linear", variant, value)])
+    }
+}

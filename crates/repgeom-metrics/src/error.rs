@@ -1,0 +1,88 @@
+/// Errors of metric computation: all data-dependent (bad values, degenerate input, bad options).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Input activations or readout contain NaN or infinity.
+    #[error("{what}: non-finite value (NaN or Inf) at row {row}, column {col}")]
+    NonFinite {
+        /// Which input (e.g. "layer 3 activations").
+        what: String,
+        /// Row of the first non-finite value.
+        row: usize,
+        /// Column of the first non-finite value.
+        col: usize,
+    },
+    /// Two inputs disagree in shape.
+    #[error("{what}: shape mismatch: {left} vs {right}")]
+    ShapeMismatch {
+        /// What was being combined.
+        what: String,
+        /// Left shape, formatted.
+        left: String,
+        /// Right shape, formatted.
+        right: String,
+    },
+    /// Too few points.
+    #[error("{what}: needs at least {min} points, got {n}")]
+    TooFewPoints {
+        /// Which computation.
+        what: String,
+        /// Points given.
+        n: usize,
+        /// Points needed.
+        min: usize,
+    },
+    /// An option is out of range.
+    #[error("invalid option {name} = {value}: {reason}")]
+    InvalidOption {
+        /// Option name.
+        name: String,
+        /// Its value, formatted.
+        value: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// An unknown metric name was requested.
+    #[error("unknown metric {name:?}; known metrics: {known}")]
+    UnknownMetric {
+        /// The requested name.
+        name: String,
+        /// The registered names, comma-separated.
+        known: String,
+    },
+    /// A metric needs an input the caller did not supply (a readout basis, null bases).
+    #[error("metric {metric} needs {input}, which was not supplied ({what})")]
+    MissingInput {
+        /// The metric's registered name.
+        metric: String,
+        /// The missing input, in words.
+        input: String,
+        /// Which layer or pair.
+        what: String,
+    },
+    /// The input is constant (every point identical), so no geometry can be measured.
+    #[error("{what}: all {n} points are identical, so the geometry is undefined")]
+    ConstantInput {
+        /// Which layer.
+        what: String,
+        /// Number of points.
+        n: usize,
+    },
+    /// The statistic is undefined or infinite on this input (e.g. rank deficiency).
+    #[error("{what}: {reason}")]
+    Degenerate {
+        /// Which metric on which layer.
+        what: String,
+        /// Why the value is undefined.
+        reason: String,
+    },
+    /// The numerical core failed (zero-norm rows, constant input, non-convergence).
+    #[error(transparent)]
+    Linalg(#[from] repgeom_linalg::Error),
+    /// The null distribution failed (degenerate null, bad supplied bases).
+    #[error(transparent)]
+    Null(#[from] repgeom_null::Error),
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, Error>;

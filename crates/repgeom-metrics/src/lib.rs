@@ -1,0 +1,47 @@
+//! `repgeom-metrics` is repgeom's metric registry: every per-layer and cross-model measurement
+//! of representation geometry (Subspace PGA, RankMe, α-ReQ, isotropy, condition number, PC
+//! alignment with the readout, distance agreement, linear CKA) behind two plugin traits.
+//!
+//! The main types are the [`Metric`] trait (one layer in, tidy [`MetricValue`]s out) and the
+//! [`PairMetric`] trait (two representations of the same points), with [`LayerInput`] carrying a
+//! layer plus the per-model precomputation (readout basis, null bases) and per-layer caches
+//! (centring, singular values) that metrics share, and [`AnalysisParams`] writing a whole
+//! analysis down.
+//!
+//! Key design decision: metrics are plain option structs registered with typetag under stable
+//! names, so a configuration is data (JSON or TOML, `{"metric": "rankme", "center": true}`) and a
+//! metric defined in another crate joins the registry, the CLI and the conformance suite by
+//! being linked in, without touching this crate. The registry is enumerated through serde
+//! itself (typetag reports its registered names for an unknown tag), so there is one registry,
+//! not two that could drift apart; a test pins the exact set of names, because an empty
+//! registry on an unsupported platform would otherwise fail silently. Every definition follows
+//! one named paper, pinned with its conventions in `docs/metrics.md`.
+//!
+//! This crate does no file I/O and never prints: it sees matrices and returns numbers.
+#![deny(missing_docs)]
+
+mod cross;
+mod error;
+pub mod pga;
+mod readout;
+mod registry;
+mod spectral;
+#[cfg(test)]
+mod tests;
+
+pub use cross::{CkaLinear, DistanceSpearman};
+pub use error::{Error, Result};
+pub use readout::{Pga, PcReadoutShare};
+pub use registry::{
+    AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,
+    PairMetric, all_metrics, all_pair_metrics, metric, metric_names, numerical_rank, options_of,
+    pair_metric, pair_metric_names,
+};
+pub use spectral::{
+    AlphaReq, ConditionNumber, Isotropy, PowerLawFit, RankMe, SpectrumKind, isoscore,
+    power_law_fit, rankme,
+};
+
+/// Re-exported so that metrics defined in other crates can register themselves with
+/// `#[repgeom_metrics::typetag::serde(name = "…")]` without their own typetag dependency.
+pub use typetag;

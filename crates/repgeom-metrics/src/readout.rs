@@ -1,0 +1,176 @@
+//! Readout-aware per-layer metrics: Subspace PGA (through the engine in [`crate::pga`]) and the
+//! share of the top principal directions that lies in the readout subspace.
+
+use repgeom_linalg::{principal_directions, project};
+use serde::{Deserialize, Serialize};
+
+use crate::pga::pga_ccr_sweep;
+use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
+use crate::{Error, Result};
+
+/// Subspace PGA (this project's SPEC): z of the readout's distance preservation against random
+/// subspaces, at one or several CCR levels sharing one eigendecomposition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Pga {
+    /// CCR levels (principal directions removed first); several levels form a sweep.
+    pub ccr: Vec<usize>,
+}
+
+impl Default for Pga {
+    fn default() -> Self {
+        Self { ccr: vec![1] }
+    }
+}
+
+#[typetag::serde(name = "pga")]
+impl Metric for Pga {
+    fn info(&self) -> MetricInfo {
+        MetricInfo {
+            name: "pga",
+            summary: "Subspace PGA: z of readout vs random-subspace distance preservation (rows pga_z and rho_readout)",
+            source: "repgeom SPEC (Subspace predictive geometric alignment); CCR after Mu & Viswanath (2018)",
+            options: &[OptionDoc {
+                name: "ccr",
+                help: "list of CCR levels, e.g. [1, 5, 10] (one variant ccrC per level, sharing the work)",
+            }],
+            needs_readout: true,
+            needs_null: true,
+            rotation_invariant: true,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.ccr.is_empty() {
+            return Err(Error::InvalidOption {
+                name: "ccr".into(),
+                value: "[]".into(),
+                reason: "give at least one CCR level".into(),
+            });
+        }
+        let mut sorted = self.ccr.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != self.ccr.len() {
+            return Err(Error::InvalidOption {
+                name: "ccr".into(),
+                value: format!("{:?}", self.ccr),
+                reason: "CCR levels must be distinct".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
+        self.check()?;
+        let basis = input.readout_basis("pga")?;
+        let null = input.null("pga")?;
+        let results = pga_ccr_sweep(
+            input.acts(),
+            basis,
+            null,
+            &self.ccr,
+            input.what(),
+            input.par(),
+            &|| {},
+        )?;
+        let mut out = Vec::with_capacity(2 * results.len());
+        for r in &results {
+            let variant = format!("ccr{}", r.ccr);
+            let summary = repgeom_null::NullSummary {
+                null_mean: r.null_mean,
+                null_std: r.null_std,
+                z: r.z,
+                p_value: r.p_value,
+            };
+            out.push(
+                MetricValue::new("pga_z", &variant, r.z)
+                    .with_null(&summary)
+                    .with_extra("rho_readout", r.rho_readout)
+                    .with_extra("k", r.k as f64)
+                    .with_extra("n_null", r.null_rhos.len() as f64),
+            );
+            out.push(
+                MetricValue::new("rho_readout", &variant, r.rho_readout)
+                    .with_null(&summary)
+                    .with_extra("z", r.z),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// PC alignment: for each of the top-`m` principal directions $u_j$ of the centred layer, the
+/// share $\lVert V_k^\top u_j\rVert^2$ lying in the readout subspace (random expectation `k/d`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PcReadoutShare {
+    /// Number of top principal directions (variants `pc1` … `pcm`).
+    pub m: usize,
+}
+
+impl Default for PcReadoutShare {
+    fn default() -> Self {
+        Self { m: 5 }
+    }
+}
+
+#[typetag::serde(name = "pc_readout_share")]
+impl Metric for PcReadoutShare {
+    fn info(&self) -> MetricInfo {
+        MetricInfo {
+            name: "pc_readout_share",
+            summary: "share of each top principal direction lying in the readout subspace (random: k/d)",
+            source: "repgeom SPEC (PC alignment companion measurement)",
+            options: &[OptionDoc {
+                name: "m",
+                help: "number of top principal directions (variants pc1..pcm)",
+            }],
+            needs_readout: true,
+            needs_null: false,
+            rotation_invariant: true,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.m == 0 {
+            return Err(Error::InvalidOption {
+                name: "m".into(),
+                value: "0".into(),
+                reason: "at least one principal direction".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
+        self.check()?;
+        let basis = input.readout_basis("pc_readout_share")?;
+        let (n, d, k) = (input.n(), input.d(), basis.ncols());
+        let available = (n - 1).min(d);
+        if self.m > available {
+            return Err(Error::InvalidOption {
+                name: "m".into(),
+                value: self.m.to_string(),
+                reason: format!(
+                    "{} points in {d} dimensions have only {available} principal directions ({})",
+                    n,
+                    input.what()
+                ),
+            });
+        }
+        let pd = principal_directions(input.centred(), self.m, input.par())?;
+        let total: f64 = pd.variances.iter().sum();
+        // Coefficients of each direction in the readout basis: V_kᵀ U (k × m).
+        let coef = project(basis.transpose(), pd.directions.as_ref(), input.par());
+        let expectation = k as f64 / d as f64;
+        Ok((0..self.m)
+            .map(|j| {
+                let share: f64 = coef.col(j).iter().map(|c| c * c).sum();
+                MetricValue::new("pc_readout_share", &format!("pc{}", j + 1), share.min(1.0))
+                    .with_extra("random_expectation", expectation)
+                    .with_extra("explained_variance", pd.variances[j] / total)
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,298 @@
+//! Unit tests: hand-computed cases for every metric, through one `check` helper per area.
+
+use repgeom_linalg::{Mat, Par};
+
+use crate::{
+    AlphaReq, CkaLinear, ConditionNumber, DistanceSpearman, Isotropy, LayerInput, Metric,
+    MetricValue, PairInput, PairMetric, PcReadoutShare, RankMe, SpectrumKind, isoscore, rankme,
+};
+
+/// Absolute tolerance for closed-form results computed in `f64` from `f32` inputs.
+const EXACT: f64 = 1e-6;
+/// RankMe's ε = 1e-7 shifts its value from the ideal integer by about r·ε·log(ε).
+const RANKME_EPS: f64 = 2e-4;
+
+/// The 8 × 8 Sylvester–Hadamard matrix: columns 1..8 are ±1, mean zero and orthogonal.
+fn hadamard8() -> Mat<f64> {
+    Mat::from_fn(8, 8, |i, j| {
+        if (i & j).count_ones() % 2 == 0 {
+            1.0
+        } else {
+            -1.0
+        }
+    })
+}
+
+/// 8 points whose centred covariance has eigenvalues `scales[j]² · 8/7` along the axes.
+fn axis_cloud(scales: &[f64]) -> Mat<f32> {
+    let h = hadamard8();
+    Mat::from_fn(8, scales.len(), |i, j| (h[(i, j + 1)] * scales[j]) as f32)
+}
+
+/// Runs one metric on `acts` (optionally with a readout basis) and returns its values.
+fn check(metric: &dyn Metric, acts: &Mat<f32>, readout: Option<&Mat<f64>>) -> Vec<MetricValue> {
+    let mut input = LayerInput::new(acts.as_ref(), "test layer", Par::Seq).expect("valid input");
+    if let Some(b) = readout {
+        input = input.with_readout(b.as_ref()).expect("valid readout");
+    }
+    metric.compute(&input).expect("metric computes")
+}
+
+fn assert_close(found: f64, expected: f64, tol: f64, what: &str) {
+    assert!(
+        (found - expected).abs() <= tol,
+        "{what}: found {found}, expected {expected} (tol {tol})"
+    );
+}
+
+#[test]
+fn rankme_by_hand() {
+    // p = (0.75, 0.25): exp(-(0.75 ln 0.75 + 0.25 ln 0.25)) = 1.754765…
+    assert_close(
+        rankme(&[3.0, 1.0], 1e-7).unwrap(),
+        1.7547652933937916,
+        EXACT,
+        "rankme(3, 1)",
+    );
+    assert!(rankme(&[0.0, 0.0], 1e-7).is_none());
+}
+
+#[test]
+fn rankme_of_identity_spectrum_is_its_rank() {
+    // Uncentred 8 × 6 matrix [I_4 0; 0 0]: four unit singular values.
+    let x = Mat::from_fn(8, 6, |i, j| if i == j && i < 4 { 1.0f32 } else { 0.0 });
+    let v = check(&RankMe::default(), &x, None);
+    assert_close(v[0].value, 4.0, RANKME_EPS, "rankme of I_4");
+    assert_eq!(v[0].extra["max_rank"] as usize, 6);
+}
+
+#[test]
+fn alpha_req_recovers_a_planted_power_law() {
+    // Covariance eigenvalues ∝ j^-2 exactly: α = 2, R² = 1.
+    let scales: Vec<f64> = (1..=6).map(|j| 1.0 / j as f64).collect();
+    let v = check(&AlphaReq::default(), &axis_cloud(&scales), None);
+    assert_close(v[0].value, 2.0, EXACT, "alpha");
+    assert_close(v[0].extra["r2"], 1.0, EXACT, "r2");
+    assert_eq!((v[0].extra["fit_start"], v[0].extra["fit_end"]), (1.0, 6.0));
+    // A sub-range fit reports it.
+    let v = check(
+        &AlphaReq {
+            fit_start: 2,
+            fit_end: Some(5),
+        },
+        &axis_cloud(&scales),
+        None,
+    );
+    assert_close(v[0].value, 2.0, EXACT, "alpha on 2..=5");
+    assert_eq!((v[0].extra["fit_start"], v[0].extra["fit_end"]), (2.0, 5.0));
+}
+
+#[test]
+fn isoscore_by_hand() {
+    assert_close(
+        isoscore(&[1.0, 1.0, 1.0, 1.0]).unwrap(),
+        1.0,
+        EXACT,
+        "isotropic",
+    );
+    assert_close(
+        isoscore(&[5.0, 0.0, 0.0, 0.0]).unwrap(),
+        0.0,
+        EXACT,
+        "one direction",
+    );
+    // Worked in docs/metrics.md: (3, 1) gives 0.6; (4, 2, 1, 0) gives 4/9.
+    assert_close(isoscore(&[3.0, 1.0]).unwrap(), 0.6, EXACT, "(3, 1)");
+    assert_close(
+        isoscore(&[4.0, 2.0, 1.0, 0.0]).unwrap(),
+        4.0 / 9.0,
+        EXACT,
+        "(4, 2, 1, 0)",
+    );
+    // Equal axis variances: IsoScore 1 through the metric.
+    let v = check(
+        &Isotropy {
+            isoscore: true,
+            mean_cosine: false,
+        },
+        &axis_cloud(&[2.0; 6]),
+        None,
+    );
+    assert_close(v[0].value, 1.0, EXACT, "isoscore of an isotropic cloud");
+}
+
+#[test]
+fn mean_cosine_by_hand() {
+    // Rows e1, e2, e1, e2: of 6 pairs, 2 have cosine 1 and 4 have cosine 0.
+    let x = Mat::from_fn(4, 2, |i, j| if i % 2 == j { 1.0f32 } else { 0.0 });
+    let v = check(
+        &Isotropy {
+            isoscore: false,
+            mean_cosine: true,
+        },
+        &x,
+        None,
+    );
+    assert_eq!(v[0].variant, "mean_cosine");
+    assert_close(v[0].value, 1.0 / 3.0, EXACT, "mean cosine");
+}
+
+#[test]
+fn condition_number_by_hand() {
+    let scales: Vec<f64> = (1..=6).map(|j| 1.0 / j as f64).collect();
+    let v = check(&ConditionNumber::default(), &axis_cloud(&scales), None);
+    assert_close(v[0].value, 6.0, EXACT, "sigma_1 / sigma_6");
+    let v = check(
+        &ConditionNumber {
+            of: SpectrumKind::Covariance,
+        },
+        &axis_cloud(&scales),
+        None,
+    );
+    assert_close(v[0].value, 36.0, 1e-5, "lambda_1 / lambda_6");
+    // Rank deficiency is an error, not infinity.
+    let mut x = axis_cloud(&scales);
+    for i in 0..8 {
+        x[(i, 5)] = 0.0;
+    }
+    let input = LayerInput::new(x.as_ref(), "rank-deficient", Par::Seq).unwrap();
+    let err = ConditionNumber::default()
+        .compute(&input)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("numerical rank 5"), "{err}");
+}
+
+#[test]
+fn pc_readout_share_by_hand() {
+    // Principal axes are e1..e6 in order; the readout spans e1 and e3.
+    let scales = [6.0, 5.0, 4.0, 3.0, 2.0, 1.0];
+    let basis = Mat::from_fn(6, 2, |i, j| {
+        if (j == 0 && i == 0) || (j == 1 && i == 2) {
+            1.0
+        } else {
+            0.0
+        }
+    });
+    let v = check(&PcReadoutShare { m: 3 }, &axis_cloud(&scales), Some(&basis));
+    let shares: Vec<f64> = v.iter().map(|r| r.value).collect();
+    for (found, expected) in shares.iter().zip([1.0, 0.0, 1.0]) {
+        assert_close(*found, expected, EXACT, "share");
+    }
+    assert_eq!(v[1].variant, "pc2");
+    assert_close(v[0].extra["random_expectation"], 2.0 / 6.0, EXACT, "k/d");
+    assert_close(
+        v[0].extra["explained_variance"],
+        36.0 / 91.0,
+        EXACT,
+        "explained variance",
+    );
+}
+
+fn pair_check(metric: &dyn PairMetric, a: &Mat<f32>, b: &Mat<f32>) -> Vec<MetricValue> {
+    let ia = LayerInput::new(a.as_ref(), "A", Par::Seq).unwrap();
+    let ib = LayerInput::new(b.as_ref(), "B", Par::Seq).unwrap();
+    metric
+        .compute(&PairInput::new(ia, ib).unwrap())
+        .expect("pair metric computes")
+}
+
+#[test]
+fn cka_by_hand() {
+    // X = two orthogonal ±1 columns, Y = the first of them: CKA = 64 / (√128 · 8) = 1/√2.
+    let x = axis_cloud(&[1.0, 1.0]);
+    let y = axis_cloud(&[1.0]);
+    let v = pair_check(&CkaLinear::default(), &x, &y);
+    assert_close(
+        v[0].value,
+        std::f64::consts::FRAC_1_SQRT_2,
+        EXACT,
+        "biased CKA",
+    );
+    for debiased in [false, true] {
+        let m = CkaLinear { debiased };
+        let scales: Vec<f64> = (1..=6).map(|j| 1.0 / j as f64).collect();
+        let a = axis_cloud(&scales);
+        assert_close(pair_check(&m, &a, &a)[0].value, 1.0, EXACT, "CKA(X, X)");
+        // Isotropic scaling and a width change (zero-padded copy) leave CKA at 1.
+        let b = Mat::from_fn(8, 9, |i, j| if j < 6 { 3.0 * a[(i, j)] } else { 0.0 });
+        assert_close(pair_check(&m, &a, &b)[0].value, 1.0, EXACT, "CKA(X, 3X)");
+    }
+}
+
+#[test]
+fn unbiased_hsic_matches_the_u_statistic() {
+    // Brute force over ordered 4-tuples of distinct indices (Song et al. 2012, eq. 4).
+    let n = 6;
+    let k = Mat::from_fn(n, n, |i, j| {
+        ((i * 7 + j * 7 + i * j) % 5) as f64 + 0.5 * (i == j) as u8 as f64
+    });
+    let l = Mat::from_fn(n, n, |i, j| {
+        ((i + j) % 3) as f64 - 1.0 + (i * j) as f64 * 0.1
+    });
+    let mut sum = 0.0;
+    let mut count = 0.0;
+    for i in 0..n {
+        for j in 0..n {
+            for q in 0..n {
+                for r in 0..n {
+                    let idx = [i, j, q, r];
+                    let distinct = (0..4).all(|a| (a + 1..4).all(|b| idx[a] != idx[b]));
+                    if distinct {
+                        sum += k[(i, j)] * l[(i, j)] + k[(i, j)] * l[(q, r)]
+                            - 2.0 * k[(i, j)] * l[(i, q)];
+                        count += 1.0;
+                    }
+                }
+            }
+        }
+    }
+    let brute = sum / count;
+    let fast = repgeom_linalg::hsic_unbiased(k.as_ref(), l.as_ref()).unwrap();
+    assert_close(fast, brute, 1e-10, "unbiased HSIC");
+}
+
+#[test]
+fn distance_spearman_of_a_model_with_itself_is_one() {
+    let scales: Vec<f64> = (1..=6).map(|j| 1.0 / j as f64).collect();
+    let a = axis_cloud(&scales);
+    let m = DistanceSpearman {
+        ccr: 0,
+        readout: false,
+        random: false,
+    };
+    let v = pair_check(&m, &a, &a);
+    assert_eq!(v.len(), 1);
+    assert_close(v[0].value, 1.0, EXACT, "full-space agreement with itself");
+}
+
+#[test]
+fn degenerate_inputs_are_errors() {
+    let three = Mat::from_fn(3, 5, |i, j| (i + j) as f32);
+    let err = LayerInput::new(three.as_ref(), "tiny", Par::Seq)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("needs at least 4 points, got 3"), "{err}");
+    let constant = Mat::from_fn(10, 5, |_, j| j as f32);
+    let err = LayerInput::new(constant.as_ref(), "flat", Par::Seq)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("all 10 points are identical"), "{err}");
+    let mut nan = Mat::from_fn(10, 5, |i, j| (i * j) as f32);
+    nan[(2, 3)] = f32::NAN;
+    let err = LayerInput::new(nan.as_ref(), "bad", Par::Seq)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("row 2, column 3"), "{err}");
+    // A readout-needing metric without a readout names what is missing.
+    let x = axis_cloud(&[3.0, 2.0, 1.0]);
+    let input = LayerInput::new(x.as_ref(), "layer 0", Par::Seq).unwrap();
+    let err = PcReadoutShare::default()
+        .compute(&input)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pc_readout_share needs the readout basis"),
+        "{err}"
+    );
+}
