@@ -19,6 +19,9 @@
 //! It is not a feature extractor (pooling happens upstream) and does no file I/O.
 
 #![deny(missing_docs)]
+// Fits take slices of row ranges (a fold's training rows are two ranges); a one-range
+// slice is the intended "all rows" case, not a mistaken `Vec` of the range's items.
+#![allow(clippy::single_range_in_vec_init)]
 
 mod error;
 mod params;

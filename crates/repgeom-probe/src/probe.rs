@@ -20,7 +20,7 @@ pub struct Features<'a> {
 impl<'a> Features<'a> {
     /// View `data` as `rows × cols` (row-major); `layer` only labels the error.
     pub fn new(layer: usize, rows: usize, cols: usize, data: &'a [f32]) -> Result<Self> {
-        let expected = rows.checked_mul(cols).unwrap_or(usize::MAX);
+        let expected = rows.saturating_mul(cols);
         if data.len() != expected {
             return Err(Error::FeatureShape {
                 layer,

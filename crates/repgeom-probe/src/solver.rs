@@ -8,8 +8,7 @@
 
 use std::ops::Range;
 
-use ndarray::linalg::general_mat_mul;
-use ndarray::{Array2, ArrayView2, s};
+use ndarray::{ArrayView2, s};
 use rayon::prelude::*;
 
 /// Rows per kernel block. Fixed, so the reduction order (and every bit of the result) is
@@ -122,15 +121,15 @@ impl<'a> Problem<'a> {
         (self.x.ncols() + 1) * self.k
     }
 
-    /// Effective f32 weights (d × k) and f64 intercepts on the raw rows.
-    fn effective(&self, theta: &[f64]) -> (Array2<f32>, Vec<f64>) {
+    /// Effective f32 weights (k × d, class-major) and f64 intercepts on the raw rows.
+    fn effective(&self, theta: &[f64]) -> (Vec<f32>, Vec<f64>) {
         let (d, k) = (self.x.ncols(), self.k);
-        let mut v = Array2::<f32>::zeros((d, k));
+        let mut v = vec![0.0f32; k * d];
         let mut c = theta[d * k..].to_vec();
         for j in 0..d {
             for q in 0..k {
                 let e = theta[j * k + q] * self.inv_s[j];
-                v[[j, q]] = e as f32;
+                v[q * d + j] = e as f32;
                 c[q] -= self.mu[j] * e;
             }
         }
@@ -141,32 +140,34 @@ impl<'a> Problem<'a> {
     pub(crate) fn eval(&self, theta: &[f64], l2: f64) -> (f64, Vec<f64>) {
         let (d, k) = (self.x.ncols(), self.k);
         let (v, c) = self.effective(theta);
-        let block = |r: &Range<usize>| -> (f64, Array2<f32>, Vec<f64>) {
-            let xb = self.x.slice(s![r.clone(), ..]);
-            let nb = r.len();
-            let mut z = Array2::<f32>::zeros((nb, k));
-            general_mat_mul(1.0, &xb, &v, 0.0, &mut z);
-            let mut dm = Array2::<f32>::zeros((nb, k));
+        let block = |r: &Range<usize>| -> (f64, Vec<f32>, Vec<f64>) {
+            // One pass per row: logits, softmax, then the row's gradient contribution while
+            // the row is still in L1.
+            let mut gb = vec![0.0f32; k * d];
             let mut loss = 0.0f64;
             let mut sd = vec![0.0f64; k];
+            let mut z = vec![0.0f32; k];
             let mut zi = vec![0.0f64; k];
-            for i in 0..nb {
+            for i in r.clone() {
+                let xi = row(self.x, i);
+                logits(xi, &v, d, &mut z);
                 for q in 0..k {
-                    zi[q] = f64::from(z[[i, q]]) + c[q];
+                    zi[q] = f64::from(z[q]) + c[q];
                 }
                 let m = zi.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let lse = m + zi.iter().map(|t| (t - m).exp()).sum::<f64>().ln();
-                let yi = self.y[r.start + i];
+                let yi = self.y[i];
                 loss += lse - zi[yi];
                 for q in 0..k {
                     let g = (zi[q] - lse).exp() - if q == yi { 1.0 } else { 0.0 };
-                    dm[[i, q]] = g as f32;
                     sd[q] += g;
+                    let gf = g as f32;
+                    for (acc, xv) in gb[q * d..(q + 1) * d].iter_mut().zip(xi) {
+                        *acc += gf * xv;
+                    }
                 }
             }
-            let mut a = Array2::<f32>::zeros((d, k));
-            general_mat_mul(1.0, &xb.t(), &dm, 0.0, &mut a);
-            (loss, a, sd)
+            (loss, gb, sd)
         };
         let parts: Vec<_> = if self.parallel {
             self.blocks.par_iter().map(block).collect()
@@ -174,11 +175,11 @@ impl<'a> Problem<'a> {
             self.blocks.iter().map(block).collect()
         };
         let mut loss = 0.0;
-        let mut gsum = vec![0.0f64; d * k];
+        let mut gsum = vec![0.0f64; k * d];
         let mut sd = vec![0.0f64; k];
         for (l, a, s) in &parts {
             loss += l;
-            for (acc, v) in gsum.iter_mut().zip(a.iter()) {
+            for (acc, v) in gsum.iter_mut().zip(a) {
                 *acc += f64::from(*v);
             }
             for (acc, v) in sd.iter_mut().zip(s) {
@@ -193,7 +194,7 @@ impl<'a> Problem<'a> {
                 let w = theta[j * k + q];
                 reg += w * w;
                 grad[j * k + q] =
-                    (gsum[j * k + q] - self.mu[j] * sd[q]) * self.inv_s[j] / n + l2 * w;
+                    (gsum[q * d + j] - self.mu[j] * sd[q]) * self.inv_s[j] / n + l2 * w;
             }
         }
         for q in 0..k {
@@ -210,26 +211,23 @@ impl<'a> Problem<'a> {
         x: ArrayView2<'_, f32>,
         rows: Range<usize>,
     ) -> Vec<usize> {
-        let k = self.k;
+        let (d, k) = (self.x.ncols(), self.k);
         let (v, c) = self.effective(theta);
-        let xb = x.slice(s![rows, ..]);
-        let mut z = Array2::<f32>::zeros((xb.nrows(), k));
-        general_mat_mul(1.0, &xb, &v, 0.0, &mut z);
-        z.rows()
-            .into_iter()
-            .map(|row| {
-                let mut best = 0;
-                let mut bv = f64::NEG_INFINITY;
-                for q in 0..k {
-                    let t = f64::from(row[q]) + c[q];
-                    if t > bv {
-                        bv = t;
-                        best = q;
-                    }
+        let mut z = vec![0.0f32; k];
+        rows.map(|i| {
+            logits(row(x, i), &v, d, &mut z);
+            let mut best = 0;
+            let mut bv = f64::NEG_INFINITY;
+            for q in 0..k {
+                let t = f64::from(z[q]) + c[q];
+                if t > bv {
+                    bv = t;
+                    best = q;
                 }
-                best
-            })
-            .collect()
+            }
+            best
+        })
+        .collect()
     }
 
     /// Minimise the objective with L-BFGS (two-loop recursion, Armijo backtracking) from
@@ -252,7 +250,7 @@ impl<'a> Problem<'a> {
             iterations += 1;
             let mut dir = two_loop(&g, &hist);
             let mut gd = dot(&g, &dir);
-            if !(gd < 0.0) {
+            if gd.is_nan() || gd >= 0.0 {
                 hist.clear();
                 dir = g.iter().map(|v| -v).collect();
                 gd = -dot(&g, &g);
@@ -304,6 +302,57 @@ impl<'a> Problem<'a> {
             converged,
         })
     }
+}
+
+/// Row `i` of a standard-layout matrix as a slice.
+fn row<'b>(x: ArrayView2<'b, f32>, i: usize) -> &'b [f32] {
+    let d = x.ncols();
+    let all = x
+        .to_slice()
+        .expect("probe matrices are built in standard layout");
+    &all[i * d..(i + 1) * d]
+}
+
+/// Lanes of the partial sums: wide enough for the compiler to vectorise, fixed so the
+/// summation order (and the result) does not depend on the machine.
+const LANES: usize = 8;
+
+/// `z[q] = v_q · x` for every class `q` (`v` class-major, `k × d`), four classes per pass.
+fn logits(x: &[f32], v: &[f32], d: usize, z: &mut [f32]) {
+    let k = z.len();
+    let mut q = 0;
+    while q < k {
+        match k - q {
+            1 => z[q] = dots::<1>(x, v, d, q)[0],
+            2 => z[q..q + 2].copy_from_slice(&dots::<2>(x, v, d, q)),
+            3 => z[q..q + 3].copy_from_slice(&dots::<3>(x, v, d, q)),
+            _ => z[q..q + 4].copy_from_slice(&dots::<4>(x, v, d, q)),
+        }
+        q += 4;
+    }
+}
+
+/// Dot products of `x` with `G` consecutive class rows of `v` starting at class `q0`.
+fn dots<const G: usize>(x: &[f32], v: &[f32], d: usize, q0: usize) -> [f32; G] {
+    let w: [&[f32]; G] = std::array::from_fn(|g| &v[(q0 + g) * d..(q0 + g + 1) * d]);
+    let mut acc = [[0.0f32; LANES]; G];
+    let body = d - d % LANES;
+    for o in (0..body).step_by(LANES) {
+        let xc = &x[o..o + LANES];
+        for g in 0..G {
+            let wc = &w[g][o..o + LANES];
+            for l in 0..LANES {
+                acc[g][l] += xc[l] * wc[l];
+            }
+        }
+    }
+    std::array::from_fn(|g| {
+        let mut s = acc[g].iter().sum::<f32>();
+        for j in body..d {
+            s += x[j] * w[g][j];
+        }
+        s
+    })
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {

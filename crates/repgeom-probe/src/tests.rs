@@ -140,7 +140,7 @@ mod solver {
         let xs = standardise(&x);
         let prob = Problem::new(xs.view(), &y, k, &[0..n], vec![0.0; d], vec![1.0; d], false);
         let ours = prob
-            .fit(vec![0.0; prob.n_params()], l2, 1000, 1e-7)
+            .fit(vec![0.0; prob.n_params()], l2, 1000, 1e-5)
             .unwrap();
         assert!(ours.converged);
         let x64 = xs.mapv(f64::from);
@@ -168,7 +168,7 @@ mod solver {
         let (mu, inv) = column_stats(x.view(), &[0..120]);
         let folded = Problem::new(x.view(), &y, k, &[0..120], mu.clone(), inv.clone(), false);
         let a = folded
-            .fit(vec![0.0; folded.n_params()], l2, 1000, 1e-7)
+            .fit(vec![0.0; folded.n_params()], l2, 1000, 1e-5)
             .unwrap();
         let copy = Array2::from_shape_fn(x.dim(), |(i, j)| {
             ((f64::from(x[[i, j]]) - mu[j]) * inv[j]) as f32
@@ -183,7 +183,7 @@ mod solver {
             false,
         );
         let b = plain
-            .fit(vec![0.0; plain.n_params()], l2, 1000, 1e-7)
+            .fit(vec![0.0; plain.n_params()], l2, 1000, 1e-5)
             .unwrap();
         let pa = folded.predict(&a.theta, x.view(), 120..n);
         let pb = plain.predict(&b.theta, copy.view(), 120..n);
