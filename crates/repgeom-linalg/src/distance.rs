@@ -20,7 +20,8 @@ pub fn pair_index(n: usize, i: usize, j: usize) -> usize {
 
 /// Divides every row by its Euclidean norm (accumulated in `f64`), returning `f32` rows.
 ///
-/// A row whose norm is zero, or below `1e-30` of the largest row norm, has no direction:
+/// A row whose norm is zero, or below `f32::EPSILON` times the largest row norm (below what
+/// `f32` data can resolve, e.g. a point equal to the mean after centring), has no direction:
 /// that is an [`Error::ZeroNorm`] naming `what` and the row.
 pub fn normalize_rows<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> Result<Mat<f32>> {
     let (n, d) = (x.nrows(), x.ncols());
@@ -38,7 +39,7 @@ pub fn normalize_rows<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> Resu
             let col = (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0);
             return Err(Error::NonFinite { what: what.into(), row: i, col });
         }
-        if norm == 0.0 || norm <= max * 1e-30 {
+        if norm == 0.0 || norm <= max * f64::from(f32::EPSILON) {
             return Err(Error::ZeroNorm { what: what.into(), row: i });
         }
         *sq = 1.0 / norm;
