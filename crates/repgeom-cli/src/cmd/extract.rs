@@ -1,0 +1,124 @@
+//! `repgeom extract`: hidden states of a HuggingFace checkpoint on a text, no Python.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use repgeom_extract::{ExtractParams, Extractor, Pool};
+
+use super::Context;
+
+/// How points are made from the hidden states.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PoolArg {
+    /// One point per sampled token position.
+    Tokens,
+    /// One point per input line: the mean over the line's tokens (for probes).
+    Mean,
+}
+
+/// Run a checkpoint on a text and save every layer's hidden states (HF output_hidden_states order).
+#[derive(clap::Args, Debug)]
+pub(crate) struct ExtractArgs {
+    /// Checkpoint directory (config.json, tokenizer.json, *.safetensors; HF cache snapshots work).
+    #[arg(long)]
+    model: PathBuf,
+    /// UTF-8 text file: split into sequences (tokens), or one example per line (--pool mean).
+    #[arg(long)]
+    text: PathBuf,
+    /// Token positions to sample (tokens; default 2048), or the first lines to use (mean; default all).
+    #[arg(long)]
+    n_points: Option<usize>,
+    /// Tokens per sequence (with --pool mean: the most tokens kept of one line).
+    #[arg(long, default_value_t = 256)]
+    seq_len: usize,
+    /// Seed of the position sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Also sample position 0 of each sequence (skipped by default: its norm is outsized).
+    #[arg(long)]
+    keep_first: bool,
+    /// Points are token positions, or one mean per line.
+    #[arg(long, value_enum, default_value_t = PoolArg::Tokens)]
+    pool: PoolArg,
+    /// Also report the mean next-token cross-entropy over all sequences (runs every sequence).
+    #[arg(long)]
+    loss: bool,
+    /// Output safetensors file (hidden_states.{i}, [N, d] f32, with metadata).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
+    let pool = match args.pool {
+        PoolArg::Tokens => Pool::Tokens,
+        PoolArg::Mean => Pool::Mean,
+    };
+    let n_points = match pool {
+        Pool::Tokens => Some(args.n_points.unwrap_or(2048)),
+        _ => args.n_points,
+    };
+    let params = ExtractParams {
+        seq_len: args.seq_len,
+        n_points,
+        seed: args.seed,
+        skip_first: !args.keep_first,
+        pool,
+        loss: args.loss,
+    }
+    .check()?;
+    let text = std::fs::read_to_string(&args.text)
+        .with_context(|| format!("reading {}", args.text.display()))?;
+    let extractor = Extractor::load(&args.model)?;
+
+    let bar = if ctx.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "extract [{bar:30}] {pos}/{len} tokens, {msg} ({elapsed}, eta {eta})",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    let start = Instant::now();
+    let mut tokens = 0usize;
+    let out = extractor.extract(&text, &params, &mut |p| {
+        bar.set_length(p.tokens_total as u64);
+        bar.set_position(p.tokens_done as u64);
+        tokens = p.tokens_done;
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!("{:.0} tokens/s", p.tokens_done as f64 / secs));
+    })?;
+    bar.finish_and_clear();
+    out.write(&args.out)?;
+
+    let secs = start.elapsed().as_secs_f64();
+    #[allow(clippy::print_stdout)] // the command's report
+    {
+        let (name, revision) = extractor.name();
+        println!(
+            "wrote {} ({} points x {} hidden states of d = {}) from {}{}",
+            args.out.display(),
+            out.n_points,
+            out.hidden_states.len(),
+            out.hidden_size,
+            name,
+            revision.map(|r| format!(" @ {r}")).unwrap_or_default()
+        );
+        println!(
+            "ran {tokens} tokens in {secs:.1} s ({:.0} tokens/s)",
+            tokens as f64 / secs.max(1e-9)
+        );
+        if let Some(loss) = out.loss {
+            println!(
+                "loss {:.6} (mean next-token cross-entropy over {} tokens, nats)",
+                loss.mean, loss.tokens
+            );
+        }
+    }
+    Ok(())
+}

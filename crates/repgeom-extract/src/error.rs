@@ -1,0 +1,128 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while loading a checkpoint, tokenising text or extracting
+/// hidden states. Messages name the file, tensor and shape involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file could not be read or written.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A required file of the checkpoint is missing.
+    #[error("{} not found: {what}", path.display())]
+    MissingFile {
+        /// The missing file.
+        path: PathBuf,
+        /// What the file would have held and what to do instead.
+        what: &'static str,
+    },
+    /// A JSON file (config.json, the shard index) could not be parsed.
+    #[error("cannot parse {}: {source}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: serde_json::Error,
+    },
+    /// `config.json` names an architecture this crate has no forward pass for.
+    #[error(
+        "{}: unsupported architecture (model_type {model_type:?}, architectures {architectures:?}); supported: gpt_neox, llama", path.display()
+    )]
+    UnsupportedArchitecture {
+        /// The config file.
+        path: PathBuf,
+        /// Its `model_type`.
+        model_type: String,
+        /// Its `architectures` list.
+        architectures: Vec<String>,
+    },
+    /// `config.json` lacks a field or has a value this crate cannot honour.
+    #[error("{}: config field {field}: {reason}", path.display())]
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A weight has a shape other than the config implies.
+    #[error("{}: tensor {tensor} has shape {found:?}, expected {expected:?}", file.display())]
+    ShapeMismatch {
+        /// The checkpoint directory or file.
+        file: PathBuf,
+        /// The tensor name.
+        tensor: String,
+        /// The shape the config implies.
+        expected: Vec<usize>,
+        /// The shape on disk.
+        found: Vec<usize>,
+    },
+    /// The tokenizer could not be loaded or failed on the text.
+    #[error("tokenizer {}: {reason}", path.display())]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What the tokenizer said.
+        reason: String,
+    },
+    /// A token id is outside the model's embedding table.
+    #[error("token id {token} is outside the model's vocabulary of {vocab_size}")]
+    TokenOutOfRange {
+        /// The token id.
+        token: u32,
+        /// The number of rows of the embedding.
+        vocab_size: usize,
+    },
+    /// The text gives fewer tokens than one sequence needs.
+    #[error("the text has {tokens} tokens, fewer than one sequence of {seq_len}")]
+    TextTooShort {
+        /// Tokens in the text.
+        tokens: usize,
+        /// The requested sequence length.
+        seq_len: usize,
+    },
+    /// More points were requested than the text offers.
+    #[error(
+        "--n-points {requested} is larger than the {available} token positions available ({detail})"
+    )]
+    TooManyPoints {
+        /// Points requested.
+        requested: usize,
+        /// Positions (or lines) available.
+        available: usize,
+        /// How `available` was counted.
+        detail: String,
+    },
+    /// A line of the input is empty in `Pool::Mean` mode (one line is one example).
+    #[error("line {line} of the text is empty; with --pool mean every line is one example")]
+    EmptyLine {
+        /// The 1-based line number.
+        line: usize,
+    },
+    /// An extraction parameter is out of range.
+    #[error("invalid parameter {field}: {reason}")]
+    InvalidParams {
+        /// The parameter.
+        field: &'static str,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// The checkpoint could not be opened or read (missing config, missing shard, missing
+    /// tensor, bad dtype), or the output could not be written.
+    #[error(transparent)]
+    Checkpoint(#[from] repgeom_io::Error),
+    /// A tensor operation failed inside candle.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+/// The crate's result type.
+pub type Result<T> = std::result::Result<T, Error>;

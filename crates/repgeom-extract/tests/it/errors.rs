@@ -1,0 +1,162 @@
+//! Bad input gives a clear error, never a panic or a wrong number.
+
+use repgeom_extract::{Error, Pool};
+
+use crate::{check_extract, copy_fixture, corpus, fixture};
+
+#[test]
+fn unsupported_architecture_is_named() {
+    let tmp = copy_fixture("gptneox_serial_bf16");
+    let cfg = tmp.path().join("config.json");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("\"gpt_neox\"", "\"gpt2\"");
+    std::fs::write(&cfg, text).unwrap();
+    let err = check_extract(tmp.path(), &corpus(20), Pool::Tokens, Some(4), 16, 0).unwrap_err();
+    assert!(
+        matches!(&err, Error::UnsupportedArchitecture { model_type, .. } if model_type == "gpt2"),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("gpt2")
+            && msg.contains("GPTNeoXForCausalLM")
+            && msg.contains("supported: gpt_neox, llama"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn missing_shard_is_named() {
+    let tmp = copy_fixture("gptneox_parallel");
+    std::fs::remove_file(tmp.path().join("model-00002-of-00002.safetensors")).unwrap();
+    let err = check_extract(tmp.path(), &corpus(20), Pool::Tokens, Some(4), 16, 0).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Checkpoint(repgeom_io::Error::MissingShard { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("model-00002-of-00002.safetensors"),
+        "{err}"
+    );
+}
+
+#[test]
+fn directory_without_weights_or_tokenizer_is_named() {
+    let tmp = copy_fixture("gptneox_serial_bf16");
+    std::fs::remove_file(tmp.path().join("tokenizer.json")).unwrap();
+    let err = check_extract(tmp.path(), &corpus(20), Pool::Tokens, Some(4), 16, 0).unwrap_err();
+    assert!(
+        matches!(&err, Error::MissingFile { path, .. } if path.ends_with("tokenizer.json")),
+        "{err:?}"
+    );
+    std::fs::remove_file(tmp.path().join("model.safetensors")).unwrap();
+    let err = check_extract(tmp.path(), &corpus(20), Pool::Tokens, Some(4), 16, 0).unwrap_err();
+    assert!(matches!(&err, Error::Checkpoint(_)), "{err:?}");
+    assert!(err.to_string().contains("safetensors"), "{err}");
+}
+
+#[test]
+fn text_shorter_than_one_sequence() {
+    let err = check_extract(
+        &fixture("gptneox_parallel"),
+        "too short",
+        Pool::Tokens,
+        Some(1),
+        32,
+        0,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::TextTooShort { seq_len: 32, tokens } if tokens < 32),
+        "{err:?}"
+    );
+    assert!(err.to_string().starts_with("the text has"), "{err}");
+}
+
+#[test]
+fn more_points_than_positions() {
+    let text = corpus(20);
+    let err = check_extract(
+        &fixture("gptneox_parallel"),
+        &text,
+        Pool::Tokens,
+        Some(100_000),
+        16,
+        0,
+    )
+    .unwrap_err();
+    let Error::TooManyPoints {
+        requested,
+        available,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*requested, 100_000);
+    assert_eq!(
+        *available % 15,
+        0,
+        "15 positions per sequence of 16 (position 0 skipped)"
+    );
+    assert!(
+        err.to_string().contains("position 0 of each skipped"),
+        "{err}"
+    );
+    let err = check_extract(
+        &fixture("gptneox_parallel"),
+        &corpus(3),
+        Pool::Mean,
+        Some(4),
+        16,
+        0,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TooManyPoints {
+                requested: 4,
+                available: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn empty_line_in_mean_mode_is_named() {
+    let text = "first line\n\nthird line\n";
+    let err =
+        check_extract(&fixture("gptneox_parallel"), text, Pool::Mean, None, 16, 0).unwrap_err();
+    assert!(matches!(err, Error::EmptyLine { line: 2 }), "{err:?}");
+}
+
+#[test]
+fn sequence_longer_than_the_model_allows() {
+    // the fixtures have max_position_embeddings = 64
+    let err = check_extract(
+        &fixture("gptneox_parallel"),
+        &corpus(200),
+        Pool::Tokens,
+        Some(4),
+        65,
+        0,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidParams {
+                field: "seq_len",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
