@@ -35,6 +35,27 @@ fn workload(n: usize, d: usize, k: usize, seed: u64) -> (Vec<f32>, Vec<usize>) {
     (x, y)
 }
 
+/// Harder conditioning: a shared 64-dimensional latent factor (strongly correlated
+/// columns, as in real hidden states) on top of [`workload`], with larger class means.
+fn correlated(n: usize, d: usize, k: usize, seed: u64) -> (Vec<f32>, Vec<usize>) {
+    let (mut x, y) = workload(n, d, k, seed);
+    let mut r = ChaCha8Rng::seed_from_u64(seed + 1);
+    let m = 64;
+    let loadings: Vec<f32> = (0..d * m).map(|_| gauss(&mut r)).collect();
+    for i in 0..n {
+        let z: Vec<f32> = (0..m).map(|_| gauss(&mut r) * 3.0).collect();
+        for j in 0..d {
+            let f: f32 = loadings[j * m..(j + 1) * m]
+                .iter()
+                .zip(&z)
+                .map(|(a, b)| a * b)
+                .sum();
+            x[i * d + j] += f;
+        }
+    }
+    (x, y)
+}
+
 fn bench(c: &mut Criterion) {
     let (n, d, k) = (7600, 4096, 4);
     let (x, y) = workload(n, d, k, 1);

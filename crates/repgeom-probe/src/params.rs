@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, Result};
 
 /// Default L2 grid (strengths `λ` of the mean-loss objective, see `docs/probes.md`).
-pub const DEFAULT_GRID: [f64; 4] = [1e-1, 1e-2, 1e-3, 1e-4];
+pub const DEFAULT_GRID: [f64; 5] = [1.0, 1e-1, 1e-2, 1e-3, 1e-4];
 
 /// Unchecked probe configuration. Build with struct update syntax from `Default`, then
 /// call [`ProbeParams::check`].
