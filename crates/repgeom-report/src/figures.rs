@@ -548,10 +548,10 @@ pub fn fig2_pga_z_heatmap(table: &ResultsTable, opts: &FigureOptions) -> Result<
         let n_layers = mrows.iter().map(|r| r.n_layers).max().unwrap_or(1) as usize;
         let mut cells = vec![vec![None; n_layers]; ckpts.len()];
         for r in &mrows {
-            if let Ok(i) = ckpts.binary_search(&ckpt_key(r)) {
-                if let Some(c) = cells[i].get_mut(r.layer as usize) {
-                    *c = Some(r.value);
-                }
+            if let Ok(i) = ckpts.binary_search(&ckpt_key(r))
+                && let Some(c) = cells[i].get_mut(r.layer as usize)
+            {
+                *c = Some(r.value);
             }
         }
         let y_ticks = ckpts
@@ -598,7 +598,7 @@ pub fn fig2_pga_z_heatmap(table: &ResultsTable, opts: &FigureOptions) -> Result<
 }
 
 fn format_step(s: u64) -> String {
-    if s >= 10_000 && s % 1000 == 0 {
+    if s >= 10_000 && s.is_multiple_of(1000) {
         format!("{}k", s / 1000)
     } else {
         s.to_string()

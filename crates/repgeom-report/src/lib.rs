@@ -23,6 +23,7 @@ mod figures;
 mod html;
 mod io;
 mod plot;
+mod report;
 mod summary;
 mod table;
 
@@ -33,6 +34,7 @@ pub use figures::{
     fig6_val_loss, fig7_cross_model, fig8_probe_vs_pga,
 };
 pub use html::{index_html, index_html_with_notes};
+pub use report::{ReportFiles, write_report};
 pub use summary::{
     CcrEffect, SummaryOptions, SummaryRow, SummaryTable, layer_ranges, summary, summary_with,
 };

@@ -134,7 +134,7 @@ fn nice_step(raw: f64) -> f64 {
 }
 
 fn linear_ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
-    if !(hi > lo) {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         return vec![lo];
     }
     let step = nice_step((hi - lo) / n as f64);
@@ -463,7 +463,7 @@ fn draw_message<DB: DrawingBackend>(
 }
 
 fn padded(lo: f64, hi: f64, frac: f64) -> (f64, f64) {
-    if !(hi > lo) {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         let d = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
         return (lo - d, hi + d);
     }
@@ -523,8 +523,8 @@ fn draw_lines<DB: DrawingBackend>(p: &LinePanel, area: &DrawingArea<DB, Shift>) 
     let (tx0, tx1) = padded(tx0, tx1, 0.02);
     let (pw, ph) = area.dim_in_pixel();
     let (nx, ny) = (
-        (pw.saturating_sub(110) / 85) as usize,
-        (ph.saturating_sub(100) / 34) as usize,
+        (pw.saturating_sub(110) / 70) as usize,
+        (ph.saturating_sub(90) / 28) as usize,
     );
     let (ty0, ty1) = if p.y_range.is_some() {
         padded(p.y_scale.fwd(y_lo), p.y_scale.fwd(y_hi), 0.0)
@@ -860,11 +860,12 @@ fn draw_heat<DB: DrawingBackend>(
     if nr == 0 || nc == 0 {
         return draw_message(&p.title, "no data", area);
     }
-    let xk: Vec<f64> = tick_indices(nc, 8)
+    let (aw, ah) = area.dim_in_pixel();
+    let xk: Vec<f64> = tick_indices(nc, (aw.saturating_sub(120) / 36).max(2) as usize)
         .into_iter()
         .map(|i| i as f64 + 0.5)
         .collect();
-    let yk: Vec<f64> = tick_indices(nr, 10)
+    let yk: Vec<f64> = tick_indices(nr, (ah.saturating_sub(90) / 20).max(2) as usize)
         .into_iter()
         .map(|i| i as f64 + 0.5)
         .collect();

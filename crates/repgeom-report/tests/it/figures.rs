@@ -160,3 +160,33 @@ fn missing_metrics_are_reported() {
     ));
     insta::assert_snapshot!(out);
 }
+
+#[test]
+fn non_finite_values_are_skipped_and_counted() {
+    let mut rows = fixture().into_rows();
+    let i = rows
+        .iter()
+        .position(|r| {
+            r.metric == "pga_z"
+                && r.variant == "ccr1"
+                && r.model == "pythia-2.8b"
+                && r.step == Some(143000)
+                && r.layer == 5
+        })
+        .unwrap();
+    rows[i].value = f64::NAN;
+    let t = ResultsTable::new(rows).unwrap();
+    let f = repgeom_report::fig1_pga_z_by_layer(&t, &FigureOptions::default()).unwrap();
+    let texts = svg_texts(&f.svg);
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("1 non-finite value(s) not drawn")),
+        "{texts:?}"
+    );
+    // the summary ignores the NaN layer instead of reporting NaN
+    let s = repgeom_report::summary(&t);
+    let row = s.rows.iter().find(|r| r.model == "pythia-2.8b").unwrap();
+    assert!(row.peak.0.is_finite() && row.min.0.is_finite());
+    assert_ne!(row.peak.1, 5);
+}

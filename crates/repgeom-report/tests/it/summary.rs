@@ -61,3 +61,34 @@ fn index_page_has_banner_figures_and_summary() {
     .unwrap();
     assert!(!index_html(&figs, &summary(&real)).contains("SYNTHETIC DATA"));
 }
+
+#[test]
+fn write_report_writes_everything_and_notes_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    let out =
+        repgeom_report::write_report(dir.path(), &fixture(), &FigureOptions::default()).unwrap();
+    let mut names: Vec<String> = out
+        .files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    insta::assert_snapshot!(names.join("\n"));
+    assert!(out.skipped.is_empty());
+    // a table without cross-model rows: fig7 is skipped and the page says so
+    let t = repgeom_report::ResultsTable::new(
+        fixture()
+            .into_rows()
+            .into_iter()
+            .filter(|r| r.metric != "distance_spearman")
+            .collect(),
+    )
+    .unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    let out2 = repgeom_report::write_report(dir2.path(), &t, &FigureOptions::default()).unwrap();
+    assert_eq!(out2.skipped.len(), 1, "{:?}", out2.skipped);
+    assert!(out2.skipped[0].starts_with("fig7_cross_model skipped"));
+    let html = std::fs::read_to_string(dir2.path().join("index.html")).unwrap();
+    assert!(html.contains("fig7_cross_model skipped"));
+    assert!(!dir2.path().join("fig7_cross_model.png").exists());
+}
