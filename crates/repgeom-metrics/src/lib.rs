@@ -42,6 +42,3 @@ pub use spectral::{
     power_law_fit, rankme,
 };
 
-/// Re-exported so that metrics defined in other crates can register themselves with
-/// `#[repgeom_metrics::typetag::serde(name = "…")]` without their own typetag dependency.
-pub use typetag;

@@ -1,0 +1,276 @@
+//! `repgeom compare`: cross-model pair metrics (distance agreement, linear CKA) between the
+//! layers of two activation files over the same inputs, as a layer × layer table or along the
+//! matched-depth diagonal.
+
+use std::path::PathBuf;
+
+use repgeom_linalg::{Mat, MatRef};
+use repgeom_metrics::{LayerInput, PairInput, PairMetric};
+use repgeom_null::{NullBases, NullParams};
+
+use super::Context;
+use super::metrics::{ReadoutChoice, load_readout_basis, model_label, parse_spec, read_analysis};
+use crate::output::{Cell, Format, emit, metric_table};
+
+/// Arguments of `repgeom compare`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct CompareArgs {
+    /// Activations of model A.
+    #[arg(long)]
+    pub(crate) a: PathBuf,
+    /// Readout W_U of model A (needed by distance_spearman's readout and random variants).
+    #[arg(long)]
+    pub(crate) readout_a: Option<PathBuf>,
+    /// Activations of model B, over the same inputs (same N, same order).
+    #[arg(long)]
+    pub(crate) b: PathBuf,
+    /// Readout W_U of model B.
+    #[arg(long)]
+    pub(crate) readout_b: Option<PathBuf>,
+    /// A pair metric: NAME or NAME:JSON (default: every registered pair metric). Repeatable.
+    #[arg(long = "metric", conflicts_with = "config")]
+    pub(crate) metrics: Vec<String>,
+    /// An analysis file (.toml or .json): k, null and pair_metrics.
+    #[arg(long, conflicts_with_all = ["k", "n_null", "seed"])]
+    pub(crate) config: Option<PathBuf>,
+    /// Only matched-depth pairs: layer i of A against the layer of B at the same relative depth.
+    #[arg(long)]
+    pub(crate) diagonal: bool,
+    /// Layers of A, e.g. 0,5,10-12 (default: all).
+    #[arg(long)]
+    pub(crate) layers_a: Option<String>,
+    /// Layers of B (default: all).
+    #[arg(long)]
+    pub(crate) layers_b: Option<String>,
+    /// Readout subspace dimension (both models).
+    #[arg(short = 'k', long)]
+    pub(crate) k: Option<usize>,
+    /// Random subspaces per model.
+    #[arg(long)]
+    pub(crate) n_null: Option<usize>,
+    /// Seed of the random subspaces (model A uses it, model B uses seed + 1).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Keep only the first N rows of A's W_U.
+    #[arg(long)]
+    pub(crate) vocab_rows_a: Option<usize>,
+    /// Keep only the first N rows of B's W_U.
+    #[arg(long)]
+    pub(crate) vocab_rows_b: Option<usize>,
+    /// Label of model A (default: file stem).
+    #[arg(long)]
+    pub(crate) model_a: Option<String>,
+    /// Label of model B (default: file stem).
+    #[arg(long)]
+    pub(crate) model_b: Option<String>,
+    /// Output format (default: table on stdout; with --out, from the file's extension).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<Format>,
+    /// Write the results to this file (atomically) instead of stdout.
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+/// One side of the comparison, loaded.
+struct Side {
+    label: String,
+    acts: repgeom_io::Activations,
+    basis: Option<Mat<f64>>,
+    null: Option<NullBases>,
+}
+
+pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
+    let mut analysis = match &args.config {
+        Some(path) => read_analysis(path)?,
+        None => repgeom_metrics::AnalysisParams::default(),
+    };
+    if args.config.is_none() {
+        analysis.k = args.k.unwrap_or(analysis.k);
+        analysis.null = NullParams {
+            n_null: args.n_null.unwrap_or(analysis.null.n_null),
+            seed: args.seed.unwrap_or(analysis.null.seed),
+        };
+        analysis.pair_metrics = if args.metrics.is_empty() {
+            repgeom_metrics::all_pair_metrics()
+        } else {
+            args.metrics
+                .iter()
+                .map(|s| parse_spec(s, repgeom_metrics::pair_metric))
+                .collect::<anyhow::Result<_>>()?
+        };
+    }
+    analysis.check()?;
+    let metrics: &[Box<dyn PairMetric>] = &analysis.pair_metrics;
+    anyhow::ensure!(!metrics.is_empty(), "no pair metrics chosen");
+    let needs_readout = metrics
+        .iter()
+        .any(|m| m.info().needs_readout && wants(m.as_ref(), "readout"));
+    let needs_null = metrics
+        .iter()
+        .any(|m| m.info().needs_null && wants(m.as_ref(), "random"));
+
+    let load = |path: &PathBuf,
+                layers: &Option<String>,
+                readout: &Option<PathBuf>,
+                vocab_rows: Option<usize>,
+                label: &Option<String>,
+                seed: u64|
+     -> anyhow::Result<Side> {
+        let layers = layers.as_deref().map(super::parse_layers).transpose()?;
+        let acts = repgeom_io::read_activations(path, layers.as_deref())?;
+        anyhow::ensure!(
+            !acts.layers.is_empty(),
+            "{}: no layers to compare",
+            path.display()
+        );
+        let d = acts.layers[0].acts.cols;
+        let basis = if needs_readout {
+            let r = readout.as_deref().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "distance_spearman's readout variant needs both readouts: pass --readout-a and --readout-b \
+                     (or choose --metric 'distance_spearman:{{\"readout\":false,\"random\":false}}')"
+                )
+            })?;
+            Some(load_readout_basis(
+                r,
+                &ReadoutChoice {
+                    vocab_rows,
+                    tensor: None,
+                },
+                analysis.k,
+                d,
+                path,
+                ctx,
+            )?)
+        } else {
+            None
+        };
+        let null =
+            if needs_null {
+                let params = NullParams {
+                    n_null: analysis.null.n_null,
+                    seed,
+                }
+                .check()?;
+                Some(NullBases::draw(d, analysis.k, &params).map_err(|e| {
+                    anyhow::anyhow!("{e} (hidden size d = {d} of {})", path.display())
+                })?)
+            } else {
+                None
+            };
+        Ok(Side {
+            label: label.clone().unwrap_or_else(|| model_label(path)),
+            acts,
+            basis,
+            null,
+        })
+    };
+    let seed = analysis.null.seed;
+    let a = load(
+        &args.a,
+        &args.layers_a,
+        &args.readout_a,
+        args.vocab_rows_a,
+        &args.model_a,
+        seed,
+    )?;
+    let b = load(
+        &args.b,
+        &args.layers_b,
+        &args.readout_b,
+        args.vocab_rows_b,
+        &args.model_b,
+        seed.wrapping_add(1),
+    )?;
+
+    let pairs = layer_pairs(a.acts.layers.len(), b.acts.layers.len(), args.diagonal);
+    let bar = ctx.progress((pairs.len() * metrics.len()) as u64, "compare");
+    let mut rows = Vec::new();
+    for &(i, j) in &pairs {
+        let (la, lb) = (&a.acts.layers[i], &b.acts.layers[j]);
+        for metric in metrics {
+            bar.set_message(format!(
+                "{} × {} {}",
+                la.layer,
+                lb.layer,
+                metric.info().name
+            ));
+            let input = PairInput::new(
+                side_input(&a, &args.a, la, ctx)?,
+                side_input(&b, &args.b, lb, ctx)?,
+            )?;
+            let values = metric.compute(&input)?;
+            rows.extend(values.into_iter().map(|v| {
+                (
+                    vec![
+                        Cell::Text(a.label.clone()),
+                        Cell::Int(la.layer as i64),
+                        Cell::Text(b.label.clone()),
+                        Cell::Int(lb.layer as i64),
+                    ],
+                    v,
+                )
+            }));
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    emit(
+        &metric_table(&["model", "layer", "other_model", "other_layer"], rows),
+        args.format,
+        args.out.as_deref(),
+    )
+}
+
+/// Whether a pair metric's configuration asks for a variant (an option `name` that is not false).
+fn wants(metric: &dyn PairMetric, option: &str) -> bool {
+    let options = repgeom_metrics::options_of(metric);
+    options
+        .get(option)
+        .is_none_or(|v| v.as_bool() != Some(false))
+}
+
+fn side_input<'a>(
+    side: &'a Side,
+    path: &std::path::Path,
+    layer: &'a repgeom_io::LayerActs,
+    ctx: &Context,
+) -> anyhow::Result<LayerInput<'a>> {
+    let m = &layer.acts;
+    let what = format!(
+        "{}: {} [{}, {}]",
+        path.display(),
+        layer.tensor,
+        m.rows,
+        m.cols
+    );
+    let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
+    let mut input = LayerInput::new(view, what, ctx.par())?;
+    if let Some(basis) = &side.basis {
+        input = input.with_readout(basis.as_ref())?;
+    }
+    if let Some(null) = &side.null {
+        input = input.with_null(null)?;
+    }
+    Ok(input)
+}
+
+/// Index pairs into the two layer lists: all of them, or, with `diagonal`, each layer of A with
+/// the layer of B at the nearest relative depth (position / (count − 1), ties rounded up).
+pub(crate) fn layer_pairs(len_a: usize, len_b: usize, diagonal: bool) -> Vec<(usize, usize)> {
+    if !diagonal {
+        return (0..len_a)
+            .flat_map(|i| (0..len_b).map(move |j| (i, j)))
+            .collect();
+    }
+    (0..len_a)
+        .map(|i| {
+            let j = if len_a <= 1 {
+                0
+            } else {
+                ((i as f64) * (len_b - 1) as f64 / (len_a - 1) as f64).round() as usize
+            };
+            (i, j)
+        })
+        .collect()
+}

@@ -1,0 +1,418 @@
+//! `repgeom metrics`: registered per-layer metrics of one activation file, as a tidy long table
+//! (one row per layer × metric × variant), or `--list` to describe the registry.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use repgeom_linalg::{Mat, MatRef};
+use repgeom_metrics::{AnalysisParams, LayerInput, Metric, MetricInfo, options_of};
+use repgeom_null::{NullBases, NullParams};
+
+use super::Context;
+use crate::output::{Cell, Format, Table, emit, metric_table};
+
+/// Arguments of `repgeom metrics`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct MetricsArgs {
+    /// List every registered metric (name, meaning, options with defaults, source) and exit.
+    #[arg(long)]
+    pub(crate) list: bool,
+    /// Activations: .npy [L, N, d] or [N, d], .npz (one array per layer) or .safetensors.
+    #[arg(long, required_unless_present = "list")]
+    pub(crate) acts: Option<PathBuf>,
+    /// Readout W_U ([V, d] .npy/.safetensors, or a HuggingFace checkpoint directory); needed by
+    /// pga and pc_readout_share.
+    #[arg(long)]
+    pub(crate) readout: Option<PathBuf>,
+    /// A metric to compute: NAME, or NAME:JSON for options, e.g. 'pga:{"ccr":[1,5,10]}'.
+    /// Repeat for several.
+    #[arg(long = "metric", conflicts_with_all = ["all", "config"])]
+    pub(crate) metrics: Vec<String>,
+    /// Compute every registered metric with default options (readout metrics need --readout).
+    #[arg(long, conflicts_with = "config")]
+    pub(crate) all: bool,
+    /// An analysis file (.toml or .json): k, null and the configured metrics.
+    #[arg(long, conflicts_with_all = ["k", "n_null", "seed"])]
+    pub(crate) config: Option<PathBuf>,
+    /// Readout subspace dimension.
+    #[arg(short = 'k', long)]
+    pub(crate) k: Option<usize>,
+    /// Number of random subspaces in the null (for pga).
+    #[arg(long)]
+    pub(crate) n_null: Option<usize>,
+    /// Seed of the null draws.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Layers to analyse, e.g. 0,5,10-12 (default: all).
+    #[arg(long)]
+    pub(crate) layers: Option<String>,
+    /// Keep only the first N rows of W_U (drop padding rows past the real vocabulary).
+    #[arg(long)]
+    pub(crate) vocab_rows: Option<usize>,
+    /// Name of the readout tensor, overriding the architecture's default.
+    #[arg(long)]
+    pub(crate) readout_tensor: Option<String>,
+    /// Model label in the `model` column (default: the activation file's stem).
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// Output format (default: table on stdout; with --out, from the file's extension).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<Format>,
+    /// Write the results to this file (atomically) instead of stdout.
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
+    if args.list {
+        return list(args.format, args.out.as_deref());
+    }
+    let acts_path = args
+        .acts
+        .as_deref()
+        .expect("clap requires --acts without --list");
+    let analysis = analysis_from(args)?;
+    analysis.check()?;
+    anyhow::ensure!(
+        !analysis.metrics.is_empty(),
+        "no metrics chosen: pass --metric NAME (see `repgeom metrics --list`), --all or --config FILE"
+    );
+    let needs_readout = analysis.metrics.iter().any(|m| m.info().needs_readout);
+    let needs_null = analysis.metrics.iter().any(|m| m.info().needs_null);
+    if needs_readout && args.readout.is_none() {
+        let names: Vec<&str> = analysis
+            .metrics
+            .iter()
+            .filter(|m| m.info().needs_readout)
+            .map(|m| m.info().name)
+            .collect();
+        let verb = if names.len() == 1 { "needs" } else { "need" };
+        anyhow::bail!(
+            "{} {verb} the readout: pass --readout W_U",
+            names.join(", ")
+        );
+    }
+
+    let layers = args
+        .layers
+        .as_deref()
+        .map(super::parse_layers)
+        .transpose()?;
+    let acts = repgeom_io::read_activations(acts_path, layers.as_deref())?;
+    anyhow::ensure!(
+        !acts.layers.is_empty(),
+        "{}: no layers to analyse",
+        acts_path.display()
+    );
+    let d = acts.layers[0].acts.cols;
+    let model = args.model.clone().unwrap_or_else(|| model_label(acts_path));
+    let basis = match &args.readout {
+        Some(path) if needs_readout => Some(load_readout_basis(
+            path,
+            &ReadoutChoice {
+                vocab_rows: args.vocab_rows,
+                tensor: args.readout_tensor.clone(),
+            },
+            analysis.k,
+            d,
+            acts_path,
+            ctx,
+        )?),
+        _ => None,
+    };
+    let null =
+        if needs_null {
+            let params = analysis.null.clone().check()?;
+            Some(NullBases::draw(d, analysis.k, &params).map_err(|e| {
+                anyhow::anyhow!("{e} (hidden size d = {d} of {})", acts_path.display())
+            })?)
+        } else {
+            None
+        };
+
+    let bar = ctx.progress(
+        (acts.layers.len() * analysis.metrics.len()) as u64,
+        "metrics",
+    );
+    let mut rows = Vec::new();
+    for layer in &acts.layers {
+        let m = &layer.acts;
+        let what = format!(
+            "{}: {} [{}, {}]",
+            acts_path.display(),
+            layer.tensor,
+            m.rows,
+            m.cols
+        );
+        let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
+        let mut input = LayerInput::new(view, what, ctx.par())?;
+        if let Some(b) = &basis {
+            input = input.with_readout(b.as_ref())?;
+        }
+        if let Some(n) = &null {
+            input = input.with_null(n)?;
+        }
+        for metric in &analysis.metrics {
+            bar.set_message(format!("layer {} {}", layer.layer, metric.info().name));
+            let values = metric.compute(&input)?;
+            rows.extend(values.into_iter().map(|v| {
+                (
+                    vec![Cell::Text(model.clone()), Cell::Int(layer.layer as i64)],
+                    v,
+                )
+            }));
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    emit(
+        &metric_table(&["model", "layer"], rows),
+        args.format,
+        args.out.as_deref(),
+    )
+}
+
+/// The analysis to run: from --config, or from --metric/--all and the flags.
+fn analysis_from(args: &MetricsArgs) -> anyhow::Result<AnalysisParams> {
+    if let Some(path) = &args.config {
+        return read_analysis(path);
+    }
+    let defaults = AnalysisParams::default();
+    let metrics: Vec<Box<dyn Metric>> = if args.all {
+        let all = repgeom_metrics::all_metrics();
+        if args.readout.is_some() {
+            all
+        } else {
+            let (keep, skip): (Vec<_>, Vec<_>) =
+                all.into_iter().partition(|m| !m.info().needs_readout);
+            let skipped: Vec<&str> = skip.iter().map(|m| m.info().name).collect();
+            #[allow(clippy::print_stderr)] // a user-facing note about what --all left out
+            {
+                eprintln!("note: --all without --readout skips {}", skipped.join(", "));
+            }
+            keep
+        }
+    } else {
+        args.metrics
+            .iter()
+            .map(|spec| parse_metric_spec(spec))
+            .collect::<anyhow::Result<_>>()?
+    };
+    Ok(AnalysisParams {
+        k: args.k.unwrap_or(defaults.k),
+        null: NullParams {
+            n_null: args.n_null.unwrap_or(defaults.null.n_null),
+            seed: args.seed.unwrap_or(defaults.null.seed),
+        },
+        metrics,
+        pair_metrics: Vec::new(),
+    })
+}
+
+/// Reads an analysis file, TOML or JSON by extension.
+pub(crate) fn read_analysis(path: &Path) -> anyhow::Result<AnalysisParams> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let parsed = match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => serde_json::from_str(&text).map_err(anyhow::Error::from),
+        Some("toml") => toml::from_str(&text).map_err(anyhow::Error::from),
+        _ => anyhow::bail!("{}: analysis files are .toml or .json", path.display()),
+    };
+    parsed.with_context(|| format!("parsing the analysis in {}", path.display()))
+}
+
+/// Parses `NAME` or `NAME:{json options}` into a configured value of `T` (a metric trait object).
+pub(crate) fn parse_spec<T>(
+    spec: &str,
+    lookup: impl Fn(&str) -> repgeom_metrics::Result<T>,
+) -> anyhow::Result<T>
+where
+    T: for<'de> serde::Deserialize<'de>,
+{
+    let (name, options) = match spec.split_once(':') {
+        Some((name, json)) => (name.trim(), Some(json)),
+        None => (spec.trim(), None),
+    };
+    let default = lookup(name)?; // unknown names fail here, listing the known ones
+    let Some(json) = options else {
+        return Ok(default);
+    };
+    let mut value: serde_json::Value = serde_json::from_str(json).with_context(|| {
+        format!("options of --metric {name}: expected a JSON object, got {json:?}")
+    })?;
+    let obj = value.as_object_mut().ok_or_else(|| {
+        anyhow::anyhow!("options of --metric {name}: expected a JSON object, got {json:?}")
+    })?;
+    obj.insert("metric".into(), serde_json::Value::from(name));
+    serde_json::from_value(value).with_context(|| format!("options of --metric {name}"))
+}
+
+fn parse_metric_spec(spec: &str) -> anyhow::Result<Box<dyn Metric>> {
+    parse_spec(spec, repgeom_metrics::metric)
+}
+
+/// The default model label: the file stem.
+pub(crate) fn model_label(path: &Path) -> String {
+    path.file_stem()
+        .map_or_else(|| "model".to_owned(), |s| s.to_string_lossy().into_owned())
+}
+
+/// How to pick the readout tensor and rows.
+pub(crate) struct ReadoutChoice {
+    pub(crate) vocab_rows: Option<usize>,
+    pub(crate) tensor: Option<String>,
+}
+
+/// The readout basis: the top-k right singular vectors of W_U read from `path`.
+pub(crate) fn load_readout_basis(
+    path: &Path,
+    choice: &ReadoutChoice,
+    k: usize,
+    d: usize,
+    acts_path: &Path,
+    ctx: &Context,
+) -> anyhow::Result<Mat<f64>> {
+    let opts = repgeom_io::ReadoutOptions {
+        vocab_rows: choice.vocab_rows,
+        tensor: choice.tensor.clone(),
+    };
+    let readout = repgeom_io::read_readout(path, &opts)?;
+    if let Some(note) = &readout.note {
+        if !ctx.quiet {
+            #[allow(clippy::print_stderr)] // user-facing note about which rows are used
+            {
+                eprintln!("note: {note}");
+            }
+        }
+    }
+    let m = &readout.matrix;
+    anyhow::ensure!(
+        m.cols == d,
+        "shape mismatch: activations {} have d = {d}, but readout {} tensor {} is [{}, {}]",
+        acts_path.display(),
+        path.display(),
+        readout.tensor,
+        m.rows,
+        m.cols
+    );
+    anyhow::ensure!(
+        k > 0 && k < d,
+        "k = {k} must satisfy 0 < k < d = {d} ({} tensor {} [{}, {}])",
+        path.display(),
+        readout.tensor,
+        m.rows,
+        m.cols
+    );
+    let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
+    if let Some((row, col)) = repgeom_linalg::first_non_finite(view) {
+        anyhow::bail!(
+            "{} tensor {} [{}, {}]: non-finite value (NaN or Inf) at row {row}, column {col}",
+            path.display(),
+            readout.tensor,
+            m.rows,
+            m.cols
+        );
+    }
+    Ok(repgeom_linalg::readout_subspace(view, k, ctx.par())?)
+}
+
+/// `--list`: every registered metric and pair metric.
+fn list(format: Option<Format>, out: Option<&Path>) -> anyhow::Result<()> {
+    let mut entries: Vec<(&str, MetricInfo, String)> = Vec::new();
+    for m in repgeom_metrics::all_metrics() {
+        entries.push((
+            "layer",
+            m.info(),
+            describe_options(m.info(), &options_of(&m)),
+        ));
+    }
+    for m in repgeom_metrics::all_pair_metrics() {
+        entries.push((
+            "pair",
+            m.info(),
+            describe_options(m.info(), &options_of(&m)),
+        ));
+    }
+    match format {
+        None | Some(Format::Table) if out.is_none() => {
+            let mut text = String::new();
+            for (kind, info, options) in &entries {
+                let needs = needs(info);
+                text.push_str(&format!("{}  ({kind} metric{needs})\n", info.name));
+                text.push_str(&format!("    {}\n", info.summary));
+                text.push_str(&format!("    options: {options}\n"));
+                text.push_str(&format!("    source:  {}\n", info.source));
+            }
+            #[allow(clippy::print_stdout)] // the CLI's output channel
+            {
+                print!("{text}");
+            }
+            Ok(())
+        }
+        _ => {
+            let table = Table {
+                columns: vec![
+                    "name",
+                    "kind",
+                    "summary",
+                    "options",
+                    "needs",
+                    "rotation_invariant",
+                    "source",
+                ],
+                rows: entries
+                    .iter()
+                    .map(|(kind, info, options)| {
+                        vec![
+                            Cell::Text(info.name.into()),
+                            Cell::Text((*kind).into()),
+                            Cell::Text(info.summary.into()),
+                            Cell::Text(options.clone()),
+                            Cell::Text(needs(info).trim_start_matches(", needs ").into()),
+                            Cell::Text(info.rotation_invariant.to_string()),
+                            Cell::Text(info.source.into()),
+                        ]
+                    })
+                    .collect(),
+            };
+            emit(&table, format, out)
+        }
+    }
+}
+
+fn needs(info: &MetricInfo) -> String {
+    let mut parts = Vec::new();
+    if info.needs_readout {
+        parts.push("readout");
+    }
+    if info.needs_null {
+        parts.push("null");
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(", needs {}", parts.join(" + "))
+    }
+}
+
+/// `name = default (help); …` from the serialised default configuration.
+fn describe_options(
+    info: MetricInfo,
+    defaults: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> String {
+    let parts: Vec<String> = info
+        .options
+        .iter()
+        .map(|o| {
+            let default = defaults
+                .get(o.name)
+                .map_or_else(|| "null".to_owned(), |v| v.to_string());
+            format!("{} = {default} ({})", o.name, o.help)
+        })
+        .collect();
+    if parts.is_empty() {
+        "none".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
