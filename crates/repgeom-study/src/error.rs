@@ -1,0 +1,121 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while planning, running or merging a study.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The manifest file could not be read.
+    #[error("cannot read manifest {}: {source}", path.display())]
+    ManifestRead {
+        /// The manifest path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The manifest is not valid TOML or has unknown/missing fields.
+    #[error("manifest {}: {message}", path.display())]
+    ManifestParse {
+        /// The manifest path.
+        path: PathBuf,
+        /// The parser's message (names the line and field).
+        message: String,
+    },
+    /// A manifest value is out of range or inconsistent.
+    #[error("manifest {manifest}: {place}: {reason}")]
+    InvalidManifest {
+        /// The manifest path (or `<built-in synthetic study>`).
+        manifest: String,
+        /// Where in the manifest, e.g. `model "pythia-70m"` or `analysis.k`.
+        place: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Loaded data disagree with the manifest (width, layer count, point count).
+    #[error("model {model}: {what}: expected {expected}, found {found}")]
+    DataMismatch {
+        /// The model label.
+        model: String,
+        /// What was compared.
+        what: String,
+        /// What the manifest or the other files say.
+        expected: String,
+        /// What the data hold.
+        found: String,
+    },
+    /// A part file or directory could not be read or written.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// The operation, e.g. `read part`.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A part file is not valid.
+    #[error("part file {}: {reason}", path.display())]
+    BadPart {
+        /// The part file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Parts were computed with settings different from the plan's.
+    #[error(
+        "part file {}: unit {unit} was computed with config hash {found}, the plan in {} expects {expected}; \
+         rerun `repgeom sweep` with the same manifest (it recomputes stale units) or use a fresh directory",
+        path.display(), plan.display()
+    )]
+    MixedSettings {
+        /// The offending part file.
+        path: PathBuf,
+        /// The plan file.
+        plan: PathBuf,
+        /// The unit id.
+        unit: String,
+        /// Hash the plan expects.
+        expected: String,
+        /// Hash the part carries.
+        found: String,
+    },
+    /// The sweep directory has no plan (no sweep was started there).
+    #[error("{}: no plan.json: run `repgeom sweep --manifest M --out DIR` (or `cargo xtask paper`) first", dir.display())]
+    NoPlan {
+        /// The sweep directory.
+        dir: PathBuf,
+    },
+    /// Bad `--shard i/n` (or SLURM array variables).
+    #[error("shard {spec}: {reason}")]
+    BadShard {
+        /// The shard as given.
+        spec: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Reading inputs failed.
+    #[error(transparent)]
+    Input(#[from] repgeom_io::Error),
+    /// A numerical kernel failed.
+    #[error(transparent)]
+    Linalg(#[from] repgeom_linalg::Error),
+    /// Null sampling failed.
+    #[error(transparent)]
+    Null(#[from] repgeom_null::Error),
+    /// A metric failed.
+    #[error(transparent)]
+    Metrics(#[from] repgeom_metrics::Error),
+    /// A probe failed.
+    #[error(transparent)]
+    Probe(#[from] repgeom_probe::Error),
+    /// Building the table, the figures or the report failed.
+    #[error(transparent)]
+    Report(#[from] repgeom_report::Error),
+    /// Generating the synthetic study failed.
+    #[error(transparent)]
+    Synth(#[from] repgeom_synth::Error),
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

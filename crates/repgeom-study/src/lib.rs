@@ -1,0 +1,92 @@
+//! `repgeom-study` runs a whole study: several models, every layer, several training
+//! checkpoints, as named by a TOML manifest (or the built-in synthetic study). It backs
+//! `cargo xtask paper` and `repgeom sweep`.
+//!
+//! The main type is [`Study`]: a checked [`Manifest`] expanded into [`ModelInfo`]s and a
+//! deterministic list of [`PlannedUnit`]s (model × checkpoint × layer × analysis), each with a
+//! stable id and a config hash. [`run_units`] computes units and writes each one's rows as its
+//! own part file; [`merge`] collects the parts into one [`repgeom_report::ResultsTable`].
+//!
+//! Key design decision: the unit, not the run, is the atom of work and of durability. Every
+//! unit's rows are written atomically to `DIR/parts/<id>.json` with the SHA-256 of everything
+//! that determines them, so a sweep killed at any moment resumes by skipping units whose part
+//! carries the current hash, a SLURM array splits the plan by index modulo n with no
+//! coordinator, and the merged table is the same bytes whichever way the parts were made
+//! (floats are stored as shortest round-trip strings; the table sorts its rows by key).
+//!
+//! This crate computes no metric itself (that is `repgeom-metrics`, `repgeom-probe`) and draws
+//! nothing (that is `repgeom-report`); it never prints: progress goes through a callback.
+#![deny(missing_docs)]
+
+mod error;
+mod manifest;
+mod parts;
+mod plan;
+mod run;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{Error, Result};
+pub use manifest::{
+    Analysis, BUILTIN, CheckpointSpec, FullAt, Manifest, ModelSpec, ReportSettings, SyntheticSpec,
+};
+pub use parts::{
+    MergeReport, PART_FORMAT, PLAN_FORMAT, Part, PlanFile, is_done, merge, part_path, parts_dir,
+    plan_path, read_part, read_plan, write_part, write_plan,
+};
+pub use plan::{
+    CheckpointInfo, ModelInfo, ModelSource, PlannedUnit, Study, Unit, UnitKind, parse_shard, shard,
+    shard_from_env, unit_id,
+};
+pub use run::{Loader, UnitDone, run_units};
+
+/// Figure options for a study: its small/large width classes and `k`.
+pub fn figure_options(study: &Study) -> repgeom_report::FigureOptions {
+    let r = &study.manifest.report;
+    repgeom_report::FigureOptions {
+        small_max_d: r.small_max_d,
+        large_min_d: r.large_min_d,
+        readout_k: study.manifest.analysis.k as u32,
+        ..Default::default()
+    }
+}
+
+/// What [`sweep`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepStats {
+    /// Units in the whole plan.
+    pub planned: usize,
+    /// Units in this shard.
+    pub in_shard: usize,
+    /// Units of this shard skipped because their part was already there with the current hash.
+    pub skipped: usize,
+    /// Units computed now.
+    pub computed: usize,
+}
+
+/// Writes the plan, then computes every unit of shard `shard = (i, n)` (all when `None`) whose
+/// part is missing or stale. `on_start` gets the stats before any unit runs (for a progress bar).
+pub fn sweep(
+    study: &Study,
+    dir: &std::path::Path,
+    shard_of: Option<(usize, usize)>,
+    on_start: &dyn Fn(&SweepStats),
+    on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
+) -> Result<SweepStats> {
+    write_plan(dir, study)?;
+    let mine = match shard_of {
+        Some((i, n)) => shard(&study.units, i, n),
+        None => study.units.clone(),
+    };
+    let todo: Vec<PlannedUnit> = mine.iter().filter(|u| !is_done(dir, u)).cloned().collect();
+    let stats = SweepStats {
+        planned: study.units.len(),
+        in_shard: mine.len(),
+        skipped: mine.len() - todo.len(),
+        computed: todo.len(),
+    };
+    on_start(&stats);
+    run_units(study, &todo, dir, on_done)?;
+    Ok(stats)
+}

@@ -1,0 +1,427 @@
+//! The study manifest: which models, which files, which analyses.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Name used in messages for the built-in study.
+pub const BUILTIN: &str = "<built-in synthetic study>";
+
+/// A whole study, as written in a TOML manifest (see `docs/study-manifest.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Free-text title shown nowhere numeric (kept for the reader of the manifest).
+    #[serde(default)]
+    pub title: String,
+    /// Analysis settings shared by every model.
+    #[serde(default)]
+    pub analysis: Analysis,
+    /// Figure settings (small/large width classes).
+    #[serde(default)]
+    pub report: ReportSettings,
+    /// Models read from files.
+    #[serde(default, rename = "model")]
+    pub models: Vec<ModelSpec>,
+    /// The built-in synthetic zoo (every model of it is labelled synthetic).
+    #[serde(default)]
+    pub synthetic: Option<SyntheticSpec>,
+    /// Cross-model pairs `[a, b]` (model labels; both need the same points).
+    #[serde(default)]
+    pub pairs: Vec<[String; 2]>,
+}
+
+/// Analysis settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Analysis {
+    /// Readout subspace dimension (a model's own `k` overrides it).
+    pub k: usize,
+    /// Random subspaces in the null.
+    pub n_null: usize,
+    /// CCR levels of the PGA sweep (the first one is the headline variant).
+    pub ccr: Vec<usize>,
+    /// Seed of the null draws and the probe splits.
+    pub seed: u64,
+    /// Spectral metrics (registry names) per layer.
+    pub spectral: Vec<String>,
+    /// Top principal directions whose readout share is reported (0 = off).
+    pub pc_share: usize,
+    /// Linear probes on models that have labels.
+    pub probe: bool,
+    /// `"final"`: full analysis at each model's final checkpoint, PGA at the first CCR level
+    /// only at earlier ones; `"all"`: full analysis everywhere.
+    pub full_at: FullAt,
+}
+
+impl Default for Analysis {
+    fn default() -> Self {
+        Self {
+            k: 100,
+            n_null: 100,
+            ccr: vec![1, 5, 10],
+            seed: 0,
+            spectral: vec![
+                "rankme".into(),
+                "alpha_req".into(),
+                "isotropy".into(),
+                "condition_number".into(),
+            ],
+            pc_share: 3,
+            probe: true,
+            full_at: FullAt::Final,
+        }
+    }
+}
+
+/// Where the full analysis runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FullAt {
+    /// Only at each model's final checkpoint.
+    Final,
+    /// At every checkpoint.
+    All,
+}
+
+/// Figure settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReportSettings {
+    /// Models with `d <= small_max_d` are drawn as small.
+    pub small_max_d: u32,
+    /// Models with `d >= large_min_d` are drawn as large.
+    pub large_min_d: u32,
+}
+
+impl Default for ReportSettings {
+    fn default() -> Self {
+        Self {
+            small_max_d: 1024,
+            large_min_d: 2048,
+        }
+    }
+}
+
+/// One model read from files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// Label used in every table row (e.g. `pythia-410m`).
+    pub label: String,
+    /// Family (e.g. `pythia`).
+    pub family: String,
+    /// Hidden width.
+    pub d: u32,
+    /// Readout subspace dimension for this model (default: `analysis.k`).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// `W_U` source: `.npy`/`.safetensors` file or checkpoint directory.
+    pub readout: PathBuf,
+    /// Tensor name inside `readout` (default: chosen by architecture).
+    #[serde(default)]
+    pub readout_tensor: Option<String>,
+    /// Keep only the first rows of `W_U` (drop padding rows).
+    #[serde(default)]
+    pub vocab_rows: Option<usize>,
+    /// Labelled probe classes, one per point (`.npy` or `.csv`).
+    #[serde(default)]
+    pub labels: Option<PathBuf>,
+    /// Label column of a CSV label file.
+    #[serde(default)]
+    pub labels_column: Option<String>,
+    /// Hidden-state indices to analyse (default: all in the file).
+    #[serde(default)]
+    pub layers: Option<Vec<usize>>,
+    /// Number of hidden-state tensors of the model (L + 1), for relative depth and the plan.
+    pub n_layers: u32,
+    /// Training checkpoints, in any order.
+    #[serde(rename = "checkpoint")]
+    pub checkpoints: Vec<CheckpointSpec>,
+}
+
+/// One training checkpoint of a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSpec {
+    /// Checkpoint name (`""` for the released model).
+    #[serde(default)]
+    pub name: String,
+    /// Training step, if known.
+    #[serde(default)]
+    pub step: Option<u64>,
+    /// Activation file (`.npy`, `.npz`, `.safetensors`).
+    pub activations: PathBuf,
+    /// Validation loss at this checkpoint.
+    #[serde(default)]
+    pub val_loss: Option<f64>,
+}
+
+/// The built-in synthetic zoo (`repgeom-synth`), a subset of its `ZooParams`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SyntheticSpec {
+    /// Master seed of the synthetic data.
+    pub seed: u64,
+    /// Widths, one model each (`synthetic-d{width}`).
+    pub widths: Vec<usize>,
+    /// Hidden states per model.
+    pub n_layers: usize,
+    /// Training steps of the checkpoints.
+    pub steps: Vec<u64>,
+    /// Points per model.
+    pub n_points: usize,
+    /// Widths up to this one develop the late-layer detour.
+    pub detour_max_width: usize,
+}
+
+impl Default for SyntheticSpec {
+    fn default() -> Self {
+        let z = repgeom_synth::ZooParams::default();
+        Self {
+            seed: z.seed,
+            widths: z.widths,
+            n_layers: z.n_layers,
+            steps: z.steps,
+            n_points: z.model.n_points,
+            detour_max_width: z.detour_max_width,
+        }
+    }
+}
+
+impl SyntheticSpec {
+    /// The `repgeom-synth` parameters this spec stands for.
+    pub fn zoo_params(&self) -> repgeom_synth::ZooParams {
+        let z = repgeom_synth::ZooParams::default();
+        repgeom_synth::ZooParams {
+            seed: self.seed,
+            widths: self.widths.clone(),
+            n_layers: self.n_layers,
+            steps: self.steps.clone(),
+            detour_max_width: self.detour_max_width,
+            model: repgeom_synth::ModelParams {
+                n_points: self.n_points,
+                ..z.model.clone()
+            },
+            ..z
+        }
+    }
+
+    /// Model label of a width (as `repgeom-synth` names it).
+    pub fn label(width: usize) -> String {
+        format!("synthetic-d{width}")
+    }
+
+    /// Family of a width: `synthetic-small` (detour) or `synthetic-large`.
+    pub fn family(&self, width: usize) -> &'static str {
+        if width <= self.detour_max_width {
+            "synthetic-small"
+        } else {
+            "synthetic-large"
+        }
+    }
+}
+
+impl Manifest {
+    /// Reads a TOML manifest; relative paths in it are resolved against its directory.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ManifestRead {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut m: Manifest = toml::from_str(&text).map_err(|e| Error::ManifestParse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for model in &mut m.models {
+            resolve(base, &mut model.readout);
+            if let Some(l) = &mut model.labels {
+                resolve(base, l);
+            }
+            for c in &mut model.checkpoints {
+                resolve(base, &mut c.activations);
+            }
+        }
+        Ok(m)
+    }
+
+    /// The built-in synthetic study of `cargo xtask paper` (see `docs/study-manifest.md`).
+    ///
+    /// Widths 64 and 128 take the late-layer detour ("small"), 256 and 512 do not ("large");
+    /// `k = d / 8` per model, 100 null draws, CCR 1/5/10, all four spectral metrics, PC shares,
+    /// probes, and cross-model pairs between neighbouring widths.
+    pub fn synthetic_default() -> Self {
+        let spec = SyntheticSpec {
+            widths: vec![64, 128, 256, 512],
+            ..SyntheticSpec::default()
+        };
+        let w = spec.widths.clone();
+        let pairs = w
+            .windows(2)
+            .map(|p| [SyntheticSpec::label(p[0]), SyntheticSpec::label(p[1])])
+            .collect();
+        Self {
+            title: "built-in synthetic study (SYNTHETIC DATA, not a real model)".into(),
+            analysis: Analysis::default(),
+            report: ReportSettings {
+                small_max_d: spec.detour_max_width as u32,
+                large_min_d: 256,
+            },
+            models: Vec::new(),
+            synthetic: Some(spec),
+            pairs,
+        }
+    }
+
+    /// Validates the manifest; `origin` names it in messages (its path or [`BUILTIN`]).
+    pub fn check(&self, origin: &str) -> Result<()> {
+        let bad = |place: &str, reason: String| Error::InvalidManifest {
+            manifest: origin.to_owned(),
+            place: place.to_owned(),
+            reason,
+        };
+        let a = &self.analysis;
+        if a.k == 0 {
+            return Err(bad("analysis.k", "must be at least 1".into()));
+        }
+        if a.n_null < 2 {
+            return Err(bad(
+                "analysis.n_null",
+                format!("{} is too few (need at least 2 for a std)", a.n_null),
+            ));
+        }
+        if a.ccr.is_empty() {
+            return Err(bad(
+                "analysis.ccr",
+                "give at least one CCR level, e.g. [1, 5, 10]".into(),
+            ));
+        }
+        let distinct: BTreeSet<_> = a.ccr.iter().collect();
+        if distinct.len() != a.ccr.len() {
+            return Err(bad("analysis.ccr", format!("{:?} repeats a level", a.ccr)));
+        }
+        let known = repgeom_metrics::metric_names();
+        for s in &a.spectral {
+            if !known.contains(&s.as_str()) {
+                return Err(bad(
+                    "analysis.spectral",
+                    format!("unknown metric {s:?} (known: {})", known.join(", ")),
+                ));
+            }
+            if ["pga", "pc_readout_share"].contains(&s.as_str()) {
+                return Err(bad(
+                    "analysis.spectral",
+                    format!(
+                        "{s:?} is not a spectral metric (set analysis.ccr / analysis.pc_share)"
+                    ),
+                ));
+            }
+        }
+        if self.report.small_max_d >= self.report.large_min_d {
+            return Err(bad(
+                "report",
+                "small_max_d must be below large_min_d".into(),
+            ));
+        }
+        if self.models.is_empty() && self.synthetic.is_none() {
+            return Err(bad(
+                "model",
+                "names no model: add [[model]] tables or a [synthetic] table".into(),
+            ));
+        }
+        let mut labels = BTreeSet::new();
+        if let Some(s) = &self.synthetic {
+            s.zoo_params()
+                .check()
+                .map_err(|e| bad("synthetic", e.to_string()))?;
+            for &w in &s.widths {
+                labels.insert(SyntheticSpec::label(w));
+            }
+        }
+        for m in &self.models {
+            let place = format!("model {:?}", m.label);
+            if m.label.trim().is_empty()
+                || m.label.contains(['/', '\\'])
+                || m.label.starts_with('.')
+            {
+                return Err(bad(
+                    &place,
+                    "label must be non-empty, without '/' or '\\', not starting with '.'".into(),
+                ));
+            }
+            if !labels.insert(m.label.clone()) {
+                return Err(bad(&place, "label used twice".into()));
+            }
+            if m.d == 0 {
+                return Err(bad(&place, "d must be positive".into()));
+            }
+            if m.k == Some(0) {
+                return Err(bad(&place, "k must be positive".into()));
+            }
+            if m.checkpoints.is_empty() {
+                return Err(bad(
+                    &place,
+                    "needs at least one [[model.checkpoint]]".into(),
+                ));
+            }
+            let mut names = BTreeSet::new();
+            for c in &m.checkpoints {
+                if !names.insert(c.name.as_str()) {
+                    return Err(bad(
+                        &place,
+                        format!("checkpoint name {:?} used twice", c.name),
+                    ));
+                }
+                if c.val_loss.is_some_and(|v| !v.is_finite()) {
+                    return Err(bad(
+                        &place,
+                        format!("checkpoint {:?}: val_loss must be finite", c.name),
+                    ));
+                }
+            }
+            if m.n_layers == 0 {
+                return Err(bad(&place, "n_layers must be positive".into()));
+            }
+            if let Some(l) = &m.layers {
+                if l.is_empty() {
+                    return Err(bad(
+                        &place,
+                        "layers = [] selects nothing (omit it for all layers)".into(),
+                    ));
+                }
+                if let Some(&bad_l) = l.iter().find(|&&x| x as u64 >= m.n_layers as u64) {
+                    return Err(bad(
+                        &place,
+                        format!("layer {bad_l} is not below n_layers = {}", m.n_layers),
+                    ));
+                }
+                let distinct: BTreeSet<_> = l.iter().collect();
+                if distinct.len() != l.len() {
+                    return Err(bad(&place, format!("layers {l:?} repeats a layer")));
+                }
+            }
+        }
+        for [a, b] in &self.pairs {
+            let place = format!("pairs [{a:?}, {b:?}]");
+            for x in [a, b] {
+                if !labels.contains(x) {
+                    return Err(bad(&place, format!("no model labelled {x:?}")));
+                }
+            }
+            if a == b {
+                return Err(bad(&place, "a model paired with itself".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn resolve(base: &Path, p: &mut PathBuf) {
+    if p.is_relative() {
+        *p = base.join(&*p);
+    }
+}

@@ -1,0 +1,139 @@
+use crate::{Manifest, Study, SyntheticSpec, parse_shard, shard, shard_from_env};
+
+fn small() -> Manifest {
+    let mut m = Manifest::synthetic_default();
+    m.synthetic = Some(SyntheticSpec {
+        widths: vec![64, 256],
+        n_layers: 3,
+        steps: vec![100, 1000],
+        n_points: 64,
+        ..SyntheticSpec::default()
+    });
+    m.pairs = vec![["synthetic-d64".into(), "synthetic-d256".into()]];
+    m.analysis.n_null = 8;
+    m
+}
+
+fn check(cond: bool, what: &str) {
+    assert!(cond, "{what}");
+}
+
+#[test]
+fn plan_is_deterministic_and_ids_unique() {
+    let a = Study::new(small(), "t").unwrap();
+    let b = Study::new(small(), "t").unwrap();
+    assert_eq!(a.units, b.units);
+    let ids: std::collections::BTreeSet<_> = a.units.iter().map(|u| &u.id).collect();
+    check(ids.len() == a.units.len(), "unit ids are unique");
+    // 2 models x 3 layers: non-final checkpoint pga only; final: pga, pcshare, 4 spectral, probe;
+    // val_loss per checkpoint; cross for the d64 model at its final checkpoint.
+    let per_model = 3 + 3 * 7 + 2;
+    assert_eq!(a.units.len(), 2 * per_model + 3);
+}
+
+#[test]
+fn hash_changes_only_with_what_matters() {
+    let a = Study::new(small(), "t").unwrap();
+    let mut m = small();
+    m.title = "another title".into();
+    m.report.small_max_d = 100;
+    let b = Study::new(m, "t").unwrap();
+    assert_eq!(
+        a.units, b.units,
+        "title and figure settings do not change numbers"
+    );
+    let mut m = small();
+    m.analysis.n_null = 9;
+    let c = Study::new(m, "t").unwrap();
+    check(
+        a.units
+            .iter()
+            .zip(&c.units)
+            .all(|(x, y)| x.config_hash != y.config_hash),
+        "n_null changes every hash",
+    );
+}
+
+#[test]
+fn shards_partition_the_plan() {
+    let s = Study::new(small(), "t").unwrap();
+    for n in [1, 2, 3, 7] {
+        let mut all: Vec<String> = (0..n)
+            .flat_map(|i| shard(&s.units, i, n))
+            .map(|u| u.id)
+            .collect();
+        all.sort();
+        let mut expect: Vec<String> = s.units.iter().map(|u| u.id.clone()).collect();
+        expect.sort();
+        assert_eq!(all, expect, "n = {n}");
+    }
+}
+
+#[test]
+fn shard_specs() {
+    assert_eq!(parse_shard("2/5").unwrap(), (2, 5));
+    for bad in ["5/5", "1", "a/2", "0/0", "-1/3"] {
+        check(parse_shard(bad).is_err(), bad);
+    }
+    let env = |vars: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    assert_eq!(shard_from_env(env(&[])).unwrap(), None);
+    assert_eq!(
+        shard_from_env(env(&[
+            ("SLURM_ARRAY_TASK_ID", "3"),
+            ("SLURM_ARRAY_TASK_COUNT", "4")
+        ]))
+        .unwrap(),
+        Some((3, 4))
+    );
+    assert_eq!(
+        shard_from_env(env(&[
+            ("SLURM_ARRAY_TASK_ID", "5"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ("SLURM_ARRAY_TASK_MIN", "2")
+        ]))
+        .unwrap(),
+        Some((3, 4))
+    );
+    check(
+        shard_from_env(env(&[
+            ("SLURM_ARRAY_TASK_ID", "4"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ]))
+        .is_err(),
+        "task id out of range",
+    );
+}
+
+#[test]
+fn manifest_errors_name_the_place() {
+    let mut m = small();
+    m.pairs = vec![["synthetic-d64".into(), "nope".into()]];
+    let e = Study::new(m, "study.toml").unwrap_err().to_string();
+    check(e.contains("study.toml") && e.contains("nope"), &e);
+    let mut m = small();
+    m.analysis.ccr = vec![1, 1];
+    let e = Study::new(m, "study.toml").unwrap_err().to_string();
+    check(e.contains("analysis.ccr"), &e);
+    let mut m = small();
+    m.analysis.spectral = vec!["rankmee".into()];
+    let e = Study::new(m, "study.toml").unwrap_err().to_string();
+    check(e.contains("rankmee"), &e);
+}
+
+#[test]
+fn example_manifest_parses() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/study.toml");
+    let m = Manifest::load(&path).unwrap();
+    m.check("examples/study.toml").unwrap();
+    check(!m.models.is_empty(), "the example names file models");
+    let e = toml::from_str::<Manifest>("[analysis]\nkk = 3\n")
+        .unwrap_err()
+        .to_string();
+    check(e.contains("kk"), &e);
+}

@@ -1,0 +1,3 @@
+//! Integration tests of repgeom-study: sweep, resume, shard, merge.
+
+mod sweep;
