@@ -33,7 +33,11 @@ pub fn center_columns(x: MatRef<'_, f32>) -> Mat<f64> {
 /// Runs sequentially (bit-identical at any thread count). Each eigenvector's sign is fixed so
 /// that its entry of largest magnitude is positive, which makes the output deterministic.
 pub fn symmetric_eigen_desc(a: MatRef<'_, f64>) -> Result<(Vec<f64>, Mat<f64>)> {
-    assert_eq!(a.nrows(), a.ncols(), "symmetric_eigen_desc needs a square matrix");
+    assert_eq!(
+        a.nrows(),
+        a.ncols(),
+        "symmetric_eigen_desc needs a square matrix"
+    );
     let n = a.nrows();
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
@@ -49,7 +53,9 @@ pub fn symmetric_eigen_desc(a: MatRef<'_, f64>) -> Result<(Vec<f64>, Mat<f64>)> 
         MemStack::new(&mut MemBuffer::new(scratch)),
         Default::default(),
     )
-    .map_err(|_| Error::NoConvergence { what: "symmetric eigendecomposition".into() })?;
+    .map_err(|_| Error::NoConvergence {
+        what: "symmetric eigendecomposition".into(),
+    })?;
     let s = s_diag.column_vector();
     let mut values = Vec::with_capacity(n);
     let mut vectors = Mat::<f64>::zeros(n, n);
@@ -90,7 +96,11 @@ pub fn principal_directions(
 ) -> Result<PrincipalDirections> {
     let (n, d) = (xc.nrows(), xc.ncols());
     if n < 2 {
-        return Err(Error::TooFewPoints { what: "principal directions".into(), n, min: 2 });
+        return Err(Error::TooFewPoints {
+            what: "principal directions".into(),
+            n,
+            min: 2,
+        });
     }
     let r = n.min(d);
     if m > r {
@@ -107,13 +117,23 @@ pub fn principal_directions(
         let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
         let variances = vals.iter().map(|v| v.max(0.0) / denom).collect();
         let directions = vecs.subcols(0, m).to_owned();
-        Ok(PrincipalDirections { directions, variances })
+        Ok(PrincipalDirections {
+            directions,
+            variances,
+        })
     } else {
         let mut g = Mat::<f64>::zeros(n, n);
         matmul(&mut g, Accum::Replace, xc, xc.transpose(), 1.0, par);
         let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
         let mut directions = Mat::<f64>::zeros(d, m);
-        matmul(&mut directions, Accum::Replace, xc.transpose(), vecs.subcols(0, m), 1.0, par);
+        matmul(
+            &mut directions,
+            Accum::Replace,
+            xc.transpose(),
+            vecs.subcols(0, m),
+            1.0,
+            par,
+        );
         for j in 0..m {
             let norm = directions.col(j).norm_l2();
             if norm <= f64::EPSILON * (1.0 + vals[0].abs().sqrt()) {
@@ -126,7 +146,10 @@ pub fn principal_directions(
             directions.col_mut(j).iter_mut().for_each(|v| *v /= norm);
         }
         let variances = vals.iter().take(r).map(|v| v.max(0.0) / denom).collect();
-        Ok(PrincipalDirections { directions, variances })
+        Ok(PrincipalDirections {
+            directions,
+            variances,
+        })
     }
 }
 
@@ -134,7 +157,11 @@ pub fn principal_directions(
 /// $X - (XU)U^\top$.
 #[track_caller]
 pub fn remove_directions(x: MatRef<'_, f64>, u: MatRef<'_, f64>, par: Par) -> Mat<f64> {
-    assert_eq!(x.ncols(), u.nrows(), "remove_directions: x is N×d, u must be d×c");
+    assert_eq!(
+        x.ncols(),
+        u.nrows(),
+        "remove_directions: x is N×d, u must be d×c"
+    );
     let mut out = x.to_owned();
     if u.ncols() == 0 {
         return out;
@@ -198,7 +225,11 @@ pub fn readout_subspace(w_u: MatRef<'_, f32>, k: usize, par: Par) -> Result<Mat<
 /// Projects the rows of `x` (`N × d`) onto the columns of `basis` (`d × k`): $XB$.
 #[track_caller]
 pub fn project(x: MatRef<'_, f64>, basis: MatRef<'_, f64>, par: Par) -> Mat<f64> {
-    assert_eq!(x.ncols(), basis.nrows(), "project: x is N×d, basis must be d×k");
+    assert_eq!(
+        x.ncols(),
+        basis.nrows(),
+        "project: x is N×d, basis must be d×k"
+    );
     let mut out = Mat::<f64>::zeros(x.nrows(), basis.ncols());
     matmul(&mut out, Accum::Replace, x, basis, 1.0, par);
     out
@@ -207,7 +238,11 @@ pub fn project(x: MatRef<'_, f64>, basis: MatRef<'_, f64>, par: Par) -> Mat<f64>
 /// Projects `f32` rows onto `f32` basis columns: $XB$ in `f32` (the fast path of null draws).
 #[track_caller]
 pub fn project_f32(x: MatRef<'_, f32>, basis: MatRef<'_, f32>, par: Par) -> Mat<f32> {
-    assert_eq!(x.ncols(), basis.nrows(), "project_f32: x is N×d, basis must be d×k");
+    assert_eq!(
+        x.ncols(),
+        basis.nrows(),
+        "project_f32: x is N×d, basis must be d×k"
+    );
     let mut out = Mat::<f32>::zeros(x.nrows(), basis.ncols());
     matmul(&mut out, Accum::Replace, x, basis, 1.0f32, par);
     out

@@ -3,7 +3,9 @@
 use faer::linalg::matmul::triangular::{BlockStructure, matmul as tri_matmul};
 use faer::{Accum, Mat, MatRef, Par};
 
-use crate::{Error, Result};
+use faer::reborrow::{Reborrow, ReborrowMut};
+
+use crate::{Error, RankScratch, RankedReference, Result, float_key};
 
 /// Number of unordered pairs of `n` points: $n(n-1)/2$.
 pub fn condensed_len(n: usize) -> usize {
@@ -37,14 +39,23 @@ pub fn normalize_rows<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> Resu
         let norm = sq.sqrt();
         if !norm.is_finite() {
             let col = (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0);
-            return Err(Error::NonFinite { what: what.into(), row: i, col });
+            return Err(Error::NonFinite {
+                what: what.into(),
+                row: i,
+                col,
+            });
         }
         if norm == 0.0 || norm <= max * f64::from(f32::EPSILON) {
-            return Err(Error::ZeroNorm { what: what.into(), row: i });
+            return Err(Error::ZeroNorm {
+                what: what.into(),
+                row: i,
+            });
         }
         *sq = 1.0 / norm;
     }
-    Ok(Mat::from_fn(n, d, |i, j| (x[(i, j)].into() * norms[i]) as f32))
+    Ok(Mat::from_fn(n, d, |i, j| {
+        (x[(i, j)].into() * norms[i]) as f32
+    }))
 }
 
 /// Cosine distances $1 - \cos(x_i, x_j)$ for all pairs `i < j`, in condensed order.
@@ -72,7 +83,11 @@ pub fn cosine_distances_into<T: Copy + Into<f64>>(
     what: &str,
     par: Par,
 ) -> Result<()> {
-    assert_eq!(out.len(), condensed_len(x.nrows()), "cosine_distances_into: buffer length");
+    assert_eq!(
+        out.len(),
+        condensed_len(x.nrows()),
+        "cosine_distances_into: buffer length"
+    );
     let xn = normalize_rows(x, what)?;
     condensed_from_normalized(xn.as_ref(), out, par);
     Ok(())
@@ -80,27 +95,83 @@ pub fn cosine_distances_into<T: Copy + Into<f64>>(
 
 /// Fills `out` (length $n(n-1)/2$) with the cosine distances of already normalised rows.
 pub(crate) fn condensed_from_normalized(xn: MatRef<'_, f32>, out: &mut [f32], par: Par) {
-    let n = xn.nrows();
-    assert_eq!(out.len(), condensed_len(n));
-    let mut g = Mat::<f32>::zeros(n, n);
-    tri_matmul(
-        &mut g,
-        BlockStructure::StrictTriangularLower,
-        Accum::Replace,
-        xn,
-        BlockStructure::Rectangular,
-        xn.transpose(),
-        BlockStructure::Rectangular,
-        1.0f32,
-        par,
-    );
-    let mut pos = 0;
-    for i in 0..n {
-        // Column i of the lower triangle holds G[j, i] for j > i, contiguously.
-        let col = g.col(i);
-        for j in (i + 1)..n {
-            out[pos] = (1.0 - col[j]).clamp(0.0, 2.0);
-            pos += 1;
+    assert_eq!(out.len(), condensed_len(xn.nrows()));
+    for_each_gram_column(xn, par, |pos, sims| {
+        for (o, g) in out[pos..pos + sims.len()].iter_mut().zip(sims) {
+            *o = (1.0 - g).clamp(0.0, 2.0);
         }
+    });
+}
+
+/// Rows per block of the block-wise Gram product: the largest intermediate is `N × BLOCK`.
+const BLOCK: usize = 256;
+
+/// Computes the strict lower triangle of $X_n X_n^\top$ one block of columns at a time and
+/// calls `f(pos, sims)` for each column `i`, where `sims[t]` is $\langle x_i, x_{i+1+t}\rangle$
+/// and `pos` the condensed index of the pair `(i, i + 1)`. Memory: one `N × 256` block.
+pub(crate) fn for_each_gram_column(
+    xn: MatRef<'_, f32>,
+    par: Par,
+    mut f: impl FnMut(usize, &[f32]),
+) {
+    let n = xn.nrows();
+    let mut buf = Mat::<f32>::zeros(n, BLOCK.min(n.max(1)));
+    let mut i0 = 0;
+    while i0 < n {
+        let b = BLOCK.min(n - i0);
+        let rows = n - i0;
+        let mut g = buf.as_mut().submatrix_mut(0, 0, rows, b);
+        tri_matmul(
+            g.rb_mut(),
+            BlockStructure::Rectangular,
+            Accum::Replace,
+            xn.subrows(i0, rows),
+            BlockStructure::Rectangular,
+            xn.subrows(i0, b).transpose(),
+            BlockStructure::Rectangular,
+            1.0f32,
+            par,
+        );
+        for c in 0..b {
+            let i = i0 + c;
+            if i + 1 >= n {
+                continue;
+            }
+            // Column c holds <x_{i0 + r}, x_i> for r = 0..rows; pairs (i, j > i) start at r = c + 1.
+            let col = g.rb().col(c);
+            let col = col
+                .try_as_col_major()
+                .expect("faer Mat columns are contiguous")
+                .as_slice();
+            let pos = crate::distance::pair_index(n, i, i + 1);
+            f(pos, &col[c + 1..rows]);
+        }
+        i0 += b;
     }
+}
+
+/// Spearman correlation between `reference` (over all pairs, condensed order) and the cosine
+/// distances of the rows of `x`, computed block-wise without materialising the distances:
+/// each similarity becomes a sort key directly. `x` must have no zero rows (see
+/// [`normalize_rows`], whose error this returns).
+pub fn spearman_of_cosine<T: Copy + Into<f64>>(
+    reference: &RankedReference,
+    x: MatRef<'_, T>,
+    scratch: &mut RankScratch,
+    what: &str,
+    par: Par,
+) -> Result<f64> {
+    assert_eq!(
+        reference.len(),
+        condensed_len(x.nrows()),
+        "spearman_of_cosine: reference length"
+    );
+    let xn = normalize_rows(x, what)?;
+    reference.spearman_with(scratch, what, |keys| {
+        for_each_gram_column(xn.as_ref(), par, |pos, sims| {
+            for (k, g) in keys[pos..pos + sims.len()].iter_mut().zip(sims) {
+                *k = float_key((1.0 - g).clamp(0.0, 2.0));
+            }
+        });
+    })
 }

@@ -26,14 +26,17 @@ mod tests;
 
 pub use decomp::{
     PrincipalDirections, ccr, center_columns, orthonormal_basis_check, principal_directions,
-    project, project_f32, readout_subspace, remove_directions, symmetric_eigen_desc, to_f32, to_f64,
-    top_right_singular_vectors,
+    project, project_f32, readout_subspace, remove_directions, symmetric_eigen_desc, to_f32,
+    to_f64, top_right_singular_vectors,
 };
-pub use distance::{condensed_len, cosine_distances, cosine_distances_into, normalize_rows, pair_index};
+pub use distance::{
+    condensed_len, cosine_distances, cosine_distances_into, normalize_rows, pair_index,
+    spearman_of_cosine,
+};
 pub use error::{Error, Result};
 pub use extra::{gram_rows, hsic_biased_unscaled, hsic_unbiased, singular_values};
 pub use faer::{Mat, MatMut, MatRef, Par};
-pub use rank::{RankScratch, RankedReference, average_ranks, pearson, spearman};
+pub use rank::{RankScratch, RankedReference, average_ranks, float_key, pearson, spearman};
 
 /// Checks that every entry of `x` is finite; returns the first offending `(row, col)`.
 pub fn first_non_finite<T: Copy + Into<f64>>(x: MatRef<'_, T>) -> Option<(usize, usize)> {

@@ -7,7 +7,11 @@ use crate::{Error, Result};
 fn order_key(v: f32) -> u32 {
     let v = if v == 0.0 { 0.0f32 } else { v };
     let b = v.to_bits();
-    if b & 0x8000_0000 != 0 { !b } else { b | 0x8000_0000 }
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
 }
 
 /// Sorts `(key << 32 | index)` words by their upper 32 bits, stably, with an LSD radix sort
@@ -52,11 +56,17 @@ pub struct RankScratch {
 
 /// Fills `words` with sorted `(key, index)` words for `values`.
 fn sorted_words(values: &[f32], scratch: &mut RankScratch) {
-    assert!(values.len() < u32::MAX as usize, "at most 2^32 - 1 values can be ranked");
+    assert!(
+        values.len() < u32::MAX as usize,
+        "at most 2^32 - 1 values can be ranked"
+    );
     scratch.words.clear();
-    scratch
-        .words
-        .extend(values.iter().enumerate().map(|(i, &v)| (u64::from(order_key(v)) << 32) | i as u64));
+    scratch.words.extend(
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (u64::from(order_key(v)) << 32) | i as u64),
+    );
     radix_sort_keys(&mut scratch.words, &mut scratch.tmp);
 }
 
@@ -94,9 +104,13 @@ pub fn average_ranks(values: &[f32]) -> Vec<f64> {
 ///
 /// $$\rho = \frac{\sum_i (r_i - \bar r)(s_i - \bar s)}{\sqrt{\sum_i (r_i-\bar r)^2\,\sum_i (s_i-\bar s)^2}}$$
 /// with average ranks for ties, which is exactly SciPy's `spearmanr`.
+///
+/// The reference keeps twice its average ranks as integers (`u32`), which travel through the
+/// sort of the other vector as the payload of each key: the correlation is then accumulated in
+/// sorted order with no random access into the reference.
 #[derive(Debug, Clone)]
 pub struct RankedReference {
-    centred: Vec<f64>,
+    rank2: Vec<u32>,
     sum_sq: f64,
 }
 
@@ -105,42 +119,88 @@ impl RankedReference {
     pub fn new(values: &[f32], what: &str) -> Result<Self> {
         let n = values.len();
         if n < 2 {
-            return Err(Error::TooFewPoints { what: what.into(), n, min: 2 });
+            return Err(Error::TooFewPoints {
+                what: what.into(),
+                n,
+                min: 2,
+            });
         }
+        assert!(
+            n < (u32::MAX / 2) as usize,
+            "at most 2^31 - 1 values can be ranked"
+        );
         let mean = (n as f64 + 1.0) / 2.0;
-        let centred: Vec<f64> = average_ranks(values).into_iter().map(|r| r - mean).collect();
-        let sum_sq: f64 = centred.iter().map(|c| c * c).sum();
+        let mut scratch = RankScratch::default();
+        sorted_words(values, &mut scratch);
+        let mut rank2 = vec![0u32; n];
+        let mut sum_sq = 0.0f64;
+        for_each_tie_group(&scratch.words, |r, group| {
+            let twice = (2.0 * r) as u32;
+            sum_sq += (r - mean) * (r - mean) * group.len() as f64;
+            for &w in group {
+                rank2[(w & 0xFFFF_FFFF) as usize] = twice;
+            }
+        });
         if sum_sq == 0.0 {
             return Err(Error::Constant { what: what.into() });
         }
-        Ok(Self { centred, sum_sq })
+        Ok(Self { rank2, sum_sq })
     }
 
     /// Number of values.
     pub fn len(&self) -> usize {
-        self.centred.len()
+        self.rank2.len()
     }
 
     /// Whether the reference is empty (never true for a constructed reference).
     pub fn is_empty(&self) -> bool {
-        self.centred.is_empty()
+        self.rank2.is_empty()
     }
 
     /// Spearman correlation between the reference and `other` (same length).
     #[track_caller]
     pub fn spearman(&self, other: &[f32], scratch: &mut RankScratch, what: &str) -> Result<f64> {
-        assert_eq!(other.len(), self.centred.len(), "spearman: length mismatch");
-        sorted_words(other, scratch);
-        let mean = (other.len() as f64 + 1.0) / 2.0;
+        assert_eq!(other.len(), self.rank2.len(), "spearman: length mismatch");
+        scratch.words.clear();
+        scratch.words.extend(
+            other
+                .iter()
+                .zip(&self.rank2)
+                .map(|(&v, &r)| (u64::from(order_key(v)) << 32) | u64::from(r)),
+        );
+        self.finish(scratch, what)
+    }
+
+    /// Spearman correlation between the reference and the values written by `fill` into a
+    /// key buffer: `fill(keys)` must write `keys[p] = order_key(value_p)` for every position
+    /// (see [`float_key`]). Lets callers stream values (e.g. block-wise distances) without
+    /// materialising them.
+    pub fn spearman_with(
+        &self,
+        scratch: &mut RankScratch,
+        what: &str,
+        fill: impl FnOnce(&mut [u64]),
+    ) -> Result<f64> {
+        scratch.words.clear();
+        scratch.words.resize(self.rank2.len(), 0);
+        fill(&mut scratch.words);
+        for (w, &r) in scratch.words.iter_mut().zip(&self.rank2) {
+            *w = (*w << 32) | u64::from(r);
+        }
+        self.finish(scratch, what)
+    }
+
+    fn finish(&self, scratch: &mut RankScratch, what: &str) -> Result<f64> {
+        radix_sort_keys(&mut scratch.words, &mut scratch.tmp);
+        let n = self.rank2.len();
+        let mean = (n as f64 + 1.0) / 2.0;
         let (mut sxy, mut syy) = (0.0f64, 0.0f64);
         for_each_tie_group(&scratch.words, |r, group| {
             let rc = r - mean;
-            let mut s = 0.0;
-            for &w in group {
-                s += self.centred[(w & 0xFFFF_FFFF) as usize];
-            }
-            sxy += rc * s;
-            syy += rc * rc * group.len() as f64;
+            let s2: u64 = group.iter().map(|&w| w & 0xFFFF_FFFF).sum();
+            let cnt = group.len() as f64;
+            sxy += rc * (s2 as f64 / 2.0 - cnt * mean);
+            syy += rc * rc * cnt;
         });
         if syy == 0.0 {
             return Err(Error::Constant { what: what.into() });
@@ -149,13 +209,23 @@ impl RankedReference {
     }
 }
 
+/// The sort key of a float: a `u32` whose unsigned order is the float's order (−0 = +0).
+#[inline]
+pub fn float_key(v: f32) -> u64 {
+    u64::from(order_key(v))
+}
+
 /// Pearson correlation of two equal-length slices (two-pass, `f64`).
 #[track_caller]
 pub fn pearson(a: &[f64], b: &[f64], what: &str) -> Result<f64> {
     assert_eq!(a.len(), b.len(), "pearson: length mismatch");
     let n = a.len();
     if n < 2 {
-        return Err(Error::TooFewPoints { what: what.into(), n, min: 2 });
+        return Err(Error::TooFewPoints {
+            what: what.into(),
+            n,
+            min: 2,
+        });
     }
     let ma = a.iter().sum::<f64>() / n as f64;
     let mb = b.iter().sum::<f64>() / n as f64;

@@ -37,7 +37,11 @@ fn bench_pga(c: &mut Criterion) {
     let params = NullParams { n_null, seed: 0 }.check().unwrap();
     let null = NullBases::draw(d, k, &params).unwrap();
     let threads = rayon::current_num_threads();
-    let par = if threads > 1 { Par::rayon(threads) } else { Par::Seq };
+    let par = if threads > 1 {
+        Par::rayon(threads)
+    } else {
+        Par::Seq
+    };
 
     let mut group = c.benchmark_group("pga_n2048_d2048_k100");
     group.sample_size(10);
@@ -48,7 +52,11 @@ fn bench_pga(c: &mut Criterion) {
     // The unavoidable parts: full Gram once, then per draw: projection, Gram, one pair sort.
     let hc = repgeom_linalg::ccr(h.as_ref(), 1, par).unwrap();
     let h32 = repgeom_linalg::to_f32(hc.as_ref());
-    let q32: Vec<Mat<f32>> = null.bases().iter().map(|q| repgeom_linalg::to_f32(q.as_ref())).collect();
+    let q32: Vec<Mat<f32>> = null
+        .bases()
+        .iter()
+        .map(|q| repgeom_linalg::to_f32(q.as_ref()))
+        .collect();
     group.bench_function("floor_gemms_plus_one_sort_per_draw", |bench| {
         use rayon::prelude::*;
         bench.iter(|| {
@@ -59,7 +67,10 @@ fn bench_pga(c: &mut Criterion) {
                     let p = repgeom_linalg::project_f32(h32.as_ref(), q.as_ref(), Par::Seq);
                     let mut g = Mat::<f32>::zeros(n, n);
                     faer_gram(&mut g, p.as_ref());
-                    let mut v: Vec<f32> = (0..n).flat_map(|i| ((i + 1)..n).map(move |j| (i, j))).map(|(i, j)| g[(j, i)]).collect();
+                    let mut v: Vec<f32> = (0..n)
+                        .flat_map(|i| ((i + 1)..n).map(move |j| (i, j)))
+                        .map(|(i, j)| g[(j, i)])
+                        .collect();
                     v.sort_unstable_by(f32::total_cmp);
                     v[v.len() / 2]
                 })

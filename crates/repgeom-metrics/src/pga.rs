@@ -14,8 +14,8 @@
 
 use rayon::prelude::*;
 use repgeom_linalg::{
-    Mat, MatRef, Par, RankScratch, RankedReference, center_columns, condensed_len,
-    cosine_distances, first_non_finite, principal_directions, remove_directions, to_f32,
+    Mat, MatRef, Par, RankScratch, RankedReference, center_columns, cosine_distances,
+    first_non_finite, principal_directions, remove_directions, to_f32,
 };
 use repgeom_null::{NullBases, NullSummary};
 use serde::{Deserialize, Serialize};
@@ -55,13 +55,22 @@ pub struct PgaResult {
 pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str) -> Result<()> {
     let (n, d) = (acts.nrows(), acts.ncols());
     if n < MIN_POINTS {
-        return Err(Error::TooFewPoints { what: what.into(), n, min: MIN_POINTS });
+        return Err(Error::TooFewPoints {
+            what: what.into(),
+            n,
+            min: MIN_POINTS,
+        });
     }
     if basis.nrows() != d {
         return Err(Error::ShapeMismatch {
             what: format!("{what} against the readout basis"),
             left: format!("activations [{n}, {d}] (d = {d})"),
-            right: format!("readout basis [{}, {}] (d = {})", basis.nrows(), basis.ncols(), basis.nrows()),
+            right: format!(
+                "readout basis [{}, {}] (d = {})",
+                basis.nrows(),
+                basis.ncols(),
+                basis.nrows()
+            ),
         });
     }
     let k = basis.ncols();
@@ -73,13 +82,24 @@ pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str
         });
     }
     if let Some((row, col)) = first_non_finite(acts) {
-        return Err(Error::NonFinite { what: what.into(), row, col });
+        return Err(Error::NonFinite {
+            what: what.into(),
+            row,
+            col,
+        });
     }
     if let Some(row) = (0..n).find(|&i| acts.row(i).iter().all(|&v| v == 0.0)) {
-        return Err(Error::Linalg(repgeom_linalg::Error::ZeroNorm { what: what.into(), row }));
+        return Err(Error::Linalg(repgeom_linalg::Error::ZeroNorm {
+            what: what.into(),
+            row,
+        }));
     }
     if let Some((row, col)) = first_non_finite(basis) {
-        return Err(Error::NonFinite { what: format!("readout basis for {what}"), row, col });
+        return Err(Error::NonFinite {
+            what: format!("readout basis for {what}"),
+            row,
+            col,
+        });
     }
     Ok(())
 }
@@ -113,7 +133,9 @@ pub fn pga_ccr_sweep(
         return Err(Error::InvalidOption {
             name: "ccr".into(),
             value: max_c.to_string(),
-            reason: format!("cannot remove {max_c} principal directions from {n} points in {d} dimensions ({what})"),
+            reason: format!(
+                "cannot remove {max_c} principal directions from {n} points in {d} dimensions ({what})"
+            ),
         });
     }
     let centred = center_columns(acts);
@@ -133,11 +155,19 @@ pub fn pga_ccr_sweep(
                 _ => centred.clone(),
             };
             let label = format!("{what} after CCR-{c}");
-            pga_corrected(corrected.as_ref(), readout32.as_ref(), &null32, c, &label, par, on_draw)
-                .map(|mut r| {
-                    r.n_points = n;
-                    r
-                })
+            pga_corrected(
+                corrected.as_ref(),
+                readout32.as_ref(),
+                &null32,
+                c,
+                &label,
+                par,
+                on_draw,
+            )
+            .map(|mut r| {
+                r.n_points = n;
+                r
+            })
         })
         .collect()
 }
@@ -171,7 +201,11 @@ fn pga_corrected(
     let reference = RankedReference::new(&full, &format!("{what}: full-space distances"))?;
     drop(full);
     let h32 = to_f32(corrected);
-    let engine = Engine { h: h32.as_ref(), reference: &reference, what };
+    let engine = Engine {
+        h: h32.as_ref(),
+        reference: &reference,
+        what,
+    };
 
     let mut scratch = DrawScratch::new(n);
     let rho_readout = engine.rho(readout, &mut scratch, "readout subspace")?;
@@ -200,20 +234,36 @@ fn pga_corrected(
             )
             .collect::<Result<_>>()?,
     };
-    let NullSummary { null_mean, null_std, z, p_value } =
-        repgeom_null::summarize(rho_readout, &null_rhos)?;
-    Ok(PgaResult { n_points: n, d, k, ccr, rho_readout, null_mean, null_std, z, p_value, null_rhos })
+    let NullSummary {
+        null_mean,
+        null_std,
+        z,
+        p_value,
+    } = repgeom_null::summarize(rho_readout, &null_rhos)?;
+    Ok(PgaResult {
+        n_points: n,
+        d,
+        k,
+        ccr,
+        rho_readout,
+        null_mean,
+        null_std,
+        z,
+        p_value,
+        null_rhos,
+    })
 }
 
-/// Per-worker buffers: the condensed distances and the radix-sort words.
+/// Per-worker buffers: the radix-sort words (two `u64` per pair).
 struct DrawScratch {
-    distances: Vec<f32>,
     rank: RankScratch,
 }
 
 impl DrawScratch {
-    fn new(n: usize) -> Self {
-        Self { distances: vec![0.0; condensed_len(n)], rank: RankScratch::default() }
+    fn new(_n: usize) -> Self {
+        Self {
+            rank: RankScratch::default(),
+        }
     }
 }
 
@@ -228,8 +278,13 @@ impl Engine<'_> {
     fn rho(&self, basis: MatRef<'_, f32>, scratch: &mut DrawScratch, space: &str) -> Result<f64> {
         let label = format!("{}: projection onto the {space}", self.what);
         let projected = repgeom_linalg::project_f32(self.h, basis, Par::Seq);
-        repgeom_linalg::cosine_distances_into(projected.as_ref(), &mut scratch.distances, &label, Par::Seq)?;
-        Ok(self.reference.spearman(&scratch.distances, &mut scratch.rank, &label)?)
+        Ok(repgeom_linalg::spearman_of_cosine(
+            self.reference,
+            projected.as_ref(),
+            &mut scratch.rank,
+            &label,
+            Par::Seq,
+        )?)
     }
 }
 

@@ -13,7 +13,9 @@ const RHO_TOL: f64 = 1e-6;
 const Z_TOL: f64 = 1e-3;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/pga").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/pga")
+        .join(name)
 }
 
 struct Reference {
@@ -36,12 +38,21 @@ fn load() -> Reference {
     let basis = repgeom_linalg::readout_subspace(w, 8, Par::Seq).unwrap();
     let nb = repgeom_io::read_array_f64(&fixture("null_bases.npy")).unwrap();
     let null = NullBases::from_array(&nb.shape, &nb.data, 64, 8, 1e-9).unwrap();
-    let json = serde_json::from_str(&std::fs::read_to_string(fixture("reference.json")).unwrap()).unwrap();
-    Reference { layers, basis, null, json }
+    let json =
+        serde_json::from_str(&std::fs::read_to_string(fixture("reference.json")).unwrap()).unwrap();
+    Reference {
+        layers,
+        basis,
+        null,
+        json,
+    }
 }
 
 fn close(got: f64, expect: f64, tol: f64, what: &str) {
-    assert!((got - expect).abs() <= tol, "{what}: got {got}, SciPy reference {expect} (tol {tol})");
+    assert!(
+        (got - expect).abs() <= tol,
+        "{what}: got {got}, SciPy reference {expect} (tol {tol})"
+    );
 }
 
 #[test]
@@ -51,14 +62,47 @@ fn matches_scipy_reference() {
         let layer = case["layer"].as_u64().unwrap() as usize;
         let ccr = case["ccr"].as_u64().unwrap() as usize;
         let what = format!("layer {layer} ccr {ccr}");
-        let got = pga(r.layers[layer].as_ref(), r.basis.as_ref(), &r.null, ccr, &what, Par::Seq, &|| {})
-            .unwrap();
-        close(got.rho_readout, case["rho_readout"].as_f64().unwrap(), RHO_TOL, &what);
-        for (i, (g, e)) in got.null_rhos.iter().zip(case["null_rhos"].as_array().unwrap()).enumerate() {
-            close(*g, e.as_f64().unwrap(), RHO_TOL, &format!("{what} null draw {i}"));
+        let got = pga(
+            r.layers[layer].as_ref(),
+            r.basis.as_ref(),
+            &r.null,
+            ccr,
+            &what,
+            Par::Seq,
+            &|| {},
+        )
+        .unwrap();
+        close(
+            got.rho_readout,
+            case["rho_readout"].as_f64().unwrap(),
+            RHO_TOL,
+            &what,
+        );
+        for (i, (g, e)) in got
+            .null_rhos
+            .iter()
+            .zip(case["null_rhos"].as_array().unwrap())
+            .enumerate()
+        {
+            close(
+                *g,
+                e.as_f64().unwrap(),
+                RHO_TOL,
+                &format!("{what} null draw {i}"),
+            );
         }
-        close(got.null_mean, case["null_mean"].as_f64().unwrap(), RHO_TOL, &what);
-        close(got.null_std, case["null_std"].as_f64().unwrap(), RHO_TOL, &what);
+        close(
+            got.null_mean,
+            case["null_mean"].as_f64().unwrap(),
+            RHO_TOL,
+            &what,
+        );
+        close(
+            got.null_std,
+            case["null_std"].as_f64().unwrap(),
+            RHO_TOL,
+            &what,
+        );
         close(got.z, case["z"].as_f64().unwrap(), Z_TOL, &what);
         close(got.p_value, case["p_value"].as_f64().unwrap(), 1e-12, &what);
     }
@@ -67,11 +111,27 @@ fn matches_scipy_reference() {
 #[test]
 fn ccr_sweep_equals_separate_calls() {
     let r = load();
-    let sweep =
-        pga_ccr_sweep(r.layers[1].as_ref(), r.basis.as_ref(), &r.null, &[0, 1, 3], "l1", Par::Seq, &|| {})
-            .unwrap();
+    let sweep = pga_ccr_sweep(
+        r.layers[1].as_ref(),
+        r.basis.as_ref(),
+        &r.null,
+        &[0, 1, 3],
+        "l1",
+        Par::Seq,
+        &|| {},
+    )
+    .unwrap();
     for (c, s) in [0, 1, 3].iter().zip(&sweep) {
-        let one = pga(r.layers[1].as_ref(), r.basis.as_ref(), &r.null, *c, "l1", Par::Seq, &|| {}).unwrap();
+        let one = pga(
+            r.layers[1].as_ref(),
+            r.basis.as_ref(),
+            &r.null,
+            *c,
+            "l1",
+            Par::Seq,
+            &|| {},
+        )
+        .unwrap();
         assert_eq!(s.ccr, *c);
         close(s.z, one.z, 1e-12, "sweep vs single");
     }
@@ -80,12 +140,26 @@ fn ccr_sweep_equals_separate_calls() {
 #[test]
 fn identical_at_one_and_two_threads() {
     let r = load();
-    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
     let run = |pool: &rayon::ThreadPool, par: Par| {
         pool.install(|| {
-            pga_ccr_sweep(r.layers[0].as_ref(), r.basis.as_ref(), &r.null, &[1, 3], "l0", par, &|| {})
-                .unwrap()
+            pga_ccr_sweep(
+                r.layers[0].as_ref(),
+                r.basis.as_ref(),
+                &r.null,
+                &[1, 3],
+                "l0",
+                par,
+                &|| {},
+            )
+            .unwrap()
         })
     };
     let a = run(&one, Par::Seq);
@@ -101,13 +175,13 @@ fn z_unchanged_by_a_rotation_of_everything() {
     let rot = repgeom_null::haar_basis(d, d, 99, 0);
     let rotate32 = |x: &Mat<f32>| {
         let x64 = repgeom_linalg::to_f64(x.as_ref());
-        repgeom_linalg::to_f32(repgeom_linalg::project(x64.as_ref(), rot.as_ref(), Par::Seq).as_ref())
+        repgeom_linalg::to_f32(
+            repgeom_linalg::project(x64.as_ref(), rot.as_ref(), Par::Seq).as_ref(),
+        )
     };
     // Basis B (d×k) becomes Rᵀ B so that (X R)(Rᵀ B) = X B.
     let rot_t = rot.transpose().to_owned();
-    let rotate_basis = |b: &Mat<f64>| {
-        repgeom_linalg::project(rot_t.as_ref(), b.as_ref(), Par::Seq)
-    };
+    let rotate_basis = |b: &Mat<f64>| repgeom_linalg::project(rot_t.as_ref(), b.as_ref(), Par::Seq);
     let (shape, _) = r.null.to_array();
     let mut data = Vec::new();
     for q in r.null.bases() {
@@ -119,7 +193,16 @@ fn z_unchanged_by_a_rotation_of_everything() {
         }
     }
     let null_rot = NullBases::from_array(&shape, &data, d, 8, 1e-9).unwrap();
-    let base = pga(r.layers[1].as_ref(), r.basis.as_ref(), &r.null, 1, "l1", Par::Seq, &|| {}).unwrap();
+    let base = pga(
+        r.layers[1].as_ref(),
+        r.basis.as_ref(),
+        &r.null,
+        1,
+        "l1",
+        Par::Seq,
+        &|| {},
+    )
+    .unwrap();
     let rotated = pga(
         rotate32(&r.layers[1]).as_ref(),
         rotate_basis(&r.basis).as_ref(),
@@ -138,14 +221,31 @@ fn z_unchanged_by_a_rotation_of_everything() {
 fn degenerate_inputs_are_clear_errors() {
     let r = load();
     let check = |acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, expect: &str| {
-        let err = pga(acts, basis, &r.null, 1, "acts.npy: layer.0 [..]", Par::Seq, &|| {}).unwrap_err();
+        let err = pga(
+            acts,
+            basis,
+            &r.null,
+            1,
+            "acts.npy: layer.0 [..]",
+            Par::Seq,
+            &|| {},
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), expect);
     };
     let few = r.layers[0].as_ref().subrows(0, 3);
-    check(few, r.basis.as_ref(), "acts.npy: layer.0 [..]: needs at least 4 points, got 3");
+    check(
+        few,
+        r.basis.as_ref(),
+        "acts.npy: layer.0 [..]: needs at least 4 points, got 3",
+    );
     let mut nan = r.layers[0].clone();
     nan[(5, 7)] = f32::NAN;
-    check(nan.as_ref(), r.basis.as_ref(), "acts.npy: layer.0 [..]: non-finite value (NaN or Inf) at row 5, column 7");
+    check(
+        nan.as_ref(),
+        r.basis.as_ref(),
+        "acts.npy: layer.0 [..]: non-finite value (NaN or Inf) at row 5, column 7",
+    );
     let narrow = r.layers[0].as_ref().subcols(0, 32);
     check(
         narrow,
@@ -154,7 +254,11 @@ fn degenerate_inputs_are_clear_errors() {
     );
     let mut zero = r.layers[0].clone();
     zero.row_mut(2).fill(0.0);
-    check(zero.as_ref(), r.basis.as_ref(), "acts.npy: layer.0 [..]: row 2 has zero norm, so cosine distances to it are undefined");
+    check(
+        zero.as_ref(),
+        r.basis.as_ref(),
+        "acts.npy: layer.0 [..]: row 2 has zero norm, so cosine distances to it are undefined",
+    );
     // A row equal to the mean of the points is zero after centring.
     let mut zero = r.layers[0].clone();
     let n = zero.nrows() as f32;
@@ -162,6 +266,15 @@ fn degenerate_inputs_are_clear_errors() {
         let mean = (1..zero.nrows()).map(|i| zero[(i, j)]).sum::<f32>() / (n - 1.0);
         zero[(0, j)] = mean;
     }
-    let err = pga(zero.as_ref(), r.basis.as_ref(), &r.null, 0, "z", Par::Seq, &|| {}).unwrap_err();
+    let err = pga(
+        zero.as_ref(),
+        r.basis.as_ref(),
+        &r.null,
+        0,
+        "z",
+        Par::Seq,
+        &|| {},
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("row 0 has zero norm"), "{err}");
 }

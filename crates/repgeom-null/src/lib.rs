@@ -57,7 +57,9 @@ pub enum Error {
         deviation: f64,
     },
     /// The null sample has no spread, so a z-score is undefined.
-    #[error("the null distribution has zero spread (all {n} draws equal {value}), so z is undefined")]
+    #[error(
+        "the null distribution has zero spread (all {n} draws equal {value}), so z is undefined"
+    )]
     DegenerateNull {
         /// Number of draws.
         n: usize,
@@ -81,7 +83,10 @@ pub struct NullParams {
 
 impl Default for NullParams {
     fn default() -> Self {
-        Self { n_null: 100, seed: 0 }
+        Self {
+            n_null: 100,
+            seed: 0,
+        }
     }
 }
 
@@ -138,7 +143,12 @@ fn orthonormalize(q: &mut Mat<f64>) {
     for j in 0..k {
         for _pass in 0..2 {
             for p in 0..j {
-                let dot: f64 = q.col(p).iter().zip(q.col(j).iter()).map(|(a, b)| a * b).sum();
+                let dot: f64 = q
+                    .col(p)
+                    .iter()
+                    .zip(q.col(j).iter())
+                    .map(|(a, b)| a * b)
+                    .sum();
                 for i in 0..q.nrows() {
                     let v = q[(i, p)];
                     q[(i, j)] -= dot * v;
@@ -175,16 +185,29 @@ impl NullBases {
             .into_par_iter()
             .map(|i| haar_basis(d, k, seed, i))
             .collect();
-        Ok(Self { d, k, seed: Some(seed), bases })
+        Ok(Self {
+            d,
+            k,
+            seed: Some(seed),
+            bases,
+        })
     }
 
     /// Bases supplied by the user as an `n_null × d × k` C-order array; each is checked to be
     /// orthonormal to `tol`.
     pub fn from_array(shape: &[usize], data: &[f64], d: usize, k: usize, tol: f64) -> Result<Self> {
         if shape.len() != 3 || shape[1] != d || shape[2] != k || shape[0] < 2 {
-            return Err(Error::ShapeMismatch { found: shape.to_vec(), d, k });
+            return Err(Error::ShapeMismatch {
+                found: shape.to_vec(),
+                d,
+                k,
+            });
         }
-        assert_eq!(data.len(), shape.iter().product::<usize>(), "data length must match shape");
+        assert_eq!(
+            data.len(),
+            shape.iter().product::<usize>(),
+            "data length must match shape"
+        );
         let mut bases = Vec::with_capacity(shape[0]);
         for (index, chunk) in data.chunks_exact(d * k).enumerate() {
             let q = Mat::<f64>::from_fn(d, k, |i, j| chunk[i * k + j]);
@@ -194,7 +217,12 @@ impl NullBases {
             }
             bases.push(q);
         }
-        Ok(Self { d, k, seed: None, bases })
+        Ok(Self {
+            d,
+            k,
+            seed: None,
+            bases,
+        })
     }
 
     /// The bases as an `n_null × d × k` C-order array (the layout of `--save-null-bases`).

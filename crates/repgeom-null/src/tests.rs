@@ -9,15 +9,22 @@ fn bases_are_orthonormal_and_reproducible() {
         assert!(repgeom_linalg::orthonormal_basis_check(qa.as_ref()) < 1e-12);
         assert!(qa == qb, "same seed must give identical bases");
     }
-    let other = NullBases::draw(30, 4, &NullParams { n_null: 5, seed: 8 }.check().unwrap()).unwrap();
+    let other =
+        NullBases::draw(30, 4, &NullParams { n_null: 5, seed: 8 }.check().unwrap()).unwrap();
     assert!(a.bases()[0] != other.bases()[0]);
 }
 
 #[test]
 fn draws_are_identical_at_any_thread_count() {
     let params = NullParams { n_null: 8, seed: 3 }.check().unwrap();
-    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
     let a = one.install(|| NullBases::draw(20, 3, &params).unwrap());
     let b = two.install(|| NullBases::draw(20, 3, &params).unwrap());
     assert!(a.bases() == b.bases());
@@ -26,7 +33,12 @@ fn draws_are_identical_at_any_thread_count() {
 #[test]
 fn projector_trace_averages_to_k_over_d() {
     // For a Haar subspace, E[‖Qᵀe₁‖²] = k/d. Average over many draws of a 10-in-40 subspace.
-    let params = NullParams { n_null: 400, seed: 11 }.check().unwrap();
+    let params = NullParams {
+        n_null: 400,
+        seed: 11,
+    }
+    .check()
+    .unwrap();
     let bases = NullBases::draw(40, 10, &params).unwrap();
     let mean: f64 = bases
         .bases()
@@ -46,7 +58,10 @@ fn array_round_trip() {
     let b = NullBases::from_array(&shape, &data, 6, 2, 1e-9).unwrap();
     assert!(a.bases() == b.bases());
     let err = NullBases::from_array(&shape, &data, 6, 3, 1e-9).unwrap_err();
-    assert_eq!(err.to_string(), "null bases have shape [3, 6, 2], expected [n_null, 6, 3]");
+    assert_eq!(
+        err.to_string(),
+        "null bases have shape [3, 6, 2], expected [n_null, 6, 3]"
+    );
     let mut bad = data.clone();
     bad[0] *= 2.0;
     assert!(matches!(
@@ -63,6 +78,9 @@ fn summary_matches_hand_computation() {
     assert!((s.null_std - (5.0f64 / 3.0).sqrt()).abs() < 1e-15);
     assert!((s.z - 0.5 / (5.0f64 / 3.0).sqrt()).abs() < 1e-15);
     assert!((s.p_value - 3.0 / 5.0).abs() < 1e-15);
-    assert!(matches!(summarize(1.0, &[2.0, 2.0]), Err(Error::DegenerateNull { .. })));
+    assert!(matches!(
+        summarize(1.0, &[2.0, 2.0]),
+        Err(Error::DegenerateNull { .. })
+    ));
     assert!(NullParams { n_null: 1, seed: 0 }.check().is_err());
 }
