@@ -1,6 +1,6 @@
 //! `custom-metric` is the worked example of `docs/adding-a-metric.md`: a metric defined outside
-//! `repgeom-metrics` that joins its registry, and so the CLI and the conformance suite, by being
-//! linked in.
+//! `repgeom-metrics` that joins its registry (and so any binary or analysis file that links it)
+//! by being linked in.
 //!
 //! The main type is [`ParticipationRatio`], the participation ratio of the covariance spectrum
 //! (Gao et al. 2017), $\mathrm{PR} = (\sum_i\lambda_i)^2/\sum_i\lambda_i^2$: the number of
