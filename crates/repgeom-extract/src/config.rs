@@ -14,6 +14,9 @@ pub enum Family {
     GptNeoX,
     /// Llama-style decoders (`model_type` `llama`).
     Llama,
+    /// OLMo (`model_type` `olmo`, the `-hf` conversions): Llama with weight-less LayerNorms
+    /// and optional clipping of q, k and v.
+    Olmo,
 }
 
 /// The activation function of the MLP.
@@ -90,6 +93,8 @@ pub struct ModelConfig {
     pub mlp_bias: bool,
     /// Whether the readout reuses the input embedding.
     pub tie_word_embeddings: bool,
+    /// OLMo: q, k and v are clamped to `[-clip, clip]` after projection.
+    pub clip_qkv: Option<f64>,
 }
 
 impl ModelConfig {
@@ -114,6 +119,7 @@ impl ModelConfig {
             attention_bias: true,
             mlp_bias: true,
             tie_word_embeddings: false,
+            clip_qkv: None,
         }
     }
 
@@ -131,6 +137,7 @@ impl ModelConfig {
         let family = match model_type.as_str() {
             "gpt_neox" => Family::GptNeoX,
             "llama" => Family::Llama,
+            "olmo" => Family::Olmo,
             _ => {
                 let architectures = cfg
                     .get("architectures")
@@ -193,19 +200,19 @@ impl ModelConfig {
             .unwrap_or(default_pct);
         // HF: int(head_size * rotary_pct)
         let rotary_dims = (head_dim as f64 * rotary_pct) as usize;
-        if rotary_dims % 2 != 0 || rotary_dims > head_dim || !(0.0..=1.0).contains(&rotary_pct) {
+        if !rotary_dims.is_multiple_of(2) || rotary_dims > head_dim || !(0.0..=1.0).contains(&rotary_pct) {
             return Err(r.bad("rotary_pct", format!("{rotary_pct} gives {rotary_dims} rotary dims of a head of {head_dim}; must be even")));
         }
         let activation = Activation::parse(
             path,
             r.opt_str("hidden_act").unwrap_or(match family {
                 Family::GptNeoX => "gelu",
-                Family::Llama => "silu",
+                Family::Llama | Family::Olmo => "silu",
             }),
         )?;
         let vocab_size = r.usize("vocab_size")?;
         let max_positions = r.usize("max_position_embeddings")?;
-        let tie_default = family == Family::Llama;
+        let tie_default = family != Family::GptNeoX;
         let tie_word_embeddings = r.opt_bool("tie_word_embeddings").unwrap_or(tie_default);
         let config = match family {
             Family::GptNeoX => Self {
@@ -226,8 +233,9 @@ impl ModelConfig {
                 attention_bias: r.opt_bool("attention_bias").unwrap_or(true),
                 mlp_bias: true,
                 tie_word_embeddings,
+                clip_qkv: None,
             },
-            Family::Llama => {
+            Family::Llama | Family::Olmo => {
                 let n_kv_heads = r.opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
                 if n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
                     return Err(r.bad(
@@ -253,12 +261,22 @@ impl ModelConfig {
                     max_positions,
                     rotary_dims,
                     rope_theta,
-                    norm_eps: r.opt_f64("rms_norm_eps").unwrap_or(1e-6),
+                    // OLMo's LayerNorm has a fixed eps of 1e-5 in transformers.
+                    norm_eps: if family == Family::Olmo {
+                        1e-5
+                    } else {
+                        r.opt_f64("rms_norm_eps").unwrap_or(1e-6)
+                    },
                     activation,
                     use_parallel_residual: false,
                     attention_bias: r.opt_bool("attention_bias").unwrap_or(false),
                     mlp_bias: r.opt_bool("mlp_bias").unwrap_or(false),
                     tie_word_embeddings,
+                    clip_qkv: if family == Family::Olmo {
+                        r.opt_f64("clip_qkv")
+                    } else {
+                        None
+                    },
                 }
             }
         };

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{D, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -244,12 +244,21 @@ impl Model {
                 };
                 (embed, layers, final_norm, readout)
             }
-            Family::Llama => {
+            Family::Llama | Family::Olmo => {
                 let p = "model";
+                let olmo = c.family == Family::Olmo;
                 let embed = get(&format!("{p}.embed_tokens.weight"), &[v, d])?;
                 let rms = |get: &mut dyn FnMut(&str, &[usize]) -> Result<Tensor>,
                            name: &str|
                  -> Result<Norm> {
+                    if olmo {
+                        // OLMo: LayerNorm without weight or bias (none stored)
+                        return Ok(Norm::Layer {
+                            weight: Tensor::ones(d, DType::F32, &Device::Cpu)?,
+                            bias: Tensor::zeros(d, DType::F32, &Device::Cpu)?,
+                            eps,
+                        });
+                    }
                     Ok(Norm::Rms {
                         weight: get(&format!("{name}.weight"), &[d])?,
                         eps,
@@ -431,9 +440,16 @@ impl Model {
                 let heads = |y: Tensor, n: usize| -> Result<Tensor> {
                     Ok(y.reshape((t, n, hd))?.transpose(0, 1)?.contiguous()?)
                 };
-                let q = heads(q.forward(x)?, nh)?;
-                let mut k = heads(k.forward(x)?, nkv)?;
-                let mut v = heads(v.forward(x)?, nkv)?;
+                let proj = |l: &Linear| -> Result<Tensor> {
+                    let y = l.forward(x)?;
+                    Ok(match c.clip_qkv {
+                        Some(clip) => y.clamp(-clip as f32, clip as f32)?,
+                        None => y,
+                    })
+                };
+                let q = heads(proj(q)?, nh)?;
+                let mut k = heads(proj(k)?, nkv)?;
+                let mut v = heads(proj(v)?, nkv)?;
                 if nkv != nh {
                     let rep = nh / nkv;
                     k = k

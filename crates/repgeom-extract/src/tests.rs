@@ -69,7 +69,7 @@ fn unsupported_model_type_lists_architectures() {
         .unwrap_err();
     assert_eq!(
         e,
-        "config.json: unsupported architecture (model_type \"gpt2\", architectures [\"GPT2LMHeadModel\"]); supported: gpt_neox, llama"
+        "config.json: unsupported architecture (model_type \"gpt2\", architectures [\"GPT2LMHeadModel\"]); supported: gpt_neox, llama, olmo"
     );
 }
 

@@ -21,7 +21,7 @@ fn unsupported_architecture_is_named() {
     assert!(
         msg.contains("gpt2")
             && msg.contains("GPTNeoXForCausalLM")
-            && msg.contains("supported: gpt_neox, llama"),
+            && msg.contains("supported: gpt_neox, llama, olmo"),
         "{msg}"
     );
 }

@@ -126,10 +126,20 @@ fn llama_gqa_tied_f16_matches_transformers() {
 
 #[test]
 fn tokenizer_matches_python_tokenizers() {
-    for name in ["gptneox_parallel", "gptneox_serial_bf16", "llama_tied"] {
+    for name in [
+        "gptneox_parallel",
+        "gptneox_serial_bf16",
+        "llama_tied",
+        "olmo_clip",
+    ] {
         let exp = read_expected(name);
         let want: Vec<u32> = serde_json::from_str(&exp.meta["text_ids"]).unwrap();
         let ex = Extractor::load(&fixture(name)).unwrap();
         assert_eq!(ex.encode(&exp.meta["text"]).unwrap(), want, "{name}");
     }
+}
+
+#[test]
+fn olmo_weightless_layernorm_and_clip_qkv_matches_transformers() {
+    assert_parity("olmo_clip", 3);
 }
