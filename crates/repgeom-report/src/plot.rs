@@ -76,40 +76,53 @@ impl Scale {
                 out
             }
             Scale::SymLog => {
-                // 0, ±2, ±5, ±10, ±20, ±50, ...; ±1 only for narrow ranges
-                let mut cands = vec![0.0];
-                if hi.abs().max(lo.abs()) < 10.0 {
-                    cands.extend([1.0, -1.0]);
-                }
-                let mut m = 1.0;
-                while m < 1e7 {
-                    for f in [2.0, 5.0, 10.0] {
-                        cands.push(m * f);
-                        cands.push(-m * f);
-                    }
-                    m *= 10.0;
-                }
-                cands.retain(|&v| v >= lo - 1e-9 && v <= hi + 1e-9);
-                cands.sort_by(f64::total_cmp);
-                // thin: keep ticks at least 1/12 of the transformed span apart, 0 always kept
+                // Regular tick families, densest first; the first whose ticks are at least
+                // span/n_max apart (in transformed units) wins, so every panel reads alike.
                 let span = self.fwd(hi) - self.fwd(lo);
                 let min_gap = span / n_max as f64;
-                let mut kept: Vec<f64> = Vec::new();
-                // walk outwards from 0 so the ticks near 0 win
-                let (neg, pos): (Vec<f64>, Vec<f64>) = cands.iter().partition(|&&v| v < 0.0);
-                for side in [pos, neg.into_iter().rev().collect::<Vec<_>>()] {
-                    let mut last: Option<f64> = None;
-                    for v in side {
-                        let t = self.fwd(v);
-                        if last.is_none_or(|l| (t - l).abs() >= min_gap) {
-                            kept.push(v);
-                            last = Some(t);
+                let decades = |mults: &[f64]| {
+                    let mut v = vec![0.0];
+                    let mut m = 1.0;
+                    while m < 1e7 {
+                        for f in mults {
+                            v.extend([m * f, -m * f]);
                         }
+                        m *= 10.0;
+                    }
+                    v
+                };
+                let narrow = hi.abs().max(lo.abs()) < 10.0;
+                let mut families = Vec::new();
+                if narrow {
+                    families.push(decades(&[1.0, 2.0, 5.0]));
+                }
+                families.push(decades(&[2.0, 5.0, 10.0]));
+                families.push(
+                    [
+                        decades(&[10.0]),
+                        vec![2.0, -2.0, 50.0, -50.0, 500.0, -500.0],
+                    ]
+                    .concat(),
+                );
+                families.push([decades(&[10.0]), vec![2.0, -2.0]].concat());
+                families.push(decades(&[10.0]));
+                let mut chosen = Vec::new();
+                for fam in families {
+                    let mut ticks: Vec<f64> = fam
+                        .into_iter()
+                        .filter(|&v| v >= lo - 1e-9 && v <= hi + 1e-9)
+                        .collect();
+                    ticks.sort_by(f64::total_cmp);
+                    ticks.dedup();
+                    let ok = ticks
+                        .windows(2)
+                        .all(|w| self.fwd(w[1]) - self.fwd(w[0]) >= min_gap * 0.9);
+                    chosen = ticks;
+                    if ok {
+                        break;
                     }
                 }
-                kept.sort_by(f64::total_cmp);
-                kept.dedup();
-                kept
+                chosen
             }
         }
     }
@@ -524,7 +537,7 @@ fn draw_lines<DB: DrawingBackend>(p: &LinePanel, area: &DrawingArea<DB, Shift>) 
     let (pw, ph) = area.dim_in_pixel();
     let (nx, ny) = (
         (pw.saturating_sub(110) / 70) as usize,
-        (ph.saturating_sub(90) / 28) as usize,
+        (ph.saturating_sub(90) / 22) as usize,
     );
     let (ty0, ty1) = if p.y_range.is_some() {
         padded(p.y_scale.fwd(y_lo), p.y_scale.fwd(y_hi), 0.0)
