@@ -72,6 +72,11 @@ fn bench(c: &mut Criterion) {
     g.bench_function("layer_7600x4096_k4", |b| {
         b.iter(|| plan.probe_layer(0, f).unwrap())
     });
+    let (xc, _) = correlated(n, d, k, 1);
+    let fc = Features::new(0, n, d, &xc).unwrap();
+    g.bench_function("layer_7600x4096_k4_correlated", |b| {
+        b.iter(|| plan.probe_layer(0, fc).unwrap())
+    });
     g.finish();
 }
 
