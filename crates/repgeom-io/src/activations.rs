@@ -228,7 +228,9 @@ fn npz_layout(path: &Path, ts: &[RawTensor<'_>]) -> Result<Layout> {
             reason: "archive holds no arrays".into(),
         });
     }
-    if ts.len() == 1 && ts[0].shape.len() == 3 {
+    // A lone array is read like an .npy file: [L, N, d], or [N, d] as layer 0 when its name
+    // carries no layer number.
+    if ts.len() == 1 && (ts[0].shape.len() == 3 || npz_index(&ts[0].name).is_none()) {
         return stacked_or_single(path, ts);
     }
     let mut out = BTreeMap::new();

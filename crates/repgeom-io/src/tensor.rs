@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-use half::{bf16, f16};
+use half::f16;
 
 use crate::{Error, Result};
 
@@ -297,25 +297,65 @@ fn word<const N: usize>(c: &[u8], big_endian: bool) -> [u8; N] {
     a
 }
 
+/// Copies a chunk of exactly `N` bytes into an array.
+fn arr<const N: usize>(c: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(c);
+    a
+}
+
+/// Decodes packed 16-bit words in the given byte order.
+fn u16_words(bytes: &[u8], big_endian: bool) -> Vec<u16> {
+    let c = bytes.chunks_exact(2);
+    if big_endian {
+        c.map(|c| u16::from_be_bytes([c[0], c[1]])).collect()
+    } else {
+        c.map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
+    }
+}
+
 /// Converts packed float bytes of `dtype` to f32.
+///
+/// Each branch is a simple loop with the byte order decided outside it, so that it vectorises:
+/// weight shards are tens of millions of elements.
 pub(crate) fn convert_f32(bytes: &[u8], dtype: DType, big_endian: bool) -> Vec<f32> {
     match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_ne_bytes(word(c, big_endian)))
-            .collect(),
-        DType::F64 => bytes
-            .chunks_exact(8)
-            .map(|c| f64::from_ne_bytes(word(c, big_endian)) as f32)
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| f16::from_bits(u16::from_ne_bytes(word(c, big_endian))).to_f32())
-            .collect(),
-        DType::BF16 => bytes
-            .chunks_exact(2)
-            .map(|c| bf16::from_bits(u16::from_ne_bytes(word(c, big_endian))).to_f32())
-            .collect(),
+        DType::F32 => {
+            let c = bytes.chunks_exact(4);
+            if big_endian {
+                c.map(|c| f32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            } else {
+                c.map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            }
+        }
+        DType::F64 => {
+            let c = bytes.chunks_exact(8);
+            if big_endian {
+                c.map(|c| f64::from_be_bytes(arr(c)) as f32).collect()
+            } else {
+                c.map(|c| f64::from_le_bytes(arr(c)) as f32).collect()
+            }
+        }
+        DType::BF16 => {
+            let c = bytes.chunks_exact(2);
+            if big_endian {
+                c.map(|c| f32::from_bits(u32::from(u16::from_be_bytes([c[0], c[1]])) << 16))
+                    .collect()
+            } else {
+                c.map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
+                    .collect()
+            }
+        }
+        DType::F16 => {
+            use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+            let words = u16_words(bytes, big_endian);
+            let halves: &[f16] = words.reinterpret_cast();
+            let mut out = vec![0f32; halves.len()];
+            halves.convert_to_f32_slice(&mut out);
+            out
+        }
         _ => Vec::new(),
     }
 }

@@ -149,6 +149,19 @@ fn npz_stored_arr_names_from_rust() {
     }
     z.finish().unwrap();
     check(&p, None, &[(0, "arr_0"), (1, "arr_1")], 2, 2, same);
+
+    // A lone [N, d] array without a layer number reads as layer 0, like an .npy file.
+    let p = dir.path().join("one.npz");
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&p).unwrap());
+    z.start_file("acts.npy", opts).unwrap();
+    let v: Vec<f32> = acts_formula(0, 3, 2)
+        .into_iter()
+        .map(|x| x as f32)
+        .collect();
+    z.write_all(&npy_image("<f4", false, &[3, 2], &crate::f32_bytes(&v)))
+        .unwrap();
+    z.finish().unwrap();
+    check(&p, None, &[(0, "acts")], 3, 2, same);
 }
 
 #[test]
