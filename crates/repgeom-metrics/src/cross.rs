@@ -301,7 +301,7 @@ impl PairMetric for CkaLinear {
                 "biased",
             )
         };
-        if !(kk > 0.0 && ll > 0.0) {
+        if kk.is_nan() || ll.is_nan() || kk <= 0.0 || ll <= 0.0 {
             return Err(Error::Degenerate {
                 what,
                 reason: format!(

@@ -61,7 +61,7 @@ impl Metric for RankMe {
     }
 
     fn check(&self) -> Result<()> {
-        if !(self.epsilon >= 0.0 && self.epsilon < 1.0) {
+        if !(0.0..1.0).contains(&self.epsilon) {
             return Err(invalid(
                 "epsilon",
                 self.epsilon,
@@ -88,7 +88,7 @@ impl Metric for RankMe {
 /// RankMe of a list of singular values; `None` when they are all zero.
 pub fn rankme(singular_values: &[f64], epsilon: f64) -> Option<f64> {
     let total: f64 = singular_values.iter().sum();
-    if !(total > 0.0) {
+    if total.is_nan() || total <= 0.0 {
         return None;
     }
     let entropy: f64 = singular_values
@@ -150,14 +150,14 @@ impl Metric for AlphaReq {
         if self.fit_start == 0 {
             return Err(invalid("fit_start", 0, "indices are 1-based"));
         }
-        if let Some(end) = self.fit_end {
-            if end < self.fit_start + 2 {
-                return Err(invalid(
-                    "fit_end",
-                    end,
-                    "the fit needs at least 3 eigenvalues (fit_end >= fit_start + 2)",
-                ));
-            }
+        if let Some(end) = self.fit_end
+            && end < self.fit_start + 2
+        {
+            return Err(invalid(
+                "fit_end",
+                end,
+                "the fit needs at least 3 eigenvalues (fit_end >= fit_start + 2)",
+            ));
         }
         Ok(())
     }
@@ -316,7 +316,7 @@ impl Metric for Isotropy {
 pub fn isoscore(variances: &[f64]) -> Option<f64> {
     let d = variances.len() as f64;
     let norm = variances.iter().map(|v| v * v).sum::<f64>().sqrt();
-    if !(norm > 0.0) || variances.len() < 2 {
+    if norm.is_nan() || norm <= 0.0 || variances.len() < 2 {
         return None;
     }
     let scale = d.sqrt() / norm;
