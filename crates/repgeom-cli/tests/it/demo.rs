@@ -1,0 +1,36 @@
+//! `repgeom demo`: the planted regimes of the synthetic zoo come out with the planted signs.
+
+use crate::repgeom;
+
+#[test]
+fn planted_signs() {
+    let run = repgeom(&["demo", "--n-null", "30", "--format", "json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rows: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(rows.len() >= 20, "demo zoo too small: {} rows", rows.len());
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &rows {
+        let (planted, ccr, z) = (
+            r["planted"].as_str().unwrap(),
+            r["ccr"].as_u64().unwrap(),
+            r["z"].as_f64().unwrap(),
+        );
+        let what = format!("{} layer {} ccr {ccr}: z = {z}", r["model"], r["layer"]);
+        match (planted, ccr) {
+            ("direct", _) => assert!(z > 2.0, "{what}"),
+            ("detour", 1) => assert!(z < -2.0, "{what}"),
+            ("detour", _) => assert!(z > 2.0, "{what}"),
+            ("isotropic", _) => assert!(z.abs() < 4.0, "{what}"),
+            other => panic!("unexpected regime {other:?}"),
+        }
+        seen.insert(planted.to_string());
+    }
+    assert!(
+        seen.contains("direct") && seen.contains("detour"),
+        "zoo must plant both regimes: {seen:?}"
+    );
+}
