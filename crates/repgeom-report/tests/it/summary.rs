@@ -92,3 +92,14 @@ fn write_report_writes_everything_and_notes_skips() {
     assert!(html.contains("fig7_cross_model skipped"));
     assert!(!dir2.path().join("fig7_cross_model.png").exists());
 }
+
+#[test]
+fn index_page_escapes_text_and_lists_notes() {
+    let s = summary(&fixture());
+    let html =
+        repgeom_report::index_html_with_notes(&[], &s, &["fig9 <skipped> & \"noted\"".to_owned()]);
+    assert!(html.contains("<li>fig9 &lt;skipped&gt; &amp; &quot;noted&quot;</li>"));
+    // every summary row becomes one table row, plus the header
+    assert_eq!(html.matches("<tr>").count(), s.rows.len() + 1);
+    assert!(html.contains(">15–23</td>"), "collapse zone of pythia-410m");
+}
