@@ -28,7 +28,7 @@ fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
     }
     for (p, &(shift, bits)) in PASSES.iter().enumerate() {
         let c = &mut counts[p];
-        if c.iter().any(|&x| x == words.len()) {
+        if c.contains(&words.len()) {
             continue; // every word has the same digit: this pass would not move anything
         }
         let mut sum = 0;

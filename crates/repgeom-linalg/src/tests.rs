@@ -7,7 +7,10 @@ fn check_ranks(values: &[f32], expect: &[f64]) {
     let got = average_ranks(values);
     assert_eq!(got.len(), expect.len());
     for (g, e) in got.iter().zip(expect) {
-        assert!((g - e).abs() < STRICT, "ranks of {values:?}: got {got:?}, expected {expect:?}");
+        assert!(
+            (g - e).abs() < STRICT,
+            "ranks of {values:?}: got {got:?}, expected {expect:?}"
+        );
     }
 }
 
@@ -15,14 +18,19 @@ fn check_ranks(values: &[f32], expect: &[f64]) {
 fn average_ranks_match_rankdata() {
     check_ranks(&[3.0, 1.0, 2.0], &[3.0, 1.0, 2.0]);
     check_ranks(&[1.0, 1.0, 2.0, 0.5], &[2.5, 2.5, 4.0, 1.0]);
-    check_ranks(&[-1.0, 0.0, -0.0, 5.0, 5.0, 5.0], &[1.0, 2.5, 2.5, 5.0, 5.0, 5.0]);
+    check_ranks(
+        &[-1.0, 0.0, -0.0, 5.0, 5.0, 5.0],
+        &[1.0, 2.5, 2.5, 5.0, 5.0, 5.0],
+    );
     check_ranks(&[2.0; 4], &[2.5; 4]);
 }
 
 #[test]
 fn spearman_is_pearson_of_ranks() {
     let a: Vec<f32> = (0..500).map(|i| ((i * 37) % 101) as f32 / 7.0).collect();
-    let b: Vec<f32> = (0..500).map(|i| ((i * 53) % 97) as f32 * 0.3 + (i % 5) as f32).collect();
+    let b: Vec<f32> = (0..500)
+        .map(|i| ((i * 53) % 97) as f32 * 0.3 + (i % 5) as f32)
+        .collect();
     let direct = spearman(&a, &b, "test").unwrap();
     let ra = average_ranks(&a);
     let rb = average_ranks(&b);
@@ -42,7 +50,9 @@ fn spearman_of_constant_is_an_error() {
 
 #[test]
 fn cosine_distances_match_definition() {
-    let x = Mat::<f64>::from_fn(7, 5, |i, j| ((i * 5 + j) as f64 * 0.37).sin() + 0.1 * i as f64);
+    let x = Mat::<f64>::from_fn(7, 5, |i, j| {
+        ((i * 5 + j) as f64 * 0.37).sin() + 0.1 * i as f64
+    });
     let d = cosine_distances(x.as_ref(), "x", Par::Seq).unwrap();
     assert_eq!(d.len(), condensed_len(7));
     for i in 0..7 {
@@ -55,7 +65,10 @@ fn cosine_distances_match_definition() {
             }
             let expect = 1.0 - dot / (ni * nj).sqrt();
             let got = f64::from(d[pair_index(7, i, j)]);
-            assert!((got - expect).abs() < 1e-6, "pair ({i},{j}): {got} vs {expect}");
+            assert!(
+                (got - expect).abs() < 1e-6,
+                "pair ({i},{j}): {got} vs {expect}"
+            );
         }
     }
 }
@@ -65,7 +78,10 @@ fn zero_norm_row_is_an_error() {
     let mut x = Mat::<f64>::from_fn(4, 3, |i, j| (i + j) as f64 + 1.0);
     x.row_mut(2).fill(0.0);
     let err = cosine_distances(x.as_ref(), "acts", Par::Seq).unwrap_err();
-    assert_eq!(err.to_string(), "acts: row 2 has zero norm, so cosine distances to it are undefined");
+    assert_eq!(
+        err.to_string(),
+        "acts: row 2 has zero norm, so cosine distances to it are undefined"
+    );
 }
 
 #[test]
@@ -99,7 +115,11 @@ fn readout_subspace_is_orthonormal_and_rotation_equivariant() {
     let wv = project(wf.as_ref(), v.as_ref(), Par::Seq);
     for j in 0..3 {
         let norm = wv.col(j).norm_l2();
-        assert!((norm - s[j]).abs() < 1e-8 * s[0], "column {j}: {norm} vs {}", s[j]);
+        assert!(
+            (norm - s[j]).abs() < 1e-8 * s[0],
+            "column {j}: {norm} vs {}",
+            s[j]
+        );
     }
 }
 
