@@ -103,7 +103,7 @@ fn paper(args: &[String]) -> anyhow::Result<()> {
         .build()?;
     pool.install(|| {
         if p.check {
-            return check(&p);
+            return check();
         }
         let study = load_study(p.manifest.as_deref())?;
         produce(&study, &p.work, &p.out)
@@ -143,7 +143,7 @@ fn produce(study: &Study, work: &Path, out: &Path) -> anyhow::Result<()> {
     let on_done = |u: &UnitDone<'_>| {
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
         let t = total.load(Ordering::Relaxed).max(1);
-        if n == t || n % (t / 20).max(1) == 0 {
+        if n == t || n.is_multiple_of((t / 20).max(1)) {
             let el = t0.elapsed().as_secs_f64();
             println!(
                 "paper: {n}/{t} units ({:.0}%), {el:.0} s elapsed, eta {:.0} s (last: {}, {:.2} s)",
@@ -199,13 +199,12 @@ fn checked_files(dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
-fn check(p: &PaperArgs) -> anyhow::Result<()> {
+fn check() -> anyhow::Result<()> {
     let committed = root().join("docs/figures");
     let tmp = tempfile::tempdir()?;
     let (work, out) = (tmp.path().join("work"), tmp.path().join("out"));
     let study = load_study(None)?;
     produce(&study, &work, &out)?;
-    let _ = p;
     let fresh = checked_files(&out)?;
     let old = if committed.is_dir() {
         checked_files(&committed)?

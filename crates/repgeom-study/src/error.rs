@@ -96,26 +96,68 @@ pub enum Error {
     },
     /// Reading inputs failed.
     #[error(transparent)]
-    Input(#[from] repgeom_io::Error),
+    Input(Box<repgeom_io::Error>),
     /// A numerical kernel failed.
     #[error(transparent)]
-    Linalg(#[from] repgeom_linalg::Error),
+    Linalg(Box<repgeom_linalg::Error>),
     /// Null sampling failed.
     #[error(transparent)]
-    Null(#[from] repgeom_null::Error),
+    Null(Box<repgeom_null::Error>),
     /// A metric failed.
     #[error(transparent)]
-    Metrics(#[from] repgeom_metrics::Error),
+    Metrics(Box<repgeom_metrics::Error>),
     /// A probe failed.
     #[error(transparent)]
-    Probe(#[from] repgeom_probe::Error),
+    Probe(Box<repgeom_probe::Error>),
     /// Building the table, the figures or the report failed.
     #[error(transparent)]
-    Report(#[from] repgeom_report::Error),
+    Report(Box<repgeom_report::Error>),
     /// Generating the synthetic study failed.
     #[error(transparent)]
-    Synth(#[from] repgeom_synth::Error),
+    Synth(Box<repgeom_synth::Error>),
 }
 
 /// Result with this crate's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<repgeom_io::Error> for Error {
+    fn from(e: repgeom_io::Error) -> Self {
+        Self::Input(Box::new(e))
+    }
+}
+
+impl From<repgeom_linalg::Error> for Error {
+    fn from(e: repgeom_linalg::Error) -> Self {
+        Self::Linalg(Box::new(e))
+    }
+}
+
+impl From<repgeom_null::Error> for Error {
+    fn from(e: repgeom_null::Error) -> Self {
+        Self::Null(Box::new(e))
+    }
+}
+
+impl From<repgeom_metrics::Error> for Error {
+    fn from(e: repgeom_metrics::Error) -> Self {
+        Self::Metrics(Box::new(e))
+    }
+}
+
+impl From<repgeom_probe::Error> for Error {
+    fn from(e: repgeom_probe::Error) -> Self {
+        Self::Probe(Box::new(e))
+    }
+}
+
+impl From<repgeom_report::Error> for Error {
+    fn from(e: repgeom_report::Error) -> Self {
+        Self::Report(Box::new(e))
+    }
+}
+
+impl From<repgeom_synth::Error> for Error {
+    fn from(e: repgeom_synth::Error) -> Self {
+        Self::Synth(Box::new(e))
+    }
+}

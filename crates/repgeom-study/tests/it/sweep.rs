@@ -89,7 +89,7 @@ fn merge_refuses_parts_made_with_other_settings() {
     let other = Study::new(m, "tiny").unwrap();
     repgeom_study::write_plan(dir.path(), &other).unwrap();
     let e = merge(dir.path()).unwrap_err().to_string();
-    assert!(e.contains("config hash") && e.contains("pga"), "{e}");
+    assert!(e.contains("config hash") && e.contains("expects"), "{e}");
     // The sweep itself recomputes stale units instead of mixing them.
     let s = run(&other, dir.path(), Some((0, 4)));
     assert_eq!(s.skipped, 0);
