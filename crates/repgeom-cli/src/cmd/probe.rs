@@ -1,0 +1,144 @@
+//! `repgeom probe`: per-layer linear-probe accuracy, printed as tidy rows
+//! (model, layer, metric, value) that join with PGA results by layer.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use repgeom_metrics::MetricValue;
+use repgeom_probe::{Features, Labels, ProbeParams, Split};
+
+use crate::output::{Cell, Format, emit, metric_table};
+
+/// Arguments of `repgeom probe`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ProbeArgs {
+    /// Per-layer features, one row per labelled example (.npy, .npz or .safetensors; already pooled).
+    #[arg(long, value_name = "F")]
+    pub(crate) features: PathBuf,
+    /// Labels: .npy of integers, a CSV column, or the AG News CSV (no header; class 1-4, title, description).
+    #[arg(long, value_name = "L")]
+    pub(crate) labels: PathBuf,
+    /// Label column of a CSV with a header.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) label_column: Option<String>,
+    /// Share of each class used for training when no split file is given.
+    #[arg(long, default_value_t = 0.8, conflicts_with = "split_file")]
+    pub(crate) train_frac: f64,
+    /// Given split: one line per example, `train`/`test` (or 1/0).
+    #[arg(long, value_name = "S")]
+    pub(crate) split_file: Option<PathBuf>,
+    /// Cross-validation folds for choosing the L2 strength.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) folds: usize,
+    /// L2 strengths to cross-validate (comma-separated; objective mean cross-entropy + λ/2 ‖W‖²).
+    #[arg(long, value_delimiter = ',', default_values_t = repgeom_probe::DEFAULT_GRID.to_vec())]
+    pub(crate) grid: Vec<f64>,
+    /// Seed of the split and folds.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// L-BFGS iteration cap per fit.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) max_iter: usize,
+    /// Only these layers (comma-separated); default all in the file.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) layers: Option<Vec<usize>>,
+    /// Model name in the output rows (default: the features file stem).
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// Output format (default: table on stdout; with --out, from the file's extension).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<Format>,
+    /// Write to this file (atomically) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+}
+
+/// Run `repgeom probe`.
+#[allow(clippy::print_stderr)] // user-facing notes: fits that hit --max-iter, l2 at a grid edge
+pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
+    let params = ProbeParams {
+        train_frac: args.train_frac,
+        folds: args.folds,
+        grid: args.grid.clone(),
+        seed: args.seed,
+        max_iter: args.max_iter,
+        ..ProbeParams::default()
+    }
+    .check()?;
+    let raw = repgeom_io::read_labels(&args.labels, args.label_column.as_deref())
+        .with_context(|| format!("reading labels {}", args.labels.display()))?;
+    let labels = Labels::new(raw.values, raw.class_names)
+        .with_context(|| format!("labels {}", args.labels.display()))?;
+    let split = match &args.split_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading split file {}", p.display()))?;
+            Split::parse(&text).with_context(|| format!("split file {}", p.display()))?
+        }
+        None => Split::Stratified,
+    };
+    let plan = params.plan(labels, &split)?;
+    let acts = repgeom_io::read_activations(&args.features, args.layers.as_deref())
+        .with_context(|| format!("reading features {}", args.features.display()))?;
+    if acts.layers.is_empty() {
+        bail!("{}: no layers to probe", args.features.display());
+    }
+    let model = args.model.clone().unwrap_or_else(|| {
+        args.features
+            .file_stem()
+            .map_or_else(|| "model".to_owned(), |s| s.to_string_lossy().into_owned())
+    });
+    let mut layers = Vec::with_capacity(acts.layers.len());
+    for l in &acts.layers {
+        let f = Features::new(l.layer, l.acts.rows, l.acts.cols, &l.acts.data)
+            .with_context(|| format!("{} tensor {}", args.features.display(), l.tensor))?;
+        let r = plan
+            .probe_layer(l.layer, f)
+            .with_context(|| format!("{} tensor {}", args.features.display(), l.tensor))?;
+        if !r.converged {
+            eprintln!(
+                "note: layer {}: L-BFGS stopped at --max-iter {} before the gradient tolerance",
+                r.layer, args.max_iter
+            );
+        }
+        let edge = r
+            .cv_accuracy
+            .first()
+            .zip(r.cv_accuracy.last())
+            .is_some_and(|(a, b)| r.chosen_l2 == a.0 || r.chosen_l2 == b.0);
+        if edge {
+            eprintln!(
+                "note: layer {}: chosen l2 {:e} is at the edge of --grid; consider widening it",
+                r.layer, r.chosen_l2
+            );
+        }
+        layers.push(r);
+    }
+    let report = repgeom_probe::ProbeReport {
+        class_names: plan.labels().class_names().to_vec(),
+        layers,
+    };
+    // Same long format as `repgeom metrics`: model, layer, metric, variant, value, null
+    // columns (empty here), then n_train / n_test, so reports join probes with PGA by layer.
+    let n_of: std::collections::BTreeMap<usize, (usize, usize)> = report
+        .layers
+        .iter()
+        .map(|l| (l.layer, (l.n_train, l.n_test)))
+        .collect();
+    let rows = report
+        .tidy(&model)
+        .into_iter()
+        .map(|r| {
+            let (n_train, n_test) = n_of[&r.layer];
+            let mut v = MetricValue::new(&r.metric, "", r.value);
+            v.extra.insert("n_train".to_owned(), n_train as f64);
+            v.extra.insert("n_test".to_owned(), n_test as f64);
+            (vec![Cell::Text(r.model), Cell::Int(r.layer as i64)], v)
+        })
+        .collect();
+    emit(
+        &metric_table(&["model", "layer"], rows),
+        args.format,
+        args.out.as_deref(),
+    )
+}
