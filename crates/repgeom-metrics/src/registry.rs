@@ -301,9 +301,10 @@ impl<'a> LayerInput<'a> {
             return Ok(v);
         }
         let values = if centred {
-            repgeom_linalg::singular_values(self.centred(), &self.what)?
+            repgeom_linalg::singular_values(self.centred(), &self.what, self.par)?
         } else {
-            repgeom_linalg::singular_values(repgeom_linalg::to_f64(self.acts).as_ref(), &self.what)?
+            let raw = repgeom_linalg::to_f64(self.acts);
+            repgeom_linalg::singular_values(raw.as_ref(), &self.what, self.par)?
         };
         Ok(cell.get_or_init(|| values))
     }

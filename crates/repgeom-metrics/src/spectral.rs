@@ -387,7 +387,7 @@ impl Metric for ConditionNumber {
     fn info(&self) -> MetricInfo {
         MetricInfo {
             name: "condition_number",
-            summary: "largest over smallest singular value of the centred points (rank min(N-1, d))",
+            summary: "largest over smallest numerically non-zero singular value of the centred points",
             source: "standard numerical linear algebra (Golub & Van Loan); as used for representations by the study",
             options: &[OptionDoc {
                 name: "of",
@@ -405,23 +405,27 @@ impl Metric for ConditionNumber {
 
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
         let sv = input.singular_values(true)?;
-        let r = (input.n() - 1).min(input.d());
-        let rank = numerical_rank(sv, input.n(), input.d());
-        if rank < r {
+        let max_rank = (input.n() - 1).min(input.d());
+        // Singular values below the f32 resolution of the data are noise, not spectrum: the
+        // ratio is taken over the numerically non-zero ones, and the rank used is reported.
+        let rank = numerical_rank(sv, input.n(), input.d()).min(max_rank);
+        if rank < 2 {
             return Err(Error::Degenerate {
                 what: format!("condition_number on {}", input.what()),
                 reason: format!(
-                    "the centred points have numerical rank {rank} < min(N - 1, d) = {r}, so the condition number is infinite"
+                    "the centred points have numerical rank {rank}, so no ratio exists"
                 ),
             });
         }
-        let kappa = sv[0] / sv[r - 1];
+        let kappa = sv[0] / sv[rank - 1];
         let (value, variant) = match self.of {
             SpectrumKind::SingularValues => (kappa, "singular_values"),
             SpectrumKind::Covariance => (kappa * kappa, "covariance"),
         };
         Ok(vec![
-            MetricValue::new("condition_number", variant, value).with_extra("rank", r as f64),
+            MetricValue::new("condition_number", variant, value)
+                .with_extra("rank", rank as f64)
+                .with_extra("max_rank", max_rank as f64),
         ])
     }
 }
