@@ -42,6 +42,20 @@ pub enum Error {
         /// Why it is invalid.
         reason: String,
     },
+    /// The exact engine does not fit in the memory budget.
+    #[error(
+        "{what}: exact PGA over {pairs} pairs needs about {needed} bytes with one worker, over the budget of {budget} bytes; raise --max-memory or estimate on sampled pairs with --max-pairs"
+    )]
+    MemoryBudget {
+        /// Which layer.
+        what: String,
+        /// Bytes needed with one worker.
+        needed: u64,
+        /// The budget.
+        budget: u64,
+        /// Pairs of the exact computation.
+        pairs: usize,
+    },
     /// An unknown metric name was requested.
     #[error("unknown metric {name:?}; known metrics: {known}")]
     UnknownMetric {

@@ -48,6 +48,56 @@ pub struct PgaResult {
     pub p_value: f64,
     /// Every null correlation, in draw order.
     pub null_rhos: Vec<f64>,
+    /// Pairs each correlation was computed on: all $N(N-1)/2$, or the sample of `--max-pairs`.
+    pub n_pairs: usize,
+    /// Standard error of `rho_readout` when it is estimated from sampled pairs (else `None`).
+    pub rho_se: Option<f64>,
+}
+
+/// How the engine may spend memory and whether it samples pairs. None of these change what
+/// is estimated; `max_pairs` changes the exact statistic into an estimate with a stated
+/// standard error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineOptions {
+    /// Bytes the engine may use. Null draws then run on as many workers as fit (at least one);
+    /// if not even one fits, the call fails before allocating and suggests `max_pairs`.
+    pub max_memory: Option<u64>,
+    /// Estimate every Spearman correlation on one seeded sample of this many distinct pairs,
+    /// shared by the readout and all null draws, instead of all $N(N-1)/2$ pairs.
+    pub max_pairs: Option<usize>,
+    /// Seed of the pair sample.
+    pub pair_seed: u64,
+}
+
+/// Bytes the exact engine needs for `n` points in `d` dimensions with `k`-dimensional
+/// projections: `shared` once, plus `per_worker` for each null draw in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryEstimate {
+    /// Bytes held once per (layer, CCR): corrected activations and the ranked reference, plus
+    /// the transient buffers of ranking the reference.
+    pub shared: u64,
+    /// Bytes per worker: the sort buffers of one draw (16 bytes a pair) and its projections.
+    pub per_worker: u64,
+}
+
+impl MemoryEstimate {
+    /// Peak bytes with `workers` draws in flight.
+    pub fn peak(&self, workers: u64) -> u64 {
+        self.shared + workers * self.per_worker
+    }
+}
+
+/// Memory needed by the exact engine (see [`MemoryEstimate`]).
+pub fn memory_estimate(n: usize, d: usize, k: usize) -> MemoryEstimate {
+    let (n, d, k) = (n as u64, d as u64, k as u64);
+    let pairs = n * n.saturating_sub(1) / 2;
+    let block = n * 256 * 4;
+    // centred + corrected f64, f32 copy and normalised copy, ranked reference (u32 a pair),
+    // and, while ranking the reference, its distances (4) and sort buffers (16 a pair).
+    let shared = n * d * (8 + 8 + 4 + 4) + pairs * 4 + pairs * 20 + block;
+    let per_worker = pairs * 16 + n * k * 8 + block;
+    MemoryEstimate { shared, per_worker }
 }
 
 /// Checks the inputs shared by every PGA call. `what` names the layer for messages, e.g.
@@ -119,6 +169,29 @@ pub fn pga_ccr_sweep(
     par: Par,
     on_draw: &(dyn Fn() + Sync),
 ) -> Result<Vec<PgaResult>> {
+    pga_ccr_sweep_with(
+        acts,
+        readout_basis,
+        null,
+        ccrs,
+        what,
+        par,
+        on_draw,
+        &EngineOptions::default(),
+    )
+}
+
+/// [`pga_ccr_sweep`] under a memory budget and, optionally, on sampled pairs.
+pub fn pga_ccr_sweep_with(
+    acts: MatRef<'_, f32>,
+    readout_basis: MatRef<'_, f64>,
+    null: &NullBases,
+    ccrs: &[usize],
+    what: &str,
+    par: Par,
+    on_draw: &(dyn Fn() + Sync),
+    opts: &EngineOptions,
+) -> Result<Vec<PgaResult>> {
     validate_inputs(acts, readout_basis, what)?;
     let (n, d, k) = (acts.nrows(), acts.ncols(), readout_basis.ncols());
     if null.d() != d || null.k() != k {
@@ -138,6 +211,34 @@ pub fn pga_ccr_sweep(
             ),
         });
     }
+    let total_pairs = repgeom_linalg::condensed_len(n);
+    let sample = match opts.max_pairs {
+        Some(m) if m < 3 => {
+            return Err(Error::InvalidOption {
+                name: "max_pairs".into(),
+                value: m.to_string(),
+                reason: "at least 3 pairs are needed for a correlation".into(),
+            });
+        }
+        Some(m) if m < total_pairs => Some(sample_pairs(n, m, opts.pair_seed)),
+        _ => None,
+    };
+    let workers = match (&sample, opts.max_memory) {
+        (None, Some(budget)) => {
+            let est = memory_estimate(n, d, k);
+            let fit = budget.saturating_sub(est.shared) / est.per_worker.max(1);
+            if fit == 0 {
+                return Err(Error::MemoryBudget {
+                    what: what.into(),
+                    needed: est.peak(1),
+                    budget,
+                    pairs: total_pairs,
+                });
+            }
+            Some(fit as usize)
+        }
+        _ => None,
+    };
     let centred = center_columns(acts);
     let directions = if max_c > 0 {
         Some(principal_directions(centred.as_ref(), max_c, par)?.directions)
@@ -155,19 +256,29 @@ pub fn pga_ccr_sweep(
                 _ => centred.clone(),
             };
             let label = format!("{what} after CCR-{c}");
-            pga_corrected(
-                corrected.as_ref(),
-                readout32.as_ref(),
-                &null32,
-                c,
-                &label,
-                par,
-                on_draw,
-            )
-            .map(|mut r| {
-                r.n_points = n;
-                r
-            })
+            match &sample {
+                Some(pairs) => pga_sampled(
+                    corrected.as_ref(),
+                    readout32.as_ref(),
+                    &null32,
+                    c,
+                    pairs,
+                    &label,
+                    par,
+                    on_draw,
+                ),
+                None => with_workers(workers, || {
+                    pga_corrected(
+                        corrected.as_ref(),
+                        readout32.as_ref(),
+                        &null32,
+                        c,
+                        &label,
+                        par,
+                        on_draw,
+                    )
+                }),
+            }
         })
         .collect()
 }
@@ -251,7 +362,168 @@ fn pga_corrected(
         z,
         p_value,
         null_rhos,
+        n_pairs: repgeom_linalg::condensed_len(n),
+        rho_se: None,
     })
+}
+
+/// Runs `f` on a rayon pool of at most `workers` threads (the current pool when `None` or
+/// when the current pool is no larger). Results do not depend on the pool size.
+fn with_workers<T: Send>(
+    workers: Option<usize>,
+    f: impl FnOnce() -> Result<T> + Send,
+) -> Result<T> {
+    match workers {
+        Some(w) if w < rayon::current_num_threads() => {
+            match rayon::ThreadPoolBuilder::new().num_threads(w).build() {
+                Ok(pool) => pool.install(f),
+                Err(_) => f(),
+            }
+        }
+        _ => f(),
+    }
+}
+
+/// `m` distinct pairs `(i, j)`, `i < j < n`, uniformly at random without replacement
+/// (Floyd's algorithm over condensed indices), in condensed order.
+pub fn sample_pairs(n: usize, m: usize, seed: u64) -> Vec<(u32, u32)> {
+    use rand::{Rng, SeedableRng};
+    let total = repgeom_linalg::condensed_len(n) as u64;
+    let m = (m as u64).min(total);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut chosen = std::collections::BTreeSet::new();
+    for j in (total - m)..total {
+        let t = rng.random_range(0..=j);
+        if !chosen.insert(t) {
+            chosen.insert(j);
+        }
+    }
+    chosen.into_iter().map(|p| pair_of_index(n, p)).collect()
+}
+
+/// Inverse of the condensed pair index.
+fn pair_of_index(n: usize, p: u64) -> (u32, u32) {
+    let nf = n as f64;
+    let pf = p as f64;
+    // Row i starts at i*n - i(i+1)/2; solve the quadratic, then correct rounding.
+    let disc = ((2.0 * nf - 1.0).powi(2) - 8.0 * pf).max(0.0).sqrt();
+    let mut i = ((2.0 * nf - 1.0 - disc) / 2.0).floor().max(0.0) as u64;
+    let n64 = n as u64;
+    let start = |i: u64| i * n64 - i * (i + 1) / 2;
+    while i > 0 && start(i) > p {
+        i -= 1;
+    }
+    while i + 2 < n64 && start(i + 1) <= p {
+        i += 1;
+    }
+    let j = p - start(i) + i + 1;
+    (i as u32, j as u32)
+}
+
+/// Row-normalised copy in row-major order (for per-pair dot products).
+fn normalized_rows_major<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> Result<Vec<f32>> {
+    let xn = repgeom_linalg::normalize_rows(x, what)?;
+    let (n, d) = (xn.nrows(), xn.ncols());
+    let mut out = vec![0.0f32; n * d];
+    for j in 0..d {
+        for i in 0..n {
+            out[i * d + j] = xn[(i, j)];
+        }
+    }
+    Ok(out)
+}
+
+fn sampled_distances(rows: &[f32], dim: usize, pairs: &[(u32, u32)], out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(pairs.iter().map(|&(i, j)| {
+        let a = &rows[i as usize * dim..(i as usize + 1) * dim];
+        let b = &rows[j as usize * dim..(j as usize + 1) * dim];
+        let dot: f64 = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum();
+        (1.0 - dot as f32).clamp(0.0, 2.0)
+    }));
+}
+
+/// Per-worker buffers of the sampled engine.
+type SampledScratch = (RankScratch, Vec<f32>);
+
+/// The engine on a sample of pairs: every correlation is estimated on the same pairs.
+fn pga_sampled(
+    corrected: MatRef<'_, f64>,
+    readout: MatRef<'_, f32>,
+    null: &[Mat<f32>],
+    ccr: usize,
+    pairs: &[(u32, u32)],
+    what: &str,
+    par: Par,
+    on_draw: &(dyn Fn() + Sync),
+) -> Result<PgaResult> {
+    let (n, d, k) = (corrected.nrows(), corrected.ncols(), readout.ncols());
+    let full_rows = normalized_rows_major(corrected, what)?;
+    let mut full = Vec::new();
+    sampled_distances(&full_rows, d, pairs, &mut full);
+    drop(full_rows);
+    let reference =
+        RankedReference::new(&full, &format!("{what}: full-space distances (sampled)"))?;
+    let h32 = to_f32(corrected);
+    let rho = |basis: MatRef<'_, f32>, scratch: &mut SampledScratch, space: &str| {
+        let label = format!("{what}: projection onto the {space}");
+        let projected = repgeom_linalg::project_f32(h32.as_ref(), basis, Par::Seq);
+        let rows = normalized_rows_major(projected.as_ref(), &label)?;
+        sampled_distances(&rows, k, pairs, &mut scratch.1);
+        Ok::<f64, Error>(reference.spearman(&scratch.1, &mut scratch.0, &label)?)
+    };
+    let rho_readout = rho(readout, &mut SampledScratch::default(), "readout subspace")?;
+    let null_rhos: Vec<f64> = match par {
+        Par::Seq => {
+            let mut scratch = SampledScratch::default();
+            null.iter()
+                .map(|q| {
+                    let r = rho(q.as_ref(), &mut scratch, "random subspace");
+                    on_draw();
+                    r
+                })
+                .collect::<Result<_>>()?
+        }
+        _ => null
+            .par_iter()
+            .map_init(SampledScratch::default, |scratch, q| {
+                let r = rho(q.as_ref(), scratch, "random subspace");
+                on_draw();
+                r
+            })
+            .collect::<Result<_>>()?,
+    };
+    let NullSummary {
+        null_mean,
+        null_std,
+        z,
+        p_value,
+    } = repgeom_null::summarize(rho_readout, &null_rhos)?;
+    Ok(PgaResult {
+        n_points: n,
+        d,
+        k,
+        ccr,
+        rho_readout,
+        null_mean,
+        null_std,
+        z,
+        p_value,
+        null_rhos,
+        n_pairs: pairs.len(),
+        rho_se: Some(spearman_standard_error(rho_readout, pairs.len())),
+    })
+}
+
+/// Standard error of a Spearman correlation estimated from `m` sampled pairs, treating the
+/// pairs as independent: Fisher's $z$ has variance $1.06/(m-3)$ (Fieller, Hartley & Pearson
+/// 1957), and the delta method gives $\mathrm{SE}(\hat\rho) \approx (1-\rho^2)\sqrt{1.06/(m-3)}$.
+pub fn spearman_standard_error(rho: f64, m: usize) -> f64 {
+    (1.0 - rho * rho) * (1.06 / (m as f64 - 3.0).max(1.0)).sqrt()
 }
 
 /// Per-worker buffers: the radix-sort words (two `u64` per pair).

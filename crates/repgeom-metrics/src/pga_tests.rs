@@ -278,3 +278,128 @@ fn degenerate_inputs_are_clear_errors() {
     .unwrap_err();
     assert!(err.to_string().contains("row 0 has zero norm"), "{err}");
 }
+
+#[test]
+fn sampled_pairs_estimate_lands_within_its_standard_error() {
+    let r = load();
+    for layer in [0, 1, 2] {
+        let exact = pga(
+            r.layers[layer].as_ref(),
+            r.basis.as_ref(),
+            &r.null,
+            1,
+            "l",
+            Par::Seq,
+            &|| {},
+        )
+        .unwrap();
+        let opts = EngineOptions {
+            max_pairs: Some(8000),
+            pair_seed: 3,
+            ..Default::default()
+        };
+        let est = pga_ccr_sweep_with(
+            r.layers[layer].as_ref(),
+            r.basis.as_ref(),
+            &r.null,
+            &[1],
+            "l",
+            Par::Seq,
+            &|| {},
+            &opts,
+        )
+        .unwrap()
+        .remove(0);
+        assert_eq!(est.n_pairs, 8000);
+        let se = est.rho_se.unwrap();
+        assert!(
+            (est.rho_readout - exact.rho_readout).abs() <= 3.0 * se,
+            "layer {layer}: sampled {} vs exact {} (se {se})",
+            est.rho_readout,
+            exact.rho_readout
+        );
+        // The sign of z (the finding) survives sampling on this fixture.
+        assert_eq!(
+            est.z.signum(),
+            exact.z.signum(),
+            "layer {layer}: z {} vs {}",
+            est.z,
+            exact.z
+        );
+    }
+}
+
+#[test]
+fn sampled_pairs_are_distinct_and_valid() {
+    let pairs = sample_pairs(50, 600, 1);
+    assert_eq!(pairs.len(), 600);
+    let mut seen = std::collections::BTreeSet::new();
+    for &(i, j) in &pairs {
+        assert!(i < j && j < 50, "bad pair ({i}, {j})");
+        assert!(seen.insert((i, j)), "duplicate pair ({i}, {j})");
+    }
+    // Every pair index maps back to itself.
+    for p in 0..repgeom_linalg::condensed_len(50) as u64 {
+        let (i, j) = pair_of_index(50, p);
+        assert_eq!(
+            repgeom_linalg::pair_index(50, i as usize, j as usize) as u64,
+            p
+        );
+    }
+}
+
+#[test]
+fn memory_budget_limits_workers_or_fails_before_allocating() {
+    let r = load();
+    let est = memory_estimate(300, 64, 8);
+    // Room for exactly one worker: same numbers as unlimited.
+    let opts = EngineOptions {
+        max_memory: Some(est.peak(1)),
+        ..Default::default()
+    };
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let limited = two
+        .install(|| {
+            pga_ccr_sweep_with(
+                r.layers[0].as_ref(),
+                r.basis.as_ref(),
+                &r.null,
+                &[1],
+                "l0",
+                Par::rayon(2),
+                &|| {},
+                &opts,
+            )
+        })
+        .unwrap();
+    let free = pga(
+        r.layers[0].as_ref(),
+        r.basis.as_ref(),
+        &r.null,
+        1,
+        "l0",
+        Par::Seq,
+        &|| {},
+    )
+    .unwrap();
+    assert!(limited[0] == free);
+    let tiny = EngineOptions {
+        max_memory: Some(1 << 20),
+        ..Default::default()
+    };
+    let err = pga_ccr_sweep_with(
+        r.layers[0].as_ref(),
+        r.basis.as_ref(),
+        &r.null,
+        &[1],
+        "l0",
+        Par::Seq,
+        &|| {},
+        &tiny,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("--max-pairs"), "{err}");
+}

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use repgeom_linalg::{Mat, MatRef};
-use repgeom_metrics::pga::{PgaResult, pga_ccr_sweep};
+use repgeom_metrics::pga::{EngineOptions, PgaResult, pga_ccr_sweep_with};
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
@@ -49,6 +49,14 @@ pub(crate) struct PgaArgs {
     /// Write the null bases used (n_null × d × k .npy), to reproduce or cross-check the run.
     #[arg(long)]
     pub(crate) save_null_bases: Option<PathBuf>,
+    /// Memory budget of the exact engine, e.g. 4GiB or 512MiB (default: half the machine's RAM).
+    /// Null draws run on as many workers as fit; work beyond one worker is never allocated.
+    #[arg(long, value_parser = super::parse_bytes)]
+    pub(crate) max_memory: Option<u64>,
+    /// Estimate every Spearman on one seeded sample of this many pairs (shared by the readout
+    /// and all null draws) instead of all N(N-1)/2; adds n_pairs and rho_se columns.
+    #[arg(long)]
+    pub(crate) max_pairs: Option<usize>,
     /// Output format (default: table on stdout; with --out, from the file's extension).
     #[arg(long, value_enum)]
     pub(crate) format: Option<Format>,
@@ -109,8 +117,17 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     }
     let total = (acts.layers.len() * args.ccr.len() * null.len()) as u64;
     let bar = ctx.progress(total, "pga");
+    let engine = EngineOptions {
+        max_memory: Some(args.max_memory.unwrap_or_else(super::default_memory_budget)),
+        max_pairs: args.max_pairs,
+        pair_seed: args.seed,
+    };
+    let mut columns = COLUMNS.to_vec();
+    if args.max_pairs.is_some() {
+        columns.extend(["n_pairs", "rho_se"]);
+    }
     let mut table = Table {
-        columns: COLUMNS.to_vec(),
+        columns,
         rows: Vec::new(),
     };
     for layer in &acts.layers {
@@ -124,7 +141,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         );
         bar.set_message(format!("layer {}", layer.layer));
         let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-        let results = pga_ccr_sweep(
+        let results = pga_ccr_sweep_with(
             view,
             basis.as_ref(),
             &null,
@@ -132,10 +149,16 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
             &what,
             ctx.par(),
             &|| bar.inc(1),
+            &engine,
         )?;
-        table
-            .rows
-            .extend(results.iter().map(|r| row(layer.layer, r)));
+        for r in &results {
+            let mut cells = row(layer.layer, r);
+            if args.max_pairs.is_some() {
+                cells.push(Cell::Int(r.n_pairs as i64));
+                cells.push(Cell::float(r.rho_se.unwrap_or(0.0), 6));
+            }
+            table.rows.push(cells);
+        }
     }
     bar.finish_and_clear();
     emit(&table, args.format, args.out.as_deref())
