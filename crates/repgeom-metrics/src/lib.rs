@@ -31,7 +31,7 @@ mod tests;
 
 pub use cross::{CkaLinear, DistanceSpearman};
 pub use error::{Error, Result};
-pub use readout::{Pga, PcReadoutShare};
+pub use readout::{PcReadoutShare, Pga};
 pub use registry::{
     AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,
     PairMetric, all_metrics, all_pair_metrics, metric, metric_names, numerical_rank, options_of,
@@ -41,4 +41,3 @@ pub use spectral::{
     AlphaReq, ConditionNumber, Isotropy, PowerLawFit, RankMe, SpectrumKind, isoscore,
     power_law_fit, rankme,
 };
-
