@@ -309,7 +309,11 @@ impl PairMetric for CkaLinear {
                 ),
             });
         }
-        let value = kl / (kk.sqrt() * ll.sqrt());
+        let mut value = kl / (kk.sqrt() * ll.sqrt());
+        if !self.debiased {
+            // Bounded by Cauchy-Schwarz; only rounding can push it past 1.
+            value = value.min(1.0);
+        }
         Ok(vec![MetricValue::new("cka_linear", variant, value)])
     }
 }
