@@ -23,11 +23,13 @@ mod extra;
 mod rank;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod proptests;
 
 pub use decomp::{
     PrincipalDirections, ccr, center_columns, orthonormal_basis_check, principal_directions,
     project, project_f32, readout_subspace, remove_directions, symmetric_eigen_desc, to_f32,
-    to_f64, top_right_singular_vectors,
+    to_f64, top_eigen_desc, top_principal_directions, top_right_singular_vectors,
 };
 pub use distance::{
     condensed_len, cosine_distances, cosine_distances_into, normalize_rows, pair_index,

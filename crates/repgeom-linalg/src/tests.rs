@@ -133,3 +133,43 @@ fn results_do_not_depend_on_thread_count() {
     let db = cosine_distances(w.as_ref(), "w", Par::rayon(2)).unwrap();
     assert!(da == db, "distances differ between 1 and 2 threads");
 }
+
+#[test]
+fn partial_eigensolver_matches_full_decomposition() {
+    // A 600×600 PSD Gram with a decaying spectrum: the partial solver path (n ≥ 384, m ≤ n/8).
+    let x = Mat::<f64>::from_fn(900, 600, |i, j| {
+        let scale = 1.0 / (1.0 + j as f64).sqrt();
+        scale * (((i * 31 + j * 17) % 101) as f64 / 101.0 - 0.5) + 0.01 * ((i * j) as f64).sin()
+    });
+    let mut g = Mat::<f64>::zeros(600, 600);
+    faer::linalg::matmul::matmul(
+        &mut g,
+        faer::Accum::Replace,
+        x.transpose(),
+        &x,
+        1.0,
+        Par::Seq,
+    );
+    let (full_vals, full_vecs) = symmetric_eigen_desc(g.as_ref()).unwrap();
+    let (vals, vecs) = top_eigen_desc(g.as_ref(), 10).unwrap();
+    for j in 0..10 {
+        assert!(
+            (vals[j] - full_vals[j]).abs() <= 1e-10 * full_vals[0],
+            "eigenvalue {j}: {} vs {}",
+            vals[j],
+            full_vals[j]
+        );
+        // Same vector up to the (deterministic) sign convention: |<u, v>| = 1.
+        let dot: f64 = vecs
+            .col(j)
+            .iter()
+            .zip(full_vecs.col(j).iter())
+            .map(|(a, b)| a * b)
+            .sum();
+        assert!(
+            (dot.abs() - 1.0).abs() < 1e-8,
+            "eigenvector {j}: |<u,v>| = {}",
+            dot.abs()
+        );
+    }
+}

@@ -30,7 +30,7 @@ fn main() {
     let xc = repgeom_linalg::center_columns(h.as_ref());
     println!("centre           {:>8.3} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
-    let pd = repgeom_linalg::principal_directions(xc.as_ref(), 1, par).unwrap();
+    let pd = repgeom_linalg::top_principal_directions(xc.as_ref(), 1, par).unwrap();
     println!("principal dirs   {:>8.3} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
     let hc = repgeom_linalg::remove_directions(xc.as_ref(), pd.directions.as_ref(), par);

@@ -15,7 +15,7 @@
 use rayon::prelude::*;
 use repgeom_linalg::{
     Mat, MatRef, Par, RankScratch, RankedReference, center_columns, cosine_distances,
-    first_non_finite, principal_directions, remove_directions, to_f32,
+    first_non_finite, remove_directions, to_f32,
 };
 use repgeom_null::{NullBases, NullSummary};
 use serde::{Deserialize, Serialize};
@@ -241,7 +241,7 @@ pub fn pga_ccr_sweep_with(
     };
     let centred = center_columns(acts);
     let directions = if max_c > 0 {
-        Some(principal_directions(centred.as_ref(), max_c, par)?.directions)
+        Some(repgeom_linalg::top_principal_directions(centred.as_ref(), max_c, par)?.directions)
     } else {
         None
     };
