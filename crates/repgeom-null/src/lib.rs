@@ -212,7 +212,7 @@ impl NullBases {
         for (index, chunk) in data.chunks_exact(d * k).enumerate() {
             let q = Mat::<f64>::from_fn(d, k, |i, j| chunk[i * k + j]);
             let deviation = repgeom_linalg::orthonormal_basis_check(q.as_ref());
-            if !(deviation <= tol) {
+            if deviation.is_nan() || deviation > tol {
                 return Err(Error::NotOrthonormal { index, deviation });
             }
             bases.push(q);
@@ -290,7 +290,7 @@ pub fn summarize(observed: f64, null: &[f64]) -> Result<NullSummary> {
     let mean = null.iter().sum::<f64>() / n as f64;
     let var = null.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64;
     let std = var.sqrt();
-    if !(std > 0.0) {
+    if std.is_nan() || std <= 0.0 {
         return Err(Error::DegenerateNull { n, value: mean });
     }
     let exceed = null.iter().filter(|&&v| v >= observed).count();
