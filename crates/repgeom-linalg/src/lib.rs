@@ -20,11 +20,11 @@ mod decomp;
 mod distance;
 mod error;
 mod extra;
+#[cfg(test)]
+mod proptests;
 mod rank;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod proptests;
 
 pub use decomp::{
     PrincipalDirections, ccr, center_columns, orthonormal_basis_check, principal_directions,
