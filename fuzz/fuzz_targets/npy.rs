@@ -17,7 +17,11 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(arr) = repgeom_io::read_array_f64(&p) {
         let n = arr.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        assert_eq!(n, Some(arr.data.len()), "f64 array length disagrees with its shape");
+        assert_eq!(
+            n,
+            Some(arr.data.len()),
+            "f64 array length disagrees with its shape"
+        );
     }
     if let Ok(r) = repgeom_io::read_readout(&p, &repgeom_io::ReadoutOptions::default()) {
         check_matrix(&r.matrix);

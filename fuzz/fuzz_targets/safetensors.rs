@@ -26,6 +26,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(arr) = repgeom_io::read_array_f64(&p) {
         let n = arr.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        assert_eq!(n, Some(arr.data.len()), "f64 array length disagrees with its shape");
+        assert_eq!(
+            n,
+            Some(arr.data.len()),
+            "f64 array length disagrees with its shape"
+        );
     }
 });

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `repgeom` binary: one `check` helper runs it and captures output.
 
 mod demo;
+mod errors;
 mod pga;
 
 use std::path::PathBuf;
