@@ -2,4 +2,5 @@
 //! pass, and the registry's exact contents.
 
 mod conformance;
+mod proptests;
 mod registry;
