@@ -10,6 +10,10 @@ use crate::{Error, Result};
 /// Name used in messages for the built-in study.
 pub const BUILTIN: &str = "<built-in synthetic study>";
 
+/// Most hidden states a model may declare (`n_layers`): real models have a few hundred at most;
+/// a mistyped huge value would otherwise allocate the layer list and the unit plan without bound.
+pub(crate) const MAX_LAYERS: usize = 4096;
+
 /// A whole study, as written in a TOML manifest (see `docs/study-manifest.md`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -338,6 +342,12 @@ impl Manifest {
             s.zoo_params()
                 .check()
                 .map_err(|e| bad("synthetic", e.to_string()))?;
+            if s.n_layers > MAX_LAYERS {
+                return Err(bad(
+                    "synthetic",
+                    format!("n_layers = {} is above {MAX_LAYERS}", s.n_layers),
+                ));
+            }
             for &w in &s.widths {
                 labels.insert(SyntheticSpec::label(w));
             }
@@ -383,8 +393,11 @@ impl Manifest {
                     ));
                 }
             }
-            if m.n_layers == 0 {
-                return Err(bad(&place, "n_layers must be positive".into()));
+            if m.n_layers == 0 || m.n_layers as usize > MAX_LAYERS {
+                return Err(bad(
+                    &place,
+                    format!("n_layers = {} must be in 1..={MAX_LAYERS}", m.n_layers),
+                ));
             }
             if let Some(l) = &m.layers {
                 if l.is_empty() {

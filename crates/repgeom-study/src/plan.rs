@@ -175,6 +175,10 @@ pub struct Study {
 
 const FORMAT: u32 = 1;
 
+/// Most units a plan may hold (a study of 10 models x 150 checkpoints x 40 layers plans about
+/// 60 000): bounds memory and planning time for a manifest with a huge checkpoint list.
+const MAX_UNITS: usize = 1 << 20;
+
 fn step_key(c: &CheckpointInfo) -> (bool, u64, String) {
     (c.step.is_none(), c.step.unwrap_or(0), c.name.clone())
 }
@@ -277,6 +281,15 @@ impl Study {
                             kinds.push(UnitKind::Cross { other: y.clone() });
                         }
                     }
+                }
+                if units.len() + m.layers.len() * kinds.len() > MAX_UNITS {
+                    return Err(Error::InvalidManifest {
+                        manifest: origin.into(),
+                        place: format!("model {:?}", m.label),
+                        reason: format!(
+                            "the study plans more than {MAX_UNITS} units: fewer checkpoints or layers"
+                        ),
+                    });
                 }
                 for &layer in &m.layers {
                     for kind in &kinds {
