@@ -200,7 +200,10 @@ impl ModelConfig {
             .unwrap_or(default_pct);
         // HF: int(head_size * rotary_pct)
         let rotary_dims = (head_dim as f64 * rotary_pct) as usize;
-        if !rotary_dims.is_multiple_of(2) || rotary_dims > head_dim || !(0.0..=1.0).contains(&rotary_pct) {
+        if !rotary_dims.is_multiple_of(2)
+            || rotary_dims > head_dim
+            || !(0.0..=1.0).contains(&rotary_pct)
+        {
             return Err(r.bad("rotary_pct", format!("{rotary_pct} gives {rotary_dims} rotary dims of a head of {head_dim}; must be even")));
         }
         let activation = Activation::parse(

@@ -89,10 +89,12 @@ const PARTIAL_FROM: usize = 384;
 /// it falls back to the full decomposition.
 pub fn top_eigen_desc(a: MatRef<'_, f64>, m: usize) -> Result<(Vec<f64>, Mat<f64>)> {
     let n = a.nrows();
-    if n >= PARTIAL_FROM && m > 0 && m * 8 <= n {
-        if let Some(found) = partial_eigen(a, m) {
-            return Ok(found);
-        }
+    if n >= PARTIAL_FROM
+        && m > 0
+        && m * 8 <= n
+        && let Some(found) = partial_eigen(a, m)
+    {
+        return Ok(found);
     }
     let (vals, vecs) = symmetric_eigen_desc(a)?;
     Ok((vals[..m].to_vec(), vecs.subcols(0, m).to_owned()))

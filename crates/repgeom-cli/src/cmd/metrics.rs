@@ -277,12 +277,12 @@ pub(crate) fn load_readout_basis(
         tensor: choice.tensor.clone(),
     };
     let readout = repgeom_io::read_readout(path, &opts)?;
-    if let Some(note) = &readout.note {
-        if !ctx.quiet {
-            #[allow(clippy::print_stderr)] // user-facing note about which rows are used
-            {
-                eprintln!("note: {note}");
-            }
+    if let Some(note) = &readout.note
+        && !ctx.quiet
+    {
+        #[allow(clippy::print_stderr)] // user-facing note about which rows are used
+        {
+            eprintln!("note: {note}");
         }
     }
     let m = &readout.matrix;

@@ -1,6 +1,6 @@
 //! `repgeom pga`: Subspace PGA per layer of one activation file.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 use repgeom_linalg::{Mat, MatRef};
@@ -204,56 +204,9 @@ fn load_basis(args: &PgaArgs, d: usize, ctx: &Context) -> anyhow::Result<Mat<f64
         .readout
         .as_deref()
         .expect("clap requires --readout or --readout-basis");
-    readout_basis_from(path, args, d, ctx)
-}
-
-fn readout_basis_from(
-    path: &Path,
-    args: &PgaArgs,
-    d: usize,
-    ctx: &Context,
-) -> anyhow::Result<Mat<f64>> {
-    let opts = repgeom_io::ReadoutOptions {
+    let choice = super::metrics::ReadoutChoice {
         vocab_rows: args.vocab_rows,
         tensor: args.readout_tensor.clone(),
     };
-    let readout = repgeom_io::read_readout(path, &opts)?;
-    if let Some(note) = &readout.note {
-        if !ctx.quiet {
-            #[allow(clippy::print_stderr)] // user-facing note about which rows are used
-            {
-                eprintln!("note: {note}");
-            }
-        }
-    }
-    let m = &readout.matrix;
-    anyhow::ensure!(
-        m.cols == d,
-        "shape mismatch: activations {} have d = {d}, but readout {} tensor {} is [{}, {}]",
-        args.acts.display(),
-        path.display(),
-        readout.tensor,
-        m.rows,
-        m.cols
-    );
-    anyhow::ensure!(
-        args.k > 0 && args.k < d,
-        "k = {} must satisfy 0 < k < d = {d} ({} tensor {} [{}, {}])",
-        args.k,
-        path.display(),
-        readout.tensor,
-        m.rows,
-        m.cols
-    );
-    let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-    if let Some((row, col)) = repgeom_linalg::first_non_finite(view) {
-        anyhow::bail!(
-            "{} tensor {} [{}, {}]: non-finite value (NaN or Inf) at row {row}, column {col}",
-            path.display(),
-            readout.tensor,
-            m.rows,
-            m.cols
-        );
-    }
-    Ok(repgeom_linalg::readout_subspace(view, args.k, ctx.par())?)
+    super::metrics::load_readout_basis(path, &choice, args.k, d, &args.acts, ctx)
 }
