@@ -4,7 +4,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{Dtype, Metadata, SafeTensors};
+use safetensors::SafeTensorError;
+use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorInfo};
 
 use crate::mmap::{Mapped, map_file};
 use crate::tensor::{DType, RawTensor, check_extent};
@@ -24,7 +25,7 @@ impl StFile {
     pub(crate) fn open(path: &Path) -> Result<Self> {
         let map = map_file(path)?;
         let (n, meta) = SafeTensors::read_metadata(map.bytes())
-            .map_err(|e| Error::format(path, "safetensors", e.to_string()))?;
+            .map_err(|e| Error::format(path, "safetensors", explain(map.bytes(), e)))?;
         Ok(StFile {
             path: path.to_path_buf(),
             map,
@@ -95,6 +96,60 @@ impl StFile {
             data: Cow::Borrowed(slice),
         })
     }
+}
+
+/// The safetensors crate's message, made specific where it names no tensor: for a shape that
+/// disagrees with its byte range, which tensor, its dtype, shape and both sizes.
+fn explain(bytes: &[u8], e: SafeTensorError) -> String {
+    if !matches!(
+        e,
+        SafeTensorError::TensorInvalidInfo
+            | SafeTensorError::ValidationOverflow
+            | SafeTensorError::MisalignedSlice
+    ) {
+        return e.to_string();
+    }
+    // read_metadata got as far as validation, so the header length and JSON are sound.
+    let header = bytes
+        .get(..8)
+        .and_then(|b| usize::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok())
+        .and_then(|n| bytes.get(8..8usize.checked_add(n)?));
+    let parsed: Option<BTreeMap<String, serde_json::Value>> =
+        header.and_then(|h| serde_json::from_slice(h).ok());
+    let mut tensors: Vec<(String, TensorInfo)> = parsed
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k != "__metadata__")
+        .filter_map(|(k, v)| Some((k, serde_json::from_value::<TensorInfo>(v).ok()?)))
+        .collect();
+    tensors.sort_by_key(|(_, t)| t.data_offsets);
+    for (name, t) in tensors {
+        let (s, end) = t.data_offsets;
+        let bits = t
+            .shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .and_then(|n| n.checked_mul(t.dtype.bitsize()));
+        let span = end.saturating_sub(s);
+        match bits {
+            Some(b) if b % 8 == 0 && b / 8 == span => continue,
+            Some(b) => {
+                return format!(
+                    "tensor `{name}` declares {} shape {:?} ({} bytes) but its data_offsets [{s}, {end}] span {span} bytes",
+                    t.dtype,
+                    t.shape,
+                    b.div_ceil(8)
+                );
+            }
+            None => {
+                return format!(
+                    "tensor `{name}` declares {} shape {:?}, whose size overflows",
+                    t.dtype, t.shape
+                );
+            }
+        }
+    }
+    e.to_string()
 }
 
 fn map_dtype(d: Dtype) -> Option<DType> {
