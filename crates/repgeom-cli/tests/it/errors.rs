@@ -41,7 +41,7 @@ fn npy(
 /// Raw `.npy` bytes with a hand-written header (for headers numpy would never write).
 fn raw_npy(dir: &Path, name: &str, header: &str, data: &[u8]) -> PathBuf {
     let mut h = header.to_string();
-    while (10 + h.len() + 1) % 64 != 0 {
+    while !(10 + h.len() + 1).is_multiple_of(64) {
         h.push(' ');
     }
     h.push('\n');
@@ -419,7 +419,11 @@ fn declared_tensor_larger_than_memory_is_refused_before_allocating() {
     std::fs::write(&st, bytes).unwrap();
     check(
         &pga_args(s(&st), s(&w), "2", &[]),
-        &["huge.safetensors"],
+        &[
+            "huge.safetensors",
+            "tensor `hidden_states` declares F32 shape [4096, 65536, 65536] (70368744177664 bytes)",
+            "data_offsets [0, 16] span 16 bytes",
+        ],
         None,
     );
 }
@@ -471,4 +475,35 @@ fn malformed_files_name_the_file_and_problem() {
             None,
         );
     }
+}
+
+#[test]
+fn manifest_with_huge_layer_count_is_refused_before_planning() {
+    // Regression (issue 8 review of the manifest fuzz target): `n_layers = 4000000000` used to
+    // allocate a 32 GB layer list while planning; a synthetic `n_layers` likewise.
+    let t = tempfile::tempdir().unwrap();
+    let m = t.path().join("study.toml");
+    std::fs::write(
+        &m,
+        "[[model]]\nlabel = \"m\"\nfamily = \"f\"\nd = 16\nn_layers = 4000000000\nreadout = \"w.npy\"\n\
+         [[model.checkpoint]]\nname = \"a\"\nactivations = \"a.npy\"\n",
+    )
+    .unwrap();
+    let out = t.path().join("out");
+    check(
+        &["sweep", "--manifest", s(&m), "--out", s(&out)],
+        &["study.toml", "n_layers = 4000000000 must be in 1..=4096"],
+        None,
+    );
+    std::fs::write(&m, "[synthetic]\nn_layers = 100000000\n").unwrap();
+    check(
+        &["sweep", "--manifest", s(&m), "--out", s(&out)],
+        &[
+            "study.toml",
+            "synthetic",
+            "n_layers = 100000000 is above 4096",
+        ],
+        None,
+    );
+    assert!(!out.join("plan.json").exists());
 }
