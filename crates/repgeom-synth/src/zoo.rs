@@ -114,6 +114,37 @@ fn derive_seed(seed: u64, tags: &[u64]) -> u64 {
 const TAG_SPACE: u64 = 1;
 const TAG_EMBED: u64 = 2;
 const TAG_CONTENT: u64 = 3;
+const TAG_POINTS: u64 = 4;
+
+/// Gives every width the same inputs: the labels and latent points come from one stream of the
+/// master seed shared by all models (each model uses the first `latent` of the template's
+/// `latent_dims` dimensions), as real models are compared on the same token positions. Only
+/// then do cross-model comparisons (distance agreement, CKA) compare like with like.
+fn share_points(space: &mut SyntheticSpace, seed: u64) {
+    use rand::seq::SliceRandom;
+    let params = space.params().clone();
+    let p = &params.p;
+    let (n, c, l_all, l) = (
+        p.n_points,
+        p.n_classes,
+        p.latent_dims.max(params.latent),
+        params.latent,
+    );
+    let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(seed, &[TAG_POINTS]));
+    let mut labels: Vec<usize> = (0..n).map(|i| i % c).collect();
+    labels.shuffle(&mut rng);
+    let means: Vec<f64> = (0..c * l_all)
+        .map(|_| p.class_sep * crate::space::gauss(&mut rng))
+        .collect();
+    let mut z = vec![0.0f64; n * l_all];
+    for i in 0..n {
+        for t in 0..l_all {
+            z[i * l_all + t] = means[labels[i] * l_all + t] + crate::space::gauss(&mut rng);
+        }
+    }
+    space.latent = Mat::from_fn(n, l, |i, t| z[i * l_all + t]);
+    space.labels = labels;
+}
 
 /// Training progress of checkpoint `index` in `[0, 1]`, log-step scale.
 pub fn progress(steps: &[u64], index: usize) -> f64 {
@@ -160,7 +191,8 @@ fn run_for(p: &ValidZooParams, index: usize, checkpoints: &[usize]) -> Result<Sy
     let mp = &p.models[index];
     let d = mp.d();
     let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(z.seed, &[TAG_SPACE, d as u64]));
-    let space = SyntheticSpace::generate(mp, &mut rng);
+    let mut space = SyntheticSpace::generate(mp, &mut rng);
+    share_points(&mut space, z.seed);
     let mut out = Vec::with_capacity(checkpoints.len());
     for &c in checkpoints {
         let step = z.steps[c];
