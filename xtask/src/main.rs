@@ -21,7 +21,8 @@ use repgeom_study::{BUILTIN, Manifest, Study, UnitDone};
 const USAGE: &str = "usage:
   cargo xtask paper [--manifest study.toml] [--out DIR (default target/paper)] [--work DIR (default target/paper-work)] [--threads N]
   cargo xtask paper --check        # fail if committed docs/figures/ are stale
-  cargo xtask bench [BENCH...]     # cargo bench --workspace, or only the named benches";
+  cargo xtask bench [BENCH...]     # cargo bench --workspace, or only the named benches
+  cargo xtask bench scaling [--quick]  # PGA time and peak memory against N and d, with growth exponents";
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -237,6 +238,9 @@ fn check() -> anyhow::Result<()> {
 }
 
 fn bench(names: &[String]) -> anyhow::Result<()> {
+    if names.first().map(String::as_str) == Some("scaling") {
+        return scaling(&names[1..]);
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
     cmd.current_dir(root()).args(["bench", "--workspace"]);
@@ -250,6 +254,101 @@ fn bench(names: &[String]) -> anyhow::Result<()> {
     println!(
         "bench: criterion reports are in {}",
         root().join("target/criterion").display()
+    );
+    Ok(())
+}
+
+/// `cargo xtask bench scaling [--quick]`: time and peak memory of one PGA layer (k = 100,
+/// CCR-1) against N (d = 2048) and against d (N = 2048), each size in a fresh process, with
+/// the fitted growth exponents (least squares on log-log). The default uses 10 null draws
+/// per size and reports the time scaled to 100 draws alongside; `--quick` stops at N = 4000.
+fn scaling(args: &[String]) -> anyhow::Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "repgeom-metrics",
+            "--example",
+            "pga_scaling",
+        ])
+        .status()
+        .context("build the pga_scaling example")?;
+    if !status.success() {
+        bail!("building pga_scaling failed ({status})");
+    }
+    let exe = root().join("target/release/examples/pga_scaling");
+    let n_null = 10u64;
+    let run = |n: u64, d: u64| -> anyhow::Result<(f64, f64)> {
+        let out = std::process::Command::new(&exe)
+            .args([
+                n.to_string(),
+                d.to_string(),
+                "100".into(),
+                n_null.to_string(),
+            ])
+            .output()
+            .context("run pga_scaling")?;
+        if !out.status.success() {
+            bail!(
+                "pga_scaling {n} {d} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let secs = v["seconds"].as_f64().unwrap_or(f64::NAN);
+        let rss = v["peak_rss_bytes"].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "  N = {n:>6}  d = {d:>5}  {secs:>8.2} s for {n_null} draws  peak {:>8.1} MiB",
+            rss / (1u64 << 20) as f64
+        );
+        Ok((secs, rss))
+    };
+    let fit = |xs: &[f64], ys: &[f64]| -> f64 {
+        let lx: Vec<f64> = xs.iter().map(|x| x.ln()).collect();
+        let ly: Vec<f64> = ys.iter().map(|y| y.ln()).collect();
+        let (mx, my) = (
+            lx.iter().sum::<f64>() / lx.len() as f64,
+            ly.iter().sum::<f64>() / ly.len() as f64,
+        );
+        let sxy: f64 = lx.iter().zip(&ly).map(|(x, y)| (x - mx) * (y - my)).sum();
+        let sxx: f64 = lx.iter().map(|x| (x - mx) * (x - mx)).sum();
+        sxy / sxx
+    };
+    let ns: Vec<u64> = if quick {
+        vec![1000, 2000, 4000]
+    } else {
+        vec![1000, 2000, 4000, 7000, 10000]
+    };
+    println!("scaling in N (d = 2048, k = 100, {n_null} null draws, CCR-1):");
+    let (mut t, mut m) = (Vec::new(), Vec::new());
+    for &n in &ns {
+        let (s, r) = run(n, 2048)?;
+        t.push(s);
+        m.push(r);
+    }
+    let x: Vec<f64> = ns.iter().map(|&n| n as f64).collect();
+    println!(
+        "  time ~ N^{:.2}, peak memory ~ N^{:.2}",
+        fit(&x, &t),
+        fit(&x, &m)
+    );
+    let ds: Vec<u64> = vec![512, 1024, 2048, 4096];
+    println!("scaling in d (N = 2048, k = 100, {n_null} null draws, CCR-1):");
+    let (mut t, mut m) = (Vec::new(), Vec::new());
+    for &d in &ds {
+        let (s, r) = run(2048, d)?;
+        t.push(s);
+        m.push(r);
+    }
+    let x: Vec<f64> = ds.iter().map(|&d| d as f64).collect();
+    println!(
+        "  time ~ d^{:.2}, peak memory ~ d^{:.2}",
+        fit(&x, &t),
+        fit(&x, &m)
     );
     Ok(())
 }

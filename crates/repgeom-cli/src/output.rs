@@ -19,6 +19,8 @@ impl Cell {
     fn display(&self) -> String {
         match self {
             Cell::Int(v) => v.to_string(),
+            // Missing values (NaN) show as blanks, as in the CSV and JSON outputs.
+            Cell::Float { value, .. } if value.is_nan() => String::new(),
             Cell::Float { value, decimals } => format!("{value:.decimals$}"),
             Cell::Text(s) => s.clone(),
         }
