@@ -2,7 +2,9 @@
 
 mod demo;
 mod errors;
+mod metrics;
 mod pga;
+mod sweep;
 
 use std::path::PathBuf;
 use std::process::Command;
