@@ -66,7 +66,16 @@ fn temp_files(dir: &Path) -> Vec<String> {
 
 /// Runs `repgeom args`, expects exit code 2 and every fragment in stderr; `out` (if given)
 /// must afterwards hold exactly `previous` (None: not exist), with no temporary file beside it.
+/// A command without `--out` gets one in a fresh directory, which must stay empty.
 fn check(args: &[&str], fragments: &[&str], out: Option<(&Path, Option<&str>)>) {
+    let scratch = tempfile::tempdir().unwrap();
+    let auto_out = scratch.path().join("result.csv");
+    let mut args = args.to_vec();
+    let auto = !args.contains(&"--out") && ["pga", "compare", "probe"].contains(&args[0]);
+    if auto {
+        args.extend(["--out", s(&auto_out)]);
+    }
+    let args = &args[..];
     let run = repgeom(args);
     assert_eq!(
         run.code, 2,
@@ -87,6 +96,10 @@ fn check(args: &[&str], fragments: &[&str], out: Option<(&Path, Option<&str>)>) 
     }
     assert!(run.stderr.starts_with("error: "), "{}", run.stderr);
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    if auto {
+        let left: Vec<_> = std::fs::read_dir(scratch.path()).unwrap().collect();
+        assert!(left.is_empty(), "{args:?} left files behind: {left:?}");
+    }
     if let Some((path, previous)) = out {
         match previous {
             None => assert!(!path.exists(), "{} was written", path.display()),
