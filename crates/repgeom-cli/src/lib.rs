@@ -1,0 +1,85 @@
+//! `repgeom-cli` is the `repgeom` command-line tool as a library: wiring from files and
+//! flags to the library crates, with no logic beyond parsing, loading, calling and printing.
+//!
+//! The main entry point is [`main`]. Key design decision: the binary is a one-line `main.rs`
+//! over this library, so a crate that defines its own metric plugins can ship the complete
+//! `repgeom` CLI with those plugins linked in (`use my_metrics as _; repgeom_cli::main()`),
+//! and the plugins appear in `repgeom metrics --list` and `--metric` without any change here
+//! (see `examples/custom-metric`).
+//!
+//! It is not a library API for analyses: call `repgeom-metrics` and friends directly for that.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod output;
+
+/// Representation geometry of language models, organised for prediction.
+#[derive(Parser, Debug)]
+#[command(name = "repgeom", version, about, long_about = None)]
+struct Cli {
+    /// Worker threads (default: all cores). Results are identical at any thread count.
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    /// Hide progress bars.
+    #[arg(long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Subspace PGA per layer: readout alignment of the distance structure, as a z-score.
+    Pga(cmd::pga::PgaArgs),
+    /// Per-layer metrics from the registry (`--list` shows them), in long tidy format.
+    Metrics(cmd::metrics::MetricsArgs),
+    /// Cross-model metrics between two activation files over the same inputs.
+    Compare(cmd::compare::CompareArgs),
+    /// Run PGA on the built-in synthetic model zoo (synthetic data, for a first look).
+    Demo(cmd::demo::DemoArgs),
+    /// Linear probes per layer: test accuracy, macro-F1 and the chosen L2 strength.
+    Probe(cmd::probe::ProbeArgs),
+    /// Extract hidden states from a HuggingFace checkpoint directory (GPT-NeoX, Llama-style).
+    Extract(cmd::extract::ExtractArgs),
+    /// Run a study manifest as resumable, shardable units (`sweep merge DIR` collects the parts).
+    Sweep(cmd::sweep::SweepArgs),
+}
+
+/// Parses the command line and runs `repgeom`; the process exit code (0, or 2 on error).
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            #[allow(clippy::print_stderr)] // the binary's one error channel
+            {
+                eprintln!("error: {err:#}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let threads = cli.threads.unwrap_or(0);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let ctx = cmd::Context {
+        quiet: cli.quiet,
+        threads: pool.current_num_threads(),
+    };
+    pool.install(|| match &cli.command {
+        Command::Pga(args) => cmd::pga::run(args, &ctx),
+        Command::Metrics(args) => cmd::metrics::run(args, &ctx),
+        Command::Compare(args) => cmd::compare::run(args, &ctx),
+        Command::Demo(args) => cmd::demo::run(args, &ctx),
+        Command::Probe(args) => cmd::probe::run(args),
+        Command::Extract(args) => cmd::extract::run(args, &ctx),
+        Command::Sweep(args) => cmd::sweep::run(args, &ctx),
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
