@@ -40,6 +40,8 @@ pub struct FigureOptions {
     pub large_min_d: u32,
     /// Readout subspace dimension k, for the random expectation k/d in figure 4.
     pub readout_k: u32,
+    /// Per-model k where models differ (e.g. k = d/8); models not named use `readout_k`.
+    pub readout_k_by_model: std::collections::BTreeMap<String, u32>,
     /// y scale for PGA z.
     pub z_scale: ZScale,
     /// Half-width of the shaded "not significant" band around z = 0.
@@ -55,6 +57,7 @@ impl Default for FigureOptions {
             small_max_d: 1024,
             large_min_d: 2048,
             readout_k: 100,
+            readout_k_by_model: std::collections::BTreeMap::new(),
             z_scale: ZScale::Auto,
             z_band: 2.0,
         }
@@ -742,7 +745,12 @@ pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Resu
         width: 2,
     };
     for (p, m) in panels.iter_mut().zip(&models) {
-        let kd = (f64::from(o.readout_k) / f64::from(m.d.max(1))).min(1.0);
+        let k = o
+            .readout_k_by_model
+            .get(&m.model)
+            .copied()
+            .unwrap_or(o.readout_k);
+        let kd = (f64::from(k) / f64::from(m.d.max(1))).min(1.0);
         p.y_range = Some((0.0, 1.0));
         p.title = format!("{}, k/d = {}", p.title, crate::plot::tick_label(kd));
         p.hlines = vec![HLine {
@@ -768,7 +776,11 @@ pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Resu
         })
         .collect();
     p.legend.push(LegendEntry {
-        label: format!("random (k/d, k={})", o.readout_k),
+        label: if o.readout_k_by_model.is_empty() {
+            format!("random (k/d, k={})", o.readout_k)
+        } else {
+            "random (k/d)".to_owned()
+        },
         stroke: random,
         patch: false,
     });
@@ -776,7 +788,11 @@ pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Resu
     let caption = format!(
         "For each of the top principal directions u_j of a layer (final checkpoint), the share ‖V_kᵀu_j‖² lying \
          in the top-{} readout subspace of W_U; the dashed line is the expectation k/d for a random direction.",
-        o.readout_k
+        if o.readout_k_by_model.is_empty() {
+            o.readout_k.to_string()
+        } else {
+            "k".to_owned()
+        }
     );
     Figure::new(name, caption, p)
 }

@@ -48,6 +48,11 @@ pub fn figure_options(study: &Study) -> repgeom_report::FigureOptions {
         small_max_d: r.small_max_d,
         large_min_d: r.large_min_d,
         readout_k: study.manifest.analysis.k as u32,
+        readout_k_by_model: study
+            .models
+            .iter()
+            .map(|m| (m.label.clone(), m.k as u32))
+            .collect(),
         ..Default::default()
     }
 }
