@@ -1,3 +1,4 @@
 //! Integration tests of repgeom-study: sweep, resume, shard, merge.
 
+mod detour;
 mod sweep;
