@@ -169,7 +169,8 @@ pub struct PrincipalDirections {
     pub variances: Vec<f64>,
 }
 
-/// Top-`m` principal directions of an already centred `N × d` matrix.
+/// Top-`m` principal directions of an already centred `N × d` matrix, with the whole
+/// covariance spectrum.
 ///
 /// Uses whichever Gram matrix is smaller: $X_c^\top X_c$ (`d × d`) when `N ≥ d`, otherwise
 /// $X_c X_c^\top$ (`N × N`) with $u_j = X_c^\top v_j/\sqrt{\lambda_j}$.
@@ -178,90 +179,16 @@ pub fn principal_directions(
     m: usize,
     par: Par,
 ) -> Result<PrincipalDirections> {
-    let (n, d) = (xc.nrows(), xc.ncols());
-    if n < 2 {
-        return Err(Error::TooFewPoints {
-            what: "principal directions".into(),
-            n,
-            min: 2,
-        });
-    }
-    let r = n.min(d);
-    if m > r {
-        return Err(Error::DimensionTooLarge {
-            what: "principal directions".into(),
-            requested: m,
-            available: r,
-        });
-    }
-    let denom = (n - 1) as f64;
-    if n >= d {
-        let mut g = Mat::<f64>::zeros(d, d);
-        matmul(&mut g, Accum::Replace, xc.transpose(), xc, 1.0, par);
-        let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
-        let variances = vals.iter().map(|v| v.max(0.0) / denom).collect();
-        let directions = vecs.subcols(0, m).to_owned();
-        Ok(PrincipalDirections {
-            directions,
-            variances,
-        })
-    } else {
-        let mut g = Mat::<f64>::zeros(n, n);
-        matmul(&mut g, Accum::Replace, xc, xc.transpose(), 1.0, par);
-        let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
-        let mut directions = Mat::<f64>::zeros(d, m);
-        matmul(
-            &mut directions,
-            Accum::Replace,
-            xc.transpose(),
-            vecs.subcols(0, m),
-            1.0,
-            par,
-        );
-        for j in 0..m {
-            let norm = directions.col(j).norm_l2();
-            if norm <= f64::EPSILON * (1.0 + vals[0].abs().sqrt()) {
-                return Err(Error::DimensionTooLarge {
-                    what: "principal directions (data has lower rank)".into(),
-                    requested: m,
-                    available: j,
-                });
-            }
-            directions.col_mut(j).iter_mut().for_each(|v| *v /= norm);
-        }
-        let variances = vals.iter().take(r).map(|v| v.max(0.0) / denom).collect();
-        Ok(PrincipalDirections {
-            directions,
-            variances,
-        })
-    }
+    directions(xc, m, par, true)
 }
 
-/// Removes the span of the orthonormal columns of `u` (`d × c`) from every row of `x`:
-/// $X - (XU)U^\top$.
-#[track_caller]
-pub fn remove_directions(x: MatRef<'_, f64>, u: MatRef<'_, f64>, par: Par) -> Mat<f64> {
-    assert_eq!(
-        x.ncols(),
-        u.nrows(),
-        "remove_directions: x is N×d, u must be d×c"
-    );
-    let mut out = x.to_owned();
-    if u.ncols() == 0 {
-        return out;
-    }
-    let mut coef = Mat::<f64>::zeros(x.nrows(), u.ncols());
-    matmul(&mut coef, Accum::Replace, x, u, 1.0, par);
-    matmul(&mut out, Accum::Add, &coef, u.transpose(), -1.0, par);
-    out
-}
-
-/// Top-`m` principal directions only (their variances, not the whole spectrum), through
-/// [`top_eigen_desc`]: much faster than [`principal_directions`] for `m ≪ min(N, d)`.
-pub fn top_principal_directions(
+/// The shared body of [`principal_directions`] (`whole_spectrum`: full eigendecomposition)
+/// and [`top_principal_directions`] (top `m` pairs only, via [`top_eigen_desc`]).
+fn directions(
     xc: MatRef<'_, f64>,
     m: usize,
     par: Par,
+    whole_spectrum: bool,
 ) -> Result<PrincipalDirections> {
     let (n, d) = (xc.nrows(), xc.ncols());
     if n < 2 {
@@ -280,17 +207,20 @@ pub fn top_principal_directions(
         });
     }
     let denom = (n - 1) as f64;
-    let (g, dual) = if n >= d {
-        let mut g = Mat::<f64>::zeros(d, d);
-        matmul(&mut g, Accum::Replace, xc.transpose(), xc, 1.0, par);
-        (g, false)
-    } else {
-        let mut g = Mat::<f64>::zeros(n, n);
+    let dual = n < d;
+    let mut g = Mat::<f64>::zeros(r, r);
+    if dual {
         matmul(&mut g, Accum::Replace, xc, xc.transpose(), 1.0, par);
-        (g, true)
+    } else {
+        matmul(&mut g, Accum::Replace, xc.transpose(), xc, 1.0, par);
+    }
+    let (vals, vecs) = if whole_spectrum {
+        let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
+        (vals, vecs.subcols(0, m).to_owned())
+    } else {
+        top_eigen_desc(g.as_ref(), m)?
     };
-    let (vals, vecs) = top_eigen_desc(g.as_ref(), m)?;
-    let variances = vals.iter().map(|v| v.max(0.0) / denom).collect();
+    let variances = vals.iter().take(r).map(|v| v.max(0.0) / denom).collect();
     if !dual {
         return Ok(PrincipalDirections {
             directions: vecs,
@@ -321,6 +251,35 @@ pub fn top_principal_directions(
         directions,
         variances,
     })
+}
+
+/// Removes the span of the orthonormal columns of `u` (`d × c`) from every row of `x`:
+/// $X - (XU)U^\top$.
+#[track_caller]
+pub fn remove_directions(x: MatRef<'_, f64>, u: MatRef<'_, f64>, par: Par) -> Mat<f64> {
+    assert_eq!(
+        x.ncols(),
+        u.nrows(),
+        "remove_directions: x is N×d, u must be d×c"
+    );
+    let mut out = x.to_owned();
+    if u.ncols() == 0 {
+        return out;
+    }
+    let mut coef = Mat::<f64>::zeros(x.nrows(), u.ncols());
+    matmul(&mut coef, Accum::Replace, x, u, 1.0, par);
+    matmul(&mut out, Accum::Add, &coef, u.transpose(), -1.0, par);
+    out
+}
+
+/// Top-`m` principal directions only (their variances, not the whole spectrum), through
+/// [`top_eigen_desc`]: much faster than [`principal_directions`] for `m ≪ min(N, d)`.
+pub fn top_principal_directions(
+    xc: MatRef<'_, f64>,
+    m: usize,
+    par: Par,
+) -> Result<PrincipalDirections> {
+    directions(xc, m, par, false)
 }
 
 /// CCR-`c`: centre over points, then remove the top-`c` principal directions.
