@@ -322,29 +322,13 @@ fn pga_corrected(
     let rho_readout = engine.rho(readout, &mut scratch, "readout subspace")?;
     drop(scratch);
 
-    let null_rhos: Vec<f64> = match par {
-        Par::Seq => {
-            let mut scratch = DrawScratch::new(n);
-            null.iter()
-                .map(|q| {
-                    let r = engine.rho(q.as_ref(), &mut scratch, "random subspace");
-                    on_draw();
-                    r
-                })
-                .collect::<Result<_>>()?
-        }
-        _ => null
-            .par_iter()
-            .map_init(
-                || DrawScratch::new(n),
-                |scratch, q| {
-                    let r = engine.rho(q.as_ref(), scratch, "random subspace");
-                    on_draw();
-                    r
-                },
-            )
-            .collect::<Result<_>>()?,
-    };
+    let null_rhos = over_draws(
+        null,
+        par,
+        on_draw,
+        || DrawScratch::new(n),
+        |q, scratch| engine.rho(q, scratch, "random subspace"),
+    )?;
     let NullSummary {
         null_mean,
         null_std,
@@ -477,26 +461,9 @@ fn pga_sampled(
         Ok::<f64, Error>(reference.spearman(&scratch.1, &mut scratch.0, &label)?)
     };
     let rho_readout = rho(readout, &mut SampledScratch::default(), "readout subspace")?;
-    let null_rhos: Vec<f64> = match par {
-        Par::Seq => {
-            let mut scratch = SampledScratch::default();
-            null.iter()
-                .map(|q| {
-                    let r = rho(q.as_ref(), &mut scratch, "random subspace");
-                    on_draw();
-                    r
-                })
-                .collect::<Result<_>>()?
-        }
-        _ => null
-            .par_iter()
-            .map_init(SampledScratch::default, |scratch, q| {
-                let r = rho(q.as_ref(), scratch, "random subspace");
-                on_draw();
-                r
-            })
-            .collect::<Result<_>>()?,
-    };
+    let null_rhos = over_draws(null, par, on_draw, SampledScratch::default, |q, scratch| {
+        rho(q, scratch, "random subspace")
+    })?;
     let NullSummary {
         null_mean,
         null_std,
@@ -524,6 +491,30 @@ fn pga_sampled(
 /// 1957), and the delta method gives $\mathrm{SE}(\hat\rho) \approx (1-\rho^2)\sqrt{1.06/(m-3)}$.
 pub fn spearman_standard_error(rho: f64, m: usize) -> f64 {
     (1.0 - rho * rho) * (1.06 / (m as f64 - 3.0).max(1.0)).sqrt()
+}
+
+/// Computes `rho` for every null basis, in draw order: on this thread with `Par::Seq`, else on
+/// the current rayon pool with one scratch (from `init`) per worker. Either way the results
+/// are identical; `on_draw` is called after each draw.
+fn over_draws<S: Send>(
+    null: &[Mat<f32>],
+    par: Par,
+    on_draw: &(dyn Fn() + Sync),
+    init: impl Fn() -> S + Sync + Send,
+    rho: impl Fn(MatRef<'_, f32>, &mut S) -> Result<f64> + Sync + Send,
+) -> Result<Vec<f64>> {
+    let one = |scratch: &mut S, q: &Mat<f32>| {
+        let r = rho(q.as_ref(), scratch);
+        on_draw();
+        r
+    };
+    match par {
+        Par::Seq => {
+            let mut scratch = init();
+            null.iter().map(|q| one(&mut scratch, q)).collect()
+        }
+        _ => null.par_iter().map_init(&init, one).collect(),
+    }
 }
 
 /// Per-worker buffers: the radix-sort words (two `u64` per pair).
