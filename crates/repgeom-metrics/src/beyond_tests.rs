@@ -258,3 +258,127 @@ fn cca_family_identities() {
         assert!((v - expect).abs() < 1e-5, "{name}: {v}");
     }
 }
+
+/// One planted layer for the spectrum null: `N = 240` points in `d = 48`, readout = the first
+/// `k = 6` coordinates (rotated by a fixed Haar frame). Class structure (4 classes) lives in
+/// `structure` coordinates; every other coordinate holds independent Gaussian content of
+/// standard deviation `sd(j)`.
+fn planted(structure_in_readout: bool, readout_sd: f64) -> (Mat<f32>, Mat<f64>) {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    let (n, d, k) = (240, 48, 6);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+    let means: Vec<f64> = (0..4 * k)
+        .map(|_| 3.0 * Distribution::<f64>::sample(&StandardNormal, &mut rng))
+        .collect();
+    let frame = repgeom_null::haar_basis(d, d, 23, 0);
+    let mut x = Mat::<f64>::zeros(n, d);
+    // Structure in coordinates 0..k (readout) or k..2k (complement).
+    let s0 = if structure_in_readout { 0 } else { k };
+    for i in 0..n {
+        for j in 0..d {
+            let g: f64 = StandardNormal.sample(&mut rng);
+            x[(i, j)] = if (s0..s0 + k).contains(&j) {
+                means[(i % 4) * k + (j - s0)] + g
+            } else if j < k {
+                readout_sd * g
+            } else {
+                g * 3.0
+            };
+        }
+    }
+    let acts = repgeom_linalg::to_f32(
+        repgeom_linalg::project(x.as_ref(), frame.transpose(), Par::Seq).as_ref(),
+    );
+    let readout = frame.as_ref().subcols(0, k).to_owned();
+    (acts, readout)
+}
+
+fn z_under_both_nulls(acts: &Mat<f32>, readout: &Mat<f64>) -> (f64, f64, MetricValue) {
+    let null = repgeom_null::NullBases::draw(
+        acts.ncols(),
+        readout.ncols(),
+        &repgeom_null::NullParams {
+            n_null: 60,
+            seed: 4,
+        }
+        .check()
+        .unwrap(),
+    )
+    .unwrap();
+    let input = LayerInput::new(acts.as_ref(), "planted", Par::Seq)
+        .unwrap()
+        .with_readout(readout.as_ref())
+        .unwrap()
+        .with_null(&null)
+        .unwrap();
+    let haar = Pga::default().compute(&input).unwrap()[0].value;
+    let rows = PgaSpectrum::default().compute(&input).unwrap();
+    (haar, rows[0].value, rows[0].clone())
+}
+
+#[test]
+fn spectrum_null_removes_a_z_due_to_variance_alone() {
+    // Readout: large independent variance, no class structure; the classes lie elsewhere.
+    let (acts, readout) = planted(false, 12.0);
+    let (haar, spectrum, row) = z_under_both_nulls(&acts, &readout);
+    assert!(haar > 4.0, "Haar z {haar}");
+    assert!(spectrum.abs() < 3.0, "spectrum z {spectrum}");
+    // The null matched what it says it matched.
+    let target = row.extra["captured_variance_readout"];
+    assert!(target > 0.5, "{target}");
+    assert!((row.extra["captured_variance_null_mean"] - target).abs() <= 0.01 * target);
+    assert!(row.extra["spectrum_beta_mean"] > 0.0);
+    assert_eq!(row.variant, "ccr1_spectrum");
+}
+
+/// A layer whose readout (`k = 16` of `d = 48`) carries 8-class structure in half of its
+/// coordinates and almost nothing in the other half, while the 32 other coordinates hold
+/// Gaussian noise: the readout is aligned with the distance structure, and its captured
+/// variance is matched by null subspaces that mix the top directions with noise.
+fn planted_aligned() -> (Mat<f32>, Mat<f64>) {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    let (n, d, k, classes) = (240, 48, 16, 8);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(29);
+    let mut gauss = || Distribution::<f64>::sample(&StandardNormal, &mut rng);
+    let means: Vec<f64> = (0..classes * k).map(|_| 2.0 * gauss()).collect();
+    // Half of the readout: class structure (variance ~9 per coordinate); the other half
+    // nearly empty; outside: unit Gaussian noise. The readout's share of the variance is then
+    // matched by subspaces leaning on the top directions, which mix structure and noise.
+    let x = Mat::<f64>::from_fn(n, d, |i, j| {
+        if j < k / 2 {
+            means[(i % classes) * k + j] * 3.0 + 0.5 * gauss()
+        } else if j < k {
+            0.1 * gauss()
+        } else {
+            2.0 * gauss()
+        }
+    });
+    let frame = repgeom_null::haar_basis(d, d, 31, 0);
+    let acts = repgeom_linalg::to_f32(
+        repgeom_linalg::project(x.as_ref(), frame.transpose(), Par::Seq).as_ref(),
+    );
+    (acts, frame.as_ref().subcols(0, k).to_owned())
+}
+
+#[test]
+fn spectrum_null_keeps_a_z_due_to_readout_alignment() {
+    // Readout: the class structure, with the variance of any other k directions.
+    let (acts, readout) = planted_aligned();
+    let (haar, spectrum, _) = z_under_both_nulls(&acts, &readout);
+    assert!(haar > 4.0, "Haar z {haar}");
+    // Smaller than under Haar (the matched subspaces lean on the same top directions), but
+    // clearly above the null: the readout holds the structure, not just the variance.
+    assert!(spectrum > 2.0, "spectrum z {spectrum} (Haar {haar})");
+}
+
+#[test]
+fn spectrum_null_is_the_haar_null_when_nothing_needs_matching() {
+    // Isotropic layer: every subspace captures k/d of the variance up to sampling, so the
+    // tilts are small and both nulls give similar z.
+    let (acts, readout) = planted(false, 3.0);
+    let (haar, spectrum, row) = z_under_both_nulls(&acts, &readout);
+    assert!(row.extra["spectrum_beta_mean"].abs() < 2.0, "{row:?}");
+    assert!((haar - spectrum).abs() < 3.0, "{haar} vs {spectrum}");
+}

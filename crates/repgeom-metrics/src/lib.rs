@@ -27,6 +27,7 @@ mod cross;
 mod error;
 mod knn;
 pub mod pga;
+mod pga_spectrum;
 mod readout;
 mod registry;
 mod spectral;
@@ -38,6 +39,7 @@ pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
 pub use cross::{CkaLinear, DistanceSpearman};
 pub use error::{Error, Result};
 pub use knn::{Cknna, MutualKnn};
+pub use pga_spectrum::PgaSpectrum;
 pub use readout::{PcReadoutShare, Pga};
 pub use registry::{
     AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,
