@@ -29,7 +29,7 @@ mod zoo;
 mod tests;
 
 pub use error::{Error, Result};
-pub use params::{ModelParams, ValidModelParams, ValidZooParams, ZooParams};
+pub use params::{DetourKind, ModelParams, ValidModelParams, ValidZooParams, ZooParams};
 pub use space::{Regime, SyntheticSpace};
 pub use zoo::{
     SyntheticCheckpoint, SyntheticModel, SyntheticRun, SyntheticStudy, generate_study,
