@@ -20,17 +20,26 @@
 //! This crate does no file I/O and never prints: it sees matrices and returns numbers.
 #![deny(missing_docs)]
 
+mod alignment;
+#[cfg(test)]
+mod beyond_tests;
 mod cross;
 mod error;
+mod knn;
 pub mod pga;
+mod pga_spectrum;
 mod readout;
 mod registry;
 mod spectral;
 #[cfg(test)]
 mod tests;
+mod twonn;
 
+pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
 pub use cross::{CkaLinear, DistanceSpearman};
 pub use error::{Error, Result};
+pub use knn::{Cknna, MutualKnn};
+pub use pga_spectrum::PgaSpectrum;
 pub use readout::{PcReadoutShare, Pga};
 pub use registry::{
     AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,
@@ -41,3 +50,4 @@ pub use spectral::{
     AlphaReq, ConditionNumber, Isotropy, PowerLawFit, RankMe, SpectrumKind, isoscore,
     power_law_fit, rankme,
 };
+pub use twonn::IntrinsicDimTwoNn;

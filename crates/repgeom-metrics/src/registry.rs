@@ -41,6 +41,11 @@ pub trait PairMetric: std::fmt::Debug + Send + Sync {
     fn check(&self) -> Result<()>;
     /// Computes the metric on a pair of layers.
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>>;
+    /// Whether the value is the same with the two representations swapped (the conformance
+    /// suite checks it when claimed). Most pair metrics are; override for those that are not.
+    fn symmetric(&self) -> bool {
+        true
+    }
 }
 
 /// One documented option of a metric (its default comes from serialising the default config).

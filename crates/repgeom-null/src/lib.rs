@@ -13,6 +13,9 @@
 //! the Grassmannian (Mezzadri 2007); Q is computed by twice-iterated modified Gram–Schmidt,
 //! whose R has a positive diagonal by construction.
 //!
+//! [`spectrum_matched`] tilts those draws towards a layer's variance profile until each
+//! captures the same share of variance as the readout subspace (the stricter `spectrum` null).
+//!
 //! This crate is not metric logic: it knows nothing of distances or activations.
 #![deny(missing_docs)]
 
@@ -21,8 +24,11 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 use repgeom_linalg::Mat;
 
+mod spectrum;
 #[cfg(test)]
 mod tests;
+
+pub use spectrum::{SpectrumMatched, spectrum_matched};
 
 /// Errors of null sampling and null statistics.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +71,20 @@ pub enum Error {
         n: usize,
         /// Their common value.
         value: f64,
+    },
+    /// A spectrum-matched draw could not reach the readout's captured variance.
+    #[error(
+        "spectrum-matched null draw {index}: captured variance {reached:.6} cannot be brought within {tol} (relative) of the readout's {target:.6}"
+    )]
+    SpectrumUnmatched {
+        /// Which draw.
+        index: usize,
+        /// The readout subspace's share of the layer's variance.
+        target: f64,
+        /// The closest share reached.
+        reached: f64,
+        /// The relative tolerance.
+        tol: f64,
     },
 }
 

@@ -29,6 +29,14 @@ pub enum Error {
         /// Reserved dark directions (`dark_pool`).
         available: usize,
     },
+    /// The eigendecomposition behind a rotation regime failed to converge.
+    #[error("synthetic model {model}: {source}")]
+    Numerical {
+        /// The model label.
+        model: String,
+        /// The linear-algebra failure.
+        source: repgeom_linalg::Error,
+    },
 }
 
 /// Result type of the crate.

@@ -6,7 +6,8 @@
 //! The main type is [`SyntheticSpace`]: one model's readout `W_U` (built as
 //! `A diag(s) Qᵀ` so that its top-`k` right singular subspace is known exactly), its reserved
 //! dark directions and a labelled latent point cloud; [`SyntheticSpace::layer`] draws an
-//! `N × d` layer in a [`Regime`] (`Direct`, `Detour`, `Isotropic`). [`generate_zoo`] and
+//! `N × d` layer in a [`Regime`] (`Direct`, `Detour`, `Isotropic`, `Rotation`,
+//! `VarianceOnly`). [`generate_zoo`] and
 //! [`generate_study`] build several widths over training checkpoints from a [`ZooParams`].
 //!
 //! Key design decision: every random choice comes from an explicitly seeded ChaCha8 stream, and
@@ -29,7 +30,7 @@ mod zoo;
 mod tests;
 
 pub use error::{Error, Result};
-pub use params::{ModelParams, ValidModelParams, ValidZooParams, ZooParams};
+pub use params::{DetourKind, ModelParams, ValidModelParams, ValidZooParams, ZooParams};
 pub use space::{Regime, SyntheticSpace};
 pub use zoo::{
     SyntheticCheckpoint, SyntheticModel, SyntheticRun, SyntheticStudy, generate_study,

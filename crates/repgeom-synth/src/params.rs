@@ -232,6 +232,8 @@ pub struct ZooParams {
     /// Detour strength at `detour_max_width` at the end of training; narrower models get
     /// `strength * sqrt(detour_max_width / d)`.
     pub detour_strength: f64,
+    /// How the detour is planted: [`DetourKind::Rotation`] (default) or [`DetourKind::Dark`].
+    pub detour_kind: DetourKind,
     /// Relative depths `[lo, hi)` (layer / (n_layers - 1)) of the detour zone.
     pub detour_depth: (f64, f64),
     /// Training progress (0 = first checkpoint, 1 = last, log-step scale) where the detour starts.
@@ -254,6 +256,7 @@ impl Default for ZooParams {
             detour_max_width: 128,
             dark_dims: 4,
             detour_strength: 1.5,
+            detour_kind: DetourKind::Rotation,
             detour_depth: (0.6, 0.95),
             detour_onset: 0.3,
             early_noise: 1.0,
@@ -261,6 +264,19 @@ impl Default for ZooParams {
             model: ModelParams::default(),
         }
     }
+}
+
+/// How the default study plants its late-layer detour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DetourKind {
+    /// [`crate::Regime::Rotation`]: the dominant directions rotate out of the readout into dark
+    /// directions with the spectrum held fixed (PGA moves, rotation-invariant spectral metrics
+    /// do not), `angle` ramping from 0 to 1 over training.
+    #[default]
+    Rotation,
+    /// [`crate::Regime::Detour`]: large dark directions are added (the spectrum changes with
+    /// PGA), `strength` ramping as `detour_strength` says. The default before rotation.
+    Dark,
 }
 
 /// Checked [`ZooParams`] with one [`ValidModelParams`] per width.

@@ -27,6 +27,28 @@ pub enum Regime {
     },
     /// Standard Gaussian noise (plus the shared offset): PGA `|z|` small.
     Isotropic,
+    /// The direct layer, then rotated by an orthogonal map of the hidden space that turns its
+    /// `dims` dominant principal directions inside the readout subspace towards dark directions
+    /// (by `angle` quarter turns, `angle` in [0, 1]; 1 moves them entirely into the dark).
+    /// The whole layer (offset included) is rotated, so every rotation-invariant spectral
+    /// quantity (singular values, centred or not) equals the direct layer's drawn from the same
+    /// streams; only where the variance sits relative to the readout changes.
+    Rotation {
+        /// Number of dominant directions rotated out (at most `k` and `ModelParams::dark_pool`).
+        dims: usize,
+        /// Fraction of a quarter turn, in [0, 1].
+        angle: f64,
+    },
+    /// Variance-only alignment: the readout subspace holds the layer's largest-variance
+    /// directions with content independent of the labelled points, while the distance
+    /// structure (the direct embedding) lives in the complement. PGA under the Haar null can
+    /// read `z > 0` from variance alone; a variance-matched null removes it.
+    VarianceOnly {
+        /// Standard deviation of the leading readout-side direction relative to the RMS norm
+        /// of the structured part (as `Detour::strength`); direction `j < k` gets
+        /// `strength · (1 − j/(2k))`.
+        strength: f64,
+    },
 }
 
 impl Regime {
@@ -36,10 +58,42 @@ impl Regime {
             Regime::Direct => "direct",
             Regime::Detour { .. } => "detour",
             Regime::Isotropic => "isotropic",
+            Regime::Rotation { .. } => "rotation",
+            Regime::VarianceOnly { .. } => "variance_only",
         }
     }
 
-    fn check(&self, label: &str, pool: usize) -> Result<()> {
+    fn check(&self, label: &str, pool: usize, k: usize) -> Result<()> {
+        if let Regime::Rotation { dims, angle } = *self {
+            if dims == 0 || dims > k {
+                return Err(invalid(
+                    "Regime",
+                    "dims",
+                    dims,
+                    "must be in 1..=k (directions of the readout subspace)",
+                ));
+            }
+            if dims > pool {
+                return Err(Error::DarkDimsTooLarge {
+                    model: label.to_string(),
+                    requested: dims,
+                    available: pool,
+                });
+            }
+            if !(0.0..=1.0).contains(&angle) {
+                return Err(invalid("Regime", "angle", angle, "must be in [0, 1]"));
+            }
+        }
+        if let Regime::VarianceOnly { strength } = *self
+            && !(strength.is_finite() && strength >= 0.0)
+        {
+            return Err(invalid(
+                "Regime",
+                "strength",
+                strength,
+                "must be finite and >= 0",
+            ));
+        }
         if let Regime::Detour {
             dark_dims,
             strength,
@@ -81,6 +135,12 @@ impl fmt::Display for Regime {
                 strength,
             } => {
                 write!(f, "detour(m={dark_dims}, strength={strength:.3})")
+            }
+            Regime::Rotation { dims, angle } => {
+                write!(f, "rotation(m={dims}, angle={angle:.3})")
+            }
+            Regime::VarianceOnly { strength } => {
+                write!(f, "variance_only(strength={strength:.3})")
             }
             other => f.write_str(other.name()),
         }
@@ -247,7 +307,7 @@ impl SyntheticSpace {
         content: &mut impl RngCore,
     ) -> Result<Mat<f32>> {
         let p = &self.params.p;
-        regime.check(&self.label, p.dark_pool)?;
+        regime.check(&self.label, p.dark_pool, self.k)?;
         let (n, d, k, pool) = (self.n_points(), self.d, self.k, p.dark_pool);
         let l = self.params.latent;
         let nc = d - k - pool;
@@ -266,9 +326,22 @@ impl SyntheticSpace {
             Regime::Isotropic => {
                 x.iter_mut().for_each(|v| *v = gauss(content));
             }
-            Regime::Direct | Regime::Detour { .. } => {
-                // E = sqrt(1 - leak²) B G + leak C Gc, d × L column-major.
-                let a = (1.0 - p.leak * p.leak).sqrt();
+            Regime::Direct
+            | Regime::Detour { .. }
+            | Regime::Rotation { .. }
+            | Regime::VarianceOnly { .. } => {
+                // E = sqrt(1 - leak²) B G + leak C Gc, d × L column-major; variance-only puts
+                // the whole embedding in the complement C.
+                let a = if let Regime::VarianceOnly { .. } = regime {
+                    0.0
+                } else {
+                    (1.0 - p.leak * p.leak).sqrt()
+                };
+                let leak = if let Regime::VarianceOnly { .. } = regime {
+                    1.0
+                } else {
+                    p.leak
+                };
                 let mut e = vec![0.0f64; d * l];
                 for t in 0..l {
                     let et = &mut e[t * d..(t + 1) * d];
@@ -278,7 +351,7 @@ impl SyntheticSpace {
                         et.iter_mut().zip(qj).for_each(|(x, q)| *x += coef * q);
                     }
                     for j in 0..nc {
-                        let coef = p.leak * gc[t * nc + j];
+                        let coef = leak * gc[t * nc + j];
                         let col = k + pool + j;
                         let qj = &self.frame[col * d..(col + 1) * d];
                         et.iter_mut().zip(qj).for_each(|(x, q)| *x += coef * q);
@@ -331,8 +404,86 @@ impl SyntheticSpace {
                         }
                     }
                 }
+                if let Regime::VarianceOnly { strength } = regime {
+                    // Independent Gaussian content along every readout direction, with
+                    // decreasing standard deviations so that they lead the spectrum.
+                    for i in 0..n {
+                        let row = &mut x[i * d..(i + 1) * d];
+                        for j in 0..k {
+                            let sd = strength * scale * (1.0 - 0.5 * j as f64 / k as f64);
+                            let y = sd * gauss(content);
+                            let qj = &self.frame[j * d..(j + 1) * d];
+                            row.iter_mut().zip(qj).for_each(|(x, q)| *x += y * q);
+                        }
+                    }
+                }
             }
         }
-        Ok(Mat::from_fn(n, d, |i, j| (x[i * d + j] + u[j]) as f32))
+        for i in 0..n {
+            x[i * d..(i + 1) * d]
+                .iter_mut()
+                .zip(&u)
+                .for_each(|(v, o)| *v += o);
+        }
+        if let Regime::Rotation { dims, angle } = regime {
+            self.rotate_out(&mut x, n, dims, angle)?;
+        }
+        Ok(Mat::from_fn(n, d, |i, j| x[i * d + j] as f32))
+    }
+
+    /// Rotates the rows of `x` (`n × d`, row-major) by `angle` quarter turns in the planes
+    /// `(b_j, q_j)`, `j < dims`: `b_j` the dominant principal directions of `x` inside the
+    /// readout subspace (eigenvectors of `Bᵀ Σ B`), `q_j` the first dark directions. The planes
+    /// are mutually orthogonal, so the map is orthogonal and the spectrum is unchanged.
+    fn rotate_out(&self, x: &mut [f64], n: usize, dims: usize, angle: f64) -> Result<()> {
+        let (d, k) = (self.d, self.k);
+        // Readout coordinates of the centred rows: Y = (X − mean) B, n × k.
+        let mut mean = vec![0.0f64; d];
+        for i in 0..n {
+            mean.iter_mut()
+                .zip(&x[i * d..(i + 1) * d])
+                .for_each(|(m, v)| *m += v / n as f64);
+        }
+        let b = |j: usize| &self.frame[j * d..(j + 1) * d];
+        let mut y = vec![0.0f64; n * k];
+        for i in 0..n {
+            let row = &x[i * d..(i + 1) * d];
+            for j in 0..k {
+                y[i * k + j] = row
+                    .iter()
+                    .zip(&mean)
+                    .zip(b(j))
+                    .map(|((v, m), q)| (v - m) * q)
+                    .sum();
+            }
+        }
+        let cov = Mat::from_fn(k, k, |a, c| {
+            (0..n).map(|i| y[i * k + a] * y[i * k + c]).sum()
+        });
+        let (_, w) = repgeom_linalg::symmetric_eigen_desc(cov.as_ref()).map_err(|source| {
+            Error::Numerical {
+                model: self.label.clone(),
+                source,
+            }
+        })?;
+        let theta = angle * std::f64::consts::FRAC_PI_2;
+        let (c, s) = (theta.cos(), theta.sin());
+        for j in 0..dims {
+            let bj: Vec<f64> = (0..d)
+                .map(|r| (0..k).map(|t| w[(t, j)] * b(t)[r]).sum())
+                .collect();
+            let qj = &self.frame[(k + j) * d..(k + j + 1) * d];
+            for i in 0..n {
+                let row = &mut x[i * d..(i + 1) * d];
+                let pb: f64 = row.iter().zip(&bj).map(|(v, q)| v * q).sum();
+                let pq: f64 = row.iter().zip(qj).map(|(v, q)| v * q).sum();
+                // In the plane: (pb, pq) → (c pb − s pq, s pb + c pq).
+                let (nb, nq) = (c * pb - s * pq, s * pb + c * pq);
+                row.iter_mut()
+                    .zip(bj.iter().zip(qj))
+                    .for_each(|(v, (u1, u2))| *v += (nb - pb) * u1 + (nq - pq) * u2);
+            }
+        }
+        Ok(())
     }
 }

@@ -371,6 +371,7 @@ fn default_study_plan() {
             let plan: Vec<String> = (0..p.params().n_layers)
                 .map(|l| match planned_regime(&p, mp.d(), l, t) {
                     Regime::Detour { strength, .. } => format!("X{strength:.2}"),
+                    Regime::Rotation { angle, .. } => format!("R{angle:.2}"),
                     r => r.name()[..1].to_string(),
                 })
                 .collect();
@@ -396,4 +397,142 @@ fn regime_display() {
     ];
     let s: Vec<String> = r.iter().map(|r| r.to_string()).collect();
     assert_eq!(s, ["direct", "detour(m=4, strength=1.500)", "isotropic"]);
+}
+
+/// Fraction of the centred variance of `x` inside the span of `basis`.
+fn captured_variance(x: MatRef<'_, f32>, basis: MatRef<'_, f64>) -> f64 {
+    let c = repgeom_linalg::center_columns(x);
+    let p = repgeom_linalg::project(c.as_ref(), basis, Par::Seq);
+    p.norm_l2().powi(2) / c.norm_l2().powi(2)
+}
+
+fn rotation_space() -> SyntheticSpace {
+    let p = ModelParams {
+        d: 128,
+        k: Some(16),
+        n_points: 200,
+        ..ModelParams::default()
+    }
+    .check()
+    .unwrap();
+    SyntheticSpace::generate(&p, &mut ChaCha8Rng::seed_from_u64(31))
+}
+
+fn same_streams(space: &SyntheticSpace, regime: Regime) -> repgeom_linalg::Mat<f32> {
+    let noise = space.params().params().noise;
+    space
+        .layer_with(
+            regime,
+            noise,
+            &mut ChaCha8Rng::seed_from_u64(5),
+            &mut ChaCha8Rng::seed_from_u64(6),
+        )
+        .unwrap()
+}
+
+#[test]
+fn rotation_keeps_the_spectrum_and_moves_the_top_directions_into_the_dark() {
+    let space = rotation_space();
+    let direct = same_streams(&space, Regime::Direct);
+    let rotated = same_streams(
+        &space,
+        Regime::Rotation {
+            dims: 4,
+            angle: 1.0,
+        },
+    );
+    // Singular values, centred and raw, agree to f32 storage rounding.
+    for centred in [true, false] {
+        let sv = |x: &repgeom_linalg::Mat<f32>| {
+            let m = if centred {
+                repgeom_linalg::center_columns(x.as_ref())
+            } else {
+                repgeom_linalg::to_f64(x.as_ref())
+            };
+            repgeom_linalg::singular_values(m.as_ref(), "layer", Par::Seq).unwrap()
+        };
+        let (a, b) = (sv(&direct), sv(&rotated));
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * a[0],
+                "centred {centred}: {x} vs {y}"
+            );
+        }
+    }
+    let rb = space.readout_basis.as_ref();
+    let dark = space.dark_basis.subcols(0, 4);
+    let (vd, vr) = (
+        captured_variance(direct.as_ref(), rb),
+        captured_variance(rotated.as_ref(), rb),
+    );
+    assert!(vd > 0.5 && vr < vd - 0.2, "readout variance {vd} -> {vr}");
+    assert!(pc1_share(rotated.as_ref(), rb) < 0.05);
+    assert!(pc1_share(rotated.as_ref(), dark) > 0.9);
+    // Angle 0 is the direct layer itself (up to rounding).
+    let still = same_streams(
+        &space,
+        Regime::Rotation {
+            dims: 4,
+            angle: 0.0,
+        },
+    );
+    for i in 0..direct.nrows() {
+        for j in 0..direct.ncols() {
+            assert!((direct[(i, j)] - still[(i, j)]).abs() <= 1e-5);
+        }
+    }
+}
+
+#[test]
+fn variance_only_puts_the_top_variance_in_the_readout_and_the_structure_elsewhere() {
+    let space = rotation_space();
+    let layer = same_streams(&space, Regime::VarianceOnly { strength: 1.0 });
+    let rb = space.readout_basis.as_ref();
+    assert!(pc1_share(layer.as_ref(), rb) > 0.99);
+    assert!(captured_variance(layer.as_ref(), rb) > 0.5);
+}
+
+#[test]
+fn new_regimes_are_validated() {
+    let space = rotation_space();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    for (regime, expect) in [
+        (
+            Regime::Rotation {
+                dims: 0,
+                angle: 1.0,
+            },
+            "dims = 0",
+        ),
+        (
+            Regime::Rotation {
+                dims: 2,
+                angle: 1.5,
+            },
+            "angle = 1.5",
+        ),
+        (
+            Regime::Rotation {
+                dims: 17,
+                angle: 1.0,
+            },
+            "dims = 17",
+        ),
+        (Regime::VarianceOnly { strength: -1.0 }, "strength = -1"),
+    ] {
+        let err = space.layer(regime, &mut rng).unwrap_err().to_string();
+        assert!(err.contains(expect), "{err}");
+    }
+    assert_eq!(
+        Regime::Rotation {
+            dims: 4,
+            angle: 0.5
+        }
+        .to_string(),
+        "rotation(m=4, angle=0.500)"
+    );
+    assert_eq!(
+        Regime::VarianceOnly { strength: 2.0 }.to_string(),
+        "variance_only(strength=2.000)"
+    );
 }

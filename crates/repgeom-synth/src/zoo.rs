@@ -5,7 +5,7 @@ use rand_chacha::ChaCha8Rng;
 use repgeom_linalg::Mat;
 
 use crate::error::Result;
-use crate::params::ValidZooParams;
+use crate::params::{DetourKind, ValidZooParams};
 use crate::space::{Regime, SyntheticSpace};
 
 /// One synthetic model at one checkpoint: readout, layers and planted regimes.
@@ -177,12 +177,17 @@ pub fn planned_regime(p: &ValidZooParams, d: usize, layer: usize, progress: f64)
     let ramp = x * x * (3.0 - 2.0 * x);
     let strength = z.detour_strength * (z.detour_max_width as f64 / d as f64).sqrt() * ramp;
     if strength == 0.0 {
-        Regime::Direct
-    } else {
-        Regime::Detour {
+        return Regime::Direct;
+    }
+    match z.detour_kind {
+        DetourKind::Rotation => Regime::Rotation {
+            dims: (d / z.k_divisor).min(z.model.dark_pool),
+            angle: ramp,
+        },
+        DetourKind::Dark => Regime::Detour {
             dark_dims: z.dark_dims,
             strength,
-        }
+        },
     }
 }
 

@@ -99,7 +99,7 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
         {
             println!(
                 "SYNTHETIC DATA: seeded planted regimes from repgeom-synth (seed {}), not a real model.\n\
-                 Expect z >> 0 for 'direct', z < 0 at CCR-1 and z > 0 at CCR-{dark} for 'detour', |z| small for 'isotropic'.\n",
+                 Expect z >> 0 for 'direct', z < 0 at CCR-1 and z > 0 at CCR-{dark} for 'detour', z < 0 at every CCR for 'rotation', |z| small for 'isotropic'.\n",
                 args.seed
             );
         }

@@ -9,13 +9,26 @@ fn registry_holds_exactly_the_expected_names() {
         [
             "alpha_req",
             "condition_number",
+            "intrinsic_dim_twonn",
             "isotropy",
             "pc_readout_share",
             "pga",
             "rankme"
         ]
     );
-    assert_eq!(pair_metric_names(), ["cka_linear", "distance_spearman"]);
+    assert_eq!(
+        pair_metric_names(),
+        [
+            "cka_linear",
+            "cknna",
+            "distance_spearman",
+            "mutual_knn",
+            "procrustes",
+            "pwcca",
+            "rsa",
+            "svcca"
+        ]
+    );
 }
 
 #[test]
@@ -23,7 +36,7 @@ fn unknown_names_list_the_known_ones() {
     let err = metric("rank_me").unwrap_err().to_string();
     assert_eq!(
         err,
-        "unknown metric \"rank_me\"; known metrics: alpha_req, condition_number, isotropy, pc_readout_share, pga, rankme"
+        "unknown metric \"rank_me\"; known metrics: alpha_req, condition_number, intrinsic_dim_twonn, isotropy, pc_readout_share, pga, rankme"
     );
 }
 

@@ -66,7 +66,7 @@ fn detour_layers_probe_well_while_z_is_negative() {
             probe.majority_baseline
         );
         match regime {
-            Regime::Detour { .. } => {
+            Regime::Detour { .. } | Regime::Rotation { .. } => {
                 assert!(z < -2.0, "detour layer {layer}: z = {z}");
                 detour_acc.push(probe.accuracy);
             }

@@ -85,6 +85,25 @@ fn check(n: usize, d: usize, k: usize, seed: u64) {
     let ctx = format!(
         "N={n} d={d} k={k} seed={seed}: direct {zd:.1}, detour CCR-1 {zx1:.1}, detour CCR-{m} {zxm:.1}, isotropic {zi:.1}"
     );
+    // The rotation detour: same spectrum as the direct layer, PGA many σ lower and below the
+    // null at CCR-1;
+    // variance-only: the readout holds the top variance, so the Haar null reads z > 0.
+    let rot = s
+        .layer(
+            Regime::Rotation {
+                dims: m,
+                angle: 1.0,
+            },
+            &mut rng,
+        )
+        .unwrap();
+    let var = s
+        .layer(Regime::VarianceOnly { strength: 1.0 }, &mut rng)
+        .unwrap();
+    let (zr, zv) = (z(&rot, 1), z(&var, 1));
+    let ctx = format!("{ctx}, rotation CCR-1 {zr:.1}, variance-only CCR-1 {zv:.1}");
+    assert!(zr < 0.0 && zr < zd - 6.0, "{ctx}");
+    assert!(zv > 4.0, "{ctx}");
     assert!(zd > 4.0, "{ctx}");
     assert!(zx1 < -4.0, "{ctx}");
     assert!(zxm > 2.0, "{ctx}");

@@ -1,0 +1,483 @@
+//! Nearest-neighbour alignment of two representations: mutual k-NN and CKNNA (Huh, Cheung,
+//! Wang & Isola 2024, *The Platonic Representation Hypothesis*), with a seeded permutation null.
+//!
+//! Neighbours come from a blocked top-k search (`ROW_BLOCK` rows of similarities at a time),
+//! so no `N × N` matrix is ever held: memory is `O(N·k)` plus one `ROW_BLOCK × N` block per
+//! worker. Everything after the search (the statistic and every permutation draw) works on the
+//! `N × k` neighbour lists alone, in `O(N·k)` per draw.
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use repgeom_linalg::{Mat, MatRef, Par, normalize_rows, project, project_f32};
+use serde::{Deserialize, Serialize};
+
+use crate::registry::{LayerInput, MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
+use crate::{Error, Result};
+
+/// Rows of the similarity matrix computed at once by the blocked searches.
+const ROW_BLOCK: usize = 256;
+
+/// Each point's `k` nearest neighbours (itself excluded), best first, with their scores.
+#[derive(Debug, Clone)]
+pub(crate) struct Neighbours {
+    k: usize,
+    /// Row-major `N × k` neighbour indices, best first (ties: lower index first).
+    pub(crate) index: Vec<u32>,
+    /// The matching scores (higher = nearer).
+    pub(crate) score: Vec<f64>,
+}
+
+impl Neighbours {
+    fn n(&self) -> usize {
+        self.index.len() / self.k.max(1)
+    }
+    fn row(&self, i: usize) -> (&[u32], &[f64]) {
+        let r = i * self.k..(i + 1) * self.k;
+        (&self.index[r.clone()], &self.score[r])
+    }
+}
+
+/// Keeps the best `k` of a stream of (score, index), best first, ties to the lower index.
+fn push_top(top: &mut Vec<(f64, u32)>, k: usize, score: f64, j: u32) {
+    let better = |a: &(f64, u32), b: &(f64, u32)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
+    if top.len() == k && !better(&(score, j), &top[k - 1]) {
+        return;
+    }
+    let pos = top
+        .iter()
+        .position(|t| better(&(score, j), t))
+        .unwrap_or(top.len());
+    top.insert(pos, (score, j));
+    top.truncate(k);
+}
+
+/// Blocked top-k search over the rows of `x` (`N × d`), where `block(rows)` returns the scores
+/// of rows `rows` against all `N` points (`rows.len() × N`, larger = nearer). Blocks run in
+/// parallel under `par`, each computed sequentially, so the result is identical at any thread
+/// count.
+pub(crate) fn top_k_blocked<F>(n: usize, k: usize, par: Par, block: F) -> Neighbours
+where
+    F: Fn(std::ops::Range<usize>) -> Mat<f64> + Sync,
+{
+    let starts: Vec<usize> = (0..n).step_by(ROW_BLOCK).collect();
+    let one = |&s: &usize| -> Vec<(f64, u32)> {
+        let rows = s..(s + ROW_BLOCK).min(n);
+        let scores = block(rows.clone());
+        let mut out = Vec::with_capacity(rows.len() * k);
+        let mut top = Vec::with_capacity(k + 1);
+        for (r, i) in rows.enumerate() {
+            top.clear();
+            for j in 0..n {
+                if j != i {
+                    push_top(&mut top, k, scores[(r, j)], j as u32);
+                }
+            }
+            out.extend_from_slice(&top);
+        }
+        out
+    };
+    let parts: Vec<Vec<(f64, u32)>> = match par {
+        Par::Seq => starts.iter().map(one).collect(),
+        _ => starts.par_iter().map(one).collect(),
+    };
+    let mut index = Vec::with_capacity(n * k);
+    let mut score = Vec::with_capacity(n * k);
+    for (s, j) in parts.into_iter().flatten() {
+        index.push(j);
+        score.push(s);
+    }
+    Neighbours { k, index, score }
+}
+
+/// Cosine `k`-NN of a layer: rows normalised to unit length in `f32` (as the reference code,
+/// which runs in `float32`), similarities by block GEMM, scores widened to `f64`.
+pub(crate) fn cosine_neighbours(
+    layer: &LayerInput<'_>,
+    k: usize,
+    center: bool,
+) -> Result<Neighbours> {
+    let xn = if center {
+        normalize_rows(layer.centred(), layer.what())?
+    } else {
+        normalize_rows(layer.acts(), layer.what())?
+    };
+    let xt = xn.transpose();
+    Ok(top_k_blocked(layer.n(), k, layer.par(), |rows| {
+        let s = project_f32(xn.as_ref().subrows(rows.start, rows.len()), xt, Par::Seq);
+        Mat::from_fn(s.nrows(), s.ncols(), |i, j| f64::from(s[(i, j)]))
+    }))
+}
+
+/// Euclidean 2-NN distances (`f64`) of the centred rows of `x`: the nearest and second-nearest
+/// distance of every point, by blocked Gram products.
+pub(crate) fn euclidean_neighbours(x: MatRef<'_, f64>, k: usize, par: Par) -> Neighbours {
+    let n = x.nrows();
+    let sq: Vec<f64> = (0..n)
+        .map(|i| x.row(i).iter().map(|v| v * v).sum())
+        .collect();
+    let xt = x.transpose();
+    let mut nb = top_k_blocked(n, k, par, |rows| {
+        let g = project(x.subrows(rows.start, rows.len()), xt, Par::Seq);
+        // Score = −‖x_i − x_j‖² up to the row constant ‖x_i‖²: −(‖x_j‖² − 2 x_i·x_j).
+        Mat::from_fn(g.nrows(), n, |r, j| {
+            2.0 * g[(r, j)] - sq[j] - sq[rows.start + r]
+        })
+    });
+    for (i, s) in nb.score.iter_mut().enumerate() {
+        // Back to distances, recomputed exactly from the coordinates (the Gram form cancels).
+        let (a, b) = (i / k, nb.index[i] as usize);
+        let d2: f64 = x
+            .row(a)
+            .iter()
+            .zip(x.row(b).iter())
+            .map(|(u, v)| (u - v) * (u - v))
+            .sum();
+        *s = d2.sqrt();
+    }
+    nb
+}
+
+/// The rows of `b` relabelled as if its points were permuted by `perm` (point `i` of the
+/// permuted representation is point `perm[i]` of the original): neighbours of `i` become
+/// `inv[j]` for `j` in the neighbours of `perm[i]`.
+fn permuted(b: &Neighbours, perm: &[u32], inv: &[u32]) -> Neighbours {
+    let (n, k) = (b.n(), b.k);
+    let mut index = Vec::with_capacity(n * k);
+    let mut score = Vec::with_capacity(n * k);
+    for &p in perm {
+        let (idx, sc) = b.row(p as usize);
+        index.extend(idx.iter().map(|&j| inv[j as usize]));
+        score.extend_from_slice(sc);
+    }
+    Neighbours { k, index, score }
+}
+
+/// Mutual k-NN: mean over points of |kNN_A(i) ∩ kNN_B(i)| / k.
+fn mutual_knn_value(a: &Neighbours, b: &Neighbours, mark: &mut [u32]) -> f64 {
+    let n = a.n();
+    let mut total = 0usize;
+    for i in 0..n {
+        let stamp = i as u32 + 1;
+        for &j in a.row(i).0 {
+            mark[j as usize] = stamp;
+        }
+        total += b
+            .row(i)
+            .0
+            .iter()
+            .filter(|&&j| mark[j as usize] == stamp)
+            .count();
+    }
+    for m in mark.iter_mut() {
+        *m = 0;
+    }
+    total as f64 / (n * a.k) as f64
+}
+
+/// Sparse `M ∘ K` and `M ∘ L` on the mask `M` = kNN_A ∩ kNN_B (row `i`: the common neighbours
+/// of `i`, sorted by index), as used by CKNNA.
+struct Masked {
+    /// Per row, (j, K_ij, L_ij) sorted by j.
+    rows: Vec<Vec<(u32, f64, f64)>>,
+}
+
+impl Masked {
+    fn new(a: &Neighbours, b: &Neighbours) -> Self {
+        let n = a.n();
+        let rows = (0..n)
+            .map(|i| {
+                let (ia, sa) = a.row(i);
+                let (ib, sb) = b.row(i);
+                let mut r: Vec<(u32, f64, f64)> = ia
+                    .iter()
+                    .zip(sa)
+                    .filter_map(|(&j, &kv)| ib.iter().position(|&x| x == j).map(|p| (j, kv, sb[p])))
+                    .collect();
+                r.sort_unstable_by_key(|t| t.0);
+                r
+            })
+            .collect();
+        Self { rows }
+    }
+
+    /// The unbiased HSIC (Song et al. 2012) of the two masked kernels, as the reference code
+    /// writes it for non-symmetric matrices:
+    /// `[Σ K̃∘L̃ᵀ + ΣK̃ ΣL̃/((m−1)(m−2)) − 2·1ᵀK̃L̃1/(m−2)] / (m(m−3))`.
+    fn hsic_unbiased(&self) -> f64 {
+        let m = self.rows.len();
+        let mf = m as f64;
+        let mut col_k = vec![0.0f64; m];
+        let mut row_l = vec![0.0f64; m];
+        let (mut sum_k, mut sum_l, mut trace) = (0.0, 0.0, 0.0);
+        for (i, r) in self.rows.iter().enumerate() {
+            for &(j, kv, lv) in r {
+                let j = j as usize;
+                sum_k += kv;
+                sum_l += lv;
+                col_k[j] += kv;
+                row_l[i] += lv;
+                // L̃_ji: is i a common neighbour of j?
+                if let Ok(p) = self.rows[j].binary_search_by_key(&(i as u32), |t| t.0) {
+                    trace += kv * self.rows[j][p].2;
+                }
+            }
+        }
+        let cross: f64 = col_k.iter().zip(&row_l).map(|(c, r)| c * r).sum();
+        (trace + sum_k * sum_l / ((mf - 1.0) * (mf - 2.0)) - 2.0 * cross / (mf - 2.0))
+            / (mf * (mf - 3.0))
+    }
+}
+
+/// CKNNA: unbiased HSIC of the two cosine kernels restricted to mutual neighbours, normalised
+/// by each kernel's own restricted self-HSIC.
+fn cknna_value(a: &Neighbours, b: &Neighbours, self_norm: f64) -> f64 {
+    Masked::new(a, b).hsic_unbiased() / self_norm
+}
+
+/// Both tails and the z of an observed value against a permutation sample, as extras.
+fn with_permutation_null(v: MetricValue, observed: f64, null: &[f64]) -> Result<MetricValue> {
+    let s = repgeom_null::summarize(observed, null)?;
+    let lower = null.iter().filter(|&&x| x <= observed).count();
+    let p_lower = (1 + lower) as f64 / (null.len() + 1) as f64;
+    Ok(v.with_null(&s)
+        .with_extra("z", s.z)
+        .with_extra("p_upper", s.p_value)
+        .with_extra("p_lower", p_lower)
+        .with_extra("p_two_sided", (2.0 * s.p_value.min(p_lower)).min(1.0))
+        .with_extra("n_perm", null.len() as f64))
+}
+
+/// Permutation `i` of `n` points for `seed`: depends only on `(seed, i, n)`.
+fn permutation(n: usize, seed: u64, i: u64) -> (Vec<u32>, Vec<u32>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(i);
+    let mut perm: Vec<u32> = (0..n as u32).collect();
+    perm.shuffle(&mut rng);
+    let mut inv = vec![0u32; n];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p as usize] = i as u32;
+    }
+    (perm, inv)
+}
+
+fn check_knn_options(name: &str, k: usize, n_perm: usize, min_k: usize) -> Result<()> {
+    if k < min_k {
+        return Err(Error::InvalidOption {
+            name: "k".into(),
+            value: k.to_string(),
+            reason: format!("{name} needs at least {min_k} neighbours"),
+        });
+    }
+    if n_perm == 1 {
+        return Err(Error::InvalidOption {
+            name: "n_perm".into(),
+            value: "1".into(),
+            reason: "a permutation null needs at least 2 draws (0 = no null)".into(),
+        });
+    }
+    Ok(())
+}
+
+fn check_k_against_n(name: &str, k: usize, input: &PairInput<'_>) -> Result<()> {
+    let n = input.a.n();
+    if k >= n {
+        return Err(Error::InvalidOption {
+            name: "k".into(),
+            value: k.to_string(),
+            reason: format!(
+                "{name} needs k < N = {n} (each point has N − 1 neighbours) ({})",
+                input.what()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Runs `draw(perm, inv)` for every permutation, in parallel under `par`, collected in order.
+fn permutation_null<F>(n: usize, n_perm: usize, seed: u64, par: Par, draw: F) -> Vec<f64>
+where
+    F: Fn(&[u32], &[u32]) -> f64 + Sync,
+{
+    let one = |i: u64| {
+        let (perm, inv) = permutation(n, seed, i);
+        draw(&perm, &inv)
+    };
+    match par {
+        Par::Seq => (0..n_perm as u64).map(one).collect(),
+        _ => (0..n_perm as u64).into_par_iter().map(one).collect(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Mutual k-nearest-neighbour alignment (Huh et al. 2024): the mean, over points, of the
+/// fraction of a point's `k` cosine nearest neighbours in A that are also among its `k` nearest
+/// neighbours in B. In [0, 1]; about `k/(N−1)` for unrelated representations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MutualKnn {
+    /// Neighbours per point (the reference's `topk`, default 10).
+    pub k: usize,
+    /// Centre each representation before the cosine (the reference does not: default false).
+    pub center: bool,
+    /// Permutations of B's points for the null (0 = no null).
+    pub n_perm: usize,
+    /// Seed of the permutations (draw `i` depends only on `(seed, i, N)`).
+    pub seed: u64,
+}
+
+impl Default for MutualKnn {
+    fn default() -> Self {
+        Self {
+            k: 10,
+            center: false,
+            n_perm: 100,
+            seed: 0,
+        }
+    }
+}
+
+const KNN_OPTIONS: &[OptionDoc] = &[
+    OptionDoc {
+        name: "center",
+        help: "centre each representation before the cosine (the reference does not)",
+    },
+    OptionDoc {
+        name: "k",
+        help: "nearest neighbours per point (cosine, self excluded)",
+    },
+    OptionDoc {
+        name: "n_perm",
+        help: "permutations of the second representation's points for the null (0 = none)",
+    },
+    OptionDoc {
+        name: "seed",
+        help: "seed of the permutation null",
+    },
+];
+
+#[typetag::serde(name = "mutual_knn")]
+impl PairMetric for MutualKnn {
+    fn info(&self) -> MetricInfo {
+        MetricInfo {
+            name: "mutual_knn",
+            summary: "mutual k-nearest-neighbour alignment (cosine), with a permutation null",
+            source: "Huh, Cheung, Wang & Isola (2024), The Platonic Representation Hypothesis, ICML",
+            options: KNN_OPTIONS,
+            needs_readout: false,
+            needs_null: false,
+            rotation_invariant: true,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        check_knn_options("mutual_knn", self.k, self.n_perm, 1)
+    }
+
+    fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
+        self.check()?;
+        check_k_against_n("mutual_knn", self.k, input)?;
+        let a = cosine_neighbours(&input.a, self.k, self.center)?;
+        let b = cosine_neighbours(&input.b, self.k, self.center)?;
+        let n = a.n();
+        let value = mutual_knn_value(&a, &b, &mut vec![0; n]);
+        let row = MetricValue::new("mutual_knn", "", value)
+            .with_extra("k", self.k as f64)
+            .with_extra("chance", self.k as f64 / (n - 1) as f64);
+        if self.n_perm == 0 {
+            return Ok(vec![row]);
+        }
+        let null = permutation_null(n, self.n_perm, self.seed, input.a.par(), |perm, inv| {
+            mutual_knn_value(&a, &permuted(&b, perm, inv), &mut vec![0; n])
+        });
+        Ok(vec![with_permutation_null(row, value, &null)?])
+    }
+}
+
+/// CKNNA (Huh et al. 2024): CKA's unbiased HSIC restricted to pairs that are mutual cosine
+/// nearest neighbours in both representations, normalised by each representation's own
+/// restricted HSIC.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cknna {
+    /// Neighbours per point (default 10, at least 2).
+    pub k: usize,
+    /// Centre each representation before the cosine (the reference does not: default false).
+    pub center: bool,
+    /// Permutations of B's points for the null (0 = no null).
+    pub n_perm: usize,
+    /// Seed of the permutations.
+    pub seed: u64,
+}
+
+impl Default for Cknna {
+    fn default() -> Self {
+        Self {
+            k: 10,
+            center: false,
+            n_perm: 100,
+            seed: 0,
+        }
+    }
+}
+
+#[typetag::serde(name = "cknna")]
+impl PairMetric for Cknna {
+    fn info(&self) -> MetricInfo {
+        MetricInfo {
+            name: "cknna",
+            summary: "centred kernel nearest-neighbour alignment (CKA on mutual k-NN pairs), with a permutation null",
+            source: "Huh, Cheung, Wang & Isola (2024), The Platonic Representation Hypothesis, ICML; unbiased HSIC: Song et al. (2012)",
+            options: KNN_OPTIONS,
+            needs_readout: false,
+            needs_null: false,
+            rotation_invariant: true,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        check_knn_options("cknna", self.k, self.n_perm, 2)
+    }
+
+    fn symmetric(&self) -> bool {
+        // Σ K̃ L̃ over a non-symmetric k-NN mask differs from Σ L̃ K̃ (the reference's formula).
+        false
+    }
+
+    fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
+        self.check()?;
+        check_k_against_n("cknna", self.k, input)?;
+        if input.a.n() < 4 {
+            return Err(Error::TooFewPoints {
+                what: input.what(),
+                n: input.a.n(),
+                min: 4,
+            });
+        }
+        let a = cosine_neighbours(&input.a, self.k, self.center)?;
+        let b = cosine_neighbours(&input.b, self.k, self.center)?;
+        let kk = Masked::new(&a, &a).hsic_unbiased();
+        let ll = Masked::new(&b, &b).hsic_unbiased();
+        if kk.is_nan() || ll.is_nan() || kk <= 0.0 || ll <= 0.0 {
+            return Err(Error::Degenerate {
+                what: format!("cknna on {}", input.what()),
+                reason: format!(
+                    "a restricted self-HSIC is not positive (HSIC(A,A) = {kk:.3e}, HSIC(B,B) = {ll:.3e})"
+                ),
+            });
+        }
+        let norm = (kk * ll).sqrt();
+        let value = cknna_value(&a, &b, norm);
+        let row = MetricValue::new("cknna", "", value).with_extra("k", self.k as f64);
+        if self.n_perm == 0 {
+            return Ok(vec![row]);
+        }
+        let n = a.n();
+        let null = permutation_null(n, self.n_perm, self.seed, input.a.par(), |perm, inv| {
+            cknna_value(&a, &permuted(&b, perm, inv), norm)
+        });
+        Ok(vec![with_permutation_null(row, value, &null)?])
+    }
+}

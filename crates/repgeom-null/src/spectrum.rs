@@ -1,0 +1,211 @@
+//! The spectrum-matched null: random `k`-dimensional subspaces that capture the same share of
+//! a layer's variance as the readout subspace.
+//!
+//! Construction (repgeom's; see `docs/pga.md`): with the layer's covariance
+//! `Σ = U diag(λ) Uᵀ` (after CCR) and Haar draw `Q_i`, draw `i` of the spectrum null is
+//! `span(Σ^{β_i/2} Q_i)`, the Haar draw tilted towards (β > 0) or away from (β < 0) the
+//! high-variance directions, with `β_i` solved by bisection so that its captured variance
+//! `tr(Q'ᵀ Σ Q') / tr(Σ)` equals the readout's within a relative tolerance. `β = 0` is the Haar
+//! draw itself, so when the readout captures a typical share the two nulls coincide. The map
+//! `Q ↦ Σ^{β/2} Q` commutes with rotations of the hidden space, so the null is as rotation
+//! equivariant as the Haar null.
+
+use repgeom_linalg::{Mat, MatRef, Par, project, symmetric_eigen_desc};
+
+use crate::{Error, NullBases, Result};
+
+/// Largest |β| searched (with eigenvalues relative to the largest, `λ^{β/2}` spans far more
+/// than `f64` can resolve well before this).
+const BETA_MAX: f64 = 64.0;
+/// Bisection steps (the interval shrinks by 2⁻⁸⁰, far below any tolerance).
+const STEPS: usize = 80;
+/// Relative precision to which each draw's captured variance is solved.
+const SOLVE_TOL: f64 = 1e-10;
+/// Eigenvalues below this fraction of the largest are floored for the tilt (they would vanish
+/// or blow up under `λ^{β/2}`); captured variances use the exact eigenvalues.
+const FLOOR: f64 = 1e-12;
+
+/// The spectrum-matched null of one layer and what was matched.
+#[derive(Debug, Clone)]
+pub struct SpectrumMatched {
+    /// The tilted bases (same count, `d` and `k` as the Haar bases they come from).
+    pub bases: NullBases,
+    /// Share of the layer's variance captured by the readout subspace (the target).
+    pub target: f64,
+    /// Share captured by each null basis (each within `tol · target` of the target).
+    pub captured: Vec<f64>,
+    /// The tilt exponent of each draw.
+    pub beta: Vec<f64>,
+}
+
+/// Share of the variance of covariance `Σ` (eigenvectors `u`, eigenvalues `lambda`, total
+/// `trace`) captured by orthonormal columns `q`: `Σ_i λ_i ‖u_iᵀ q‖² / tr Σ`.
+fn captured_in_eigenbasis(coords: MatRef<'_, f64>, lambda: &[f64], trace: f64) -> f64 {
+    let mut s = 0.0;
+    for (i, l) in lambda.iter().enumerate() {
+        let row: f64 = coords.row(i).iter().map(|v| v * v).sum();
+        s += l * row;
+    }
+    s / trace
+}
+
+/// Twice-iterated modified Gram–Schmidt of the columns of `q` (in place); `false` when a
+/// column is numerically dependent on the previous ones.
+fn orthonormalize(q: &mut Mat<f64>) -> bool {
+    let k = q.ncols();
+    for j in 0..k {
+        let before = q.col(j).norm_l2();
+        for _pass in 0..2 {
+            for p in 0..j {
+                let dot: f64 = q
+                    .col(p)
+                    .iter()
+                    .zip(q.col(j).iter())
+                    .map(|(a, b)| a * b)
+                    .sum();
+                for i in 0..q.nrows() {
+                    let v = q[(i, p)];
+                    q[(i, j)] -= dot * v;
+                }
+            }
+        }
+        let norm = q.col(j).norm_l2();
+        if norm.is_nan() || norm <= 1e-10 * before {
+            return false;
+        }
+        q.col_mut(j).iter_mut().for_each(|v| *v /= norm);
+    }
+    true
+}
+
+/// Tilts the Haar draws `haar` towards the variance profile of `corrected` (`N × d`, centred,
+/// after CCR) until each captures the same share of variance as `readout` (`d × k`,
+/// orthonormal), within relative tolerance `tol`.
+///
+/// Errors when the readout's share cannot be reached by a draw (it lies beyond what the tilt
+/// family spans for that draw, e.g. a readout that is exactly the top-`k` eigenspace).
+pub fn spectrum_matched(
+    haar: &NullBases,
+    corrected: MatRef<'_, f64>,
+    readout: MatRef<'_, f64>,
+    tol: f64,
+) -> Result<SpectrumMatched> {
+    let (d, k) = (haar.d(), haar.k());
+    assert_eq!(
+        corrected.ncols(),
+        d,
+        "spectrum_matched: layer width must match the null"
+    );
+    assert_eq!(
+        (readout.nrows(), readout.ncols()),
+        (d, k),
+        "spectrum_matched: readout shape must match the null"
+    );
+    if !(tol > 0.0 && tol < 1.0) {
+        return Err(Error::InvalidParam {
+            name: "spectrum_tol",
+            value: tol.to_string(),
+            reason: "the relative tolerance on captured variance must lie in (0, 1)",
+        });
+    }
+    // Σ ∝ XᵀX (the 1/(N−1) cancels in every share).
+    let cov = project(corrected.transpose(), corrected, Par::Seq);
+    let (lambda, u) = symmetric_eigen_desc(cov.as_ref()).map_err(|_| Error::InvalidParam {
+        name: "layer",
+        value: format!("[{}, {d}]", corrected.nrows()),
+        reason: "the eigendecomposition of the layer covariance did not converge",
+    })?;
+    let lambda: Vec<f64> = lambda.iter().map(|l| l.max(0.0)).collect();
+    let trace: f64 = lambda.iter().sum();
+    if trace.is_nan() || trace <= 0.0 {
+        return Err(Error::InvalidParam {
+            name: "layer",
+            value: format!("[{}, {d}]", corrected.nrows()),
+            reason: "the layer has no variance after correction",
+        });
+    }
+    let top = lambda[0];
+    let log_rel: Vec<f64> = lambda
+        .iter()
+        .map(|l| (l.max(FLOOR * top) / top).ln())
+        .collect();
+    let to_eigen = |q: MatRef<'_, f64>| project(u.transpose(), q, Par::Seq);
+    let target = captured_in_eigenbasis(to_eigen(readout).as_ref(), &lambda, trace);
+
+    let mut bases = Vec::with_capacity(haar.len());
+    let mut captured = Vec::with_capacity(haar.len());
+    let mut betas = Vec::with_capacity(haar.len());
+    for (index, q) in haar.bases().iter().enumerate() {
+        let p = to_eigen(q.as_ref());
+        // Tilted, orthonormalised coordinates in the eigenbasis, and their captured share.
+        let tilt = |beta: f64| -> Option<(Mat<f64>, f64)> {
+            let mut t = Mat::from_fn(d, k, |i, j| (0.5 * beta * log_rel[i]).exp() * p[(i, j)]);
+            if !orthonormalize(&mut t) {
+                return None;
+            }
+            let c = captured_in_eigenbasis(t.as_ref(), &lambda, trace);
+            Some((t, c))
+        };
+        let fail = |reached: f64| Error::SpectrumUnmatched {
+            index,
+            target,
+            reached,
+            tol,
+        };
+        let (mut lo, mut hi) = (-BETA_MAX, BETA_MAX);
+        let (mut best, mut best_c) = tilt(0.0).ok_or_else(|| fail(f64::NAN))?;
+        let mut beta = 0.0;
+        'search: for _ in 0..STEPS {
+            // Solve to rounding, not just to `tol`: the root then does not depend on where the
+            // search happened to enter the tolerance band (rotation equivariance up to
+            // rounding); `tol` is the acceptance test below.
+            if (best_c - target).abs() <= SOLVE_TOL * target {
+                break;
+            }
+            if best_c < target {
+                lo = beta;
+            } else {
+                hi = beta;
+            }
+            // A tilt so strong that the columns collapse onto fewer than k eigenvectors is
+            // too far: shrink the bracket towards the last good exponent.
+            let mut trial = 0.5 * (lo + hi);
+            loop {
+                if let Some((t, c)) = tilt(trial) {
+                    best = t;
+                    best_c = c;
+                    beta = trial;
+                    break;
+                }
+                if trial > beta {
+                    hi = trial;
+                } else {
+                    lo = trial;
+                }
+                if hi - lo < 1e-12 {
+                    break 'search;
+                }
+                trial = 0.5 * (lo + hi);
+            }
+        }
+        if (best_c - target).abs() > tol * target {
+            return Err(fail(best_c));
+        }
+        // Back to the hidden space: Q' = U T.
+        let qd = project(u.as_ref(), best.as_ref(), Par::Seq);
+        bases.push(qd);
+        captured.push(best_c);
+        betas.push(beta);
+    }
+    Ok(SpectrumMatched {
+        bases: NullBases {
+            d,
+            k,
+            seed: haar.seed(),
+            bases,
+        },
+        target,
+        captured,
+        beta: betas,
+    })
+}
