@@ -63,7 +63,12 @@ fn rotate(x: MatRef<'_, f32>, q: MatRef<'_, f64>) -> Mat<f64> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    // A fixed seed: the same 128 cases on every run, so CI never depends on the draw.
+    #![proptest_config(ProptestConfig {
+        cases: 128,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x7265_7067),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn spearman_is_pearson_of_average_ranks((a, b) in (2usize..60).prop_flat_map(|n| (values(n..n + 1), values(n..n + 1)))) {

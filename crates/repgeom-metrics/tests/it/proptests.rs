@@ -88,12 +88,18 @@ fn input<'a>(m: &'a Model, what: &str) -> LayerInput<'a> {
         .unwrap()
 }
 
-/// Asserts two metric outputs agree row by row within [`VALUE_TOL`].
+/// Asserts two metric outputs agree row by row within [`VALUE_TOL`] ([`Z_TOL`] for z-scores,
+/// which divide by the null's spread).
 fn check(a: &[MetricValue], b: &[MetricValue], name: &str) -> Result<(), TestCaseError> {
     prop_assert_eq!(a.len(), b.len(), "{}: row count", name);
     for (x, y) in a.iter().zip(b) {
         prop_assert_eq!(&x.variant, &y.variant);
-        let tol = VALUE_TOL * x.value.abs().max(1.0);
+        let rel = if x.metric.ends_with("_z") {
+            Z_TOL
+        } else {
+            VALUE_TOL
+        };
+        let tol = rel * x.value.abs().max(1.0);
         prop_assert!(
             (x.value - y.value).abs() <= tol,
             "{} {}: {} vs {} after rotation",
@@ -113,7 +119,13 @@ fn shapes() -> impl Strategy<Value = (usize, usize, usize, u64, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    // A fixed seed: the suite explores the same 32 cases on every run, so CI never depends on
+    // the draw (a failing case is still printed with its inputs).
+    #![proptest_config(ProptestConfig {
+        cases: 32,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x7265_7067),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn rotation_invariant_metrics_ignore_rotations((n, d, k, seed, rot) in shapes()) {
