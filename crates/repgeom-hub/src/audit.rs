@@ -202,3 +202,70 @@ fn read_header(path: &Path) -> Result<Vec<(String, TensorLoc)>> {
     }
     Ok(out)
 }
+
+/// One revision of a model, audited: what [`audit_revisions`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevisionAudit {
+    /// The revision asked for.
+    pub revision: String,
+    /// The commit it resolved to.
+    pub commit: String,
+    /// [`weights_hash`] of its weights.
+    pub weights_sha256: String,
+    /// Parameters.
+    pub parameters: u64,
+    /// The first earlier revision (in the order given) with identical weights.
+    pub duplicate_of: Option<String>,
+}
+
+/// Every branch and tag of model `id`, training-step branches (`step<N>`) first in step
+/// order, then the others by name: the order `repgeom checkpoints --all` lists them in.
+pub fn all_revisions(hub: &crate::Hub, id: &str) -> Result<Vec<String>> {
+    let refs = hub.refs(id)?;
+    let mut names: Vec<String> = refs
+        .branches
+        .iter()
+        .chain(&refs.tags)
+        .map(|r| r.name.clone())
+        .collect();
+    names.sort_by(|a, b| match (step_of(a), step_of(b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    });
+    names.dedup();
+    Ok(names)
+}
+
+/// The training step in a branch name like `step3000`.
+pub fn step_of(name: &str) -> Option<u64> {
+    name.strip_prefix("step")?.parse().ok()
+}
+
+/// Downloads (`Files::Weights`) and hashes each revision, and marks revisions whose weights
+/// equal an earlier one's: published checkpoints are not always what their names say.
+pub fn audit_revisions(
+    hub: &crate::Hub,
+    id: &str,
+    revisions: &[String],
+    progress: &mut dyn FnMut(&crate::DownloadProgress<'_>),
+) -> Result<Vec<RevisionAudit>> {
+    let mut out: Vec<RevisionAudit> = Vec::new();
+    for rev in revisions {
+        let snap = hub.snapshot(id, rev, &crate::Files::Weights, progress)?;
+        let d = weights_hash(&snap.dir)?;
+        let duplicate_of = out
+            .iter()
+            .find(|a| a.weights_sha256 == d.sha256)
+            .map(|a| a.revision.clone());
+        out.push(RevisionAudit {
+            revision: rev.clone(),
+            commit: snap.commit,
+            weights_sha256: d.sha256,
+            parameters: d.parameters,
+            duplicate_of,
+        });
+    }
+    Ok(out)
+}

@@ -35,7 +35,9 @@ mod error;
 #[cfg(feature = "test-server")]
 pub mod test_server;
 
-pub use audit::{WeightsDigest, weights_hash};
+pub use audit::{
+    RevisionAudit, WeightsDigest, all_revisions, audit_revisions, step_of, weights_hash,
+};
 pub use cache::{RepoCache, is_commit};
 pub use client::{
     DEFAULT_ENDPOINT, DownloadProgress, Files, GitRef, Hub, HubConfig, LfsInfo, Refs, RepoFile,

@@ -64,3 +64,78 @@ fn hash_matches_the_python_reference() {
         );
     }
 }
+
+/// `repgeom checkpoints`' core: revisions in step order, commits, hashes, duplicates.
+#[test]
+fn audit_finds_duplicate_revisions() {
+    let mut repo = repgeom_hub::test_server::TestRepo::new("test-org/tiny-neox");
+    let files = |dir: &str| -> Vec<(String, Vec<u8>)> {
+        std::fs::read_dir(root().join(dir))
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (
+                    p.file_name().unwrap().to_string_lossy().to_string(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect()
+    };
+    repo.branch("step10", files("fixtures/extract/gptneox_serial_bf16"));
+    repo.branch("main", files("fixtures/extract/gptneox_serial_bf16"));
+    repo.branch("step9", files("fixtures/extract/gptneox_parallel"));
+    repo.branch("step100", files("fixtures/extract/gptneox_serial_bf16"));
+    let s = crate::Setup::new(vec![repo]);
+    let hub = s.client();
+    let revs = repgeom_hub::all_revisions(&hub, "test-org/tiny-neox").unwrap();
+    assert_eq!(revs, ["step9", "step10", "step100", "main"]);
+    let audit =
+        repgeom_hub::audit_revisions(&hub, "test-org/tiny-neox", &revs, &mut |_| {}).unwrap();
+    let expected =
+        std::fs::read_to_string(root().join("fixtures/study/weights_hash.expected")).unwrap();
+    let hash_of = |name: &str| {
+        expected
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    let rows: Vec<(String, String, u64, Option<String>)> = audit
+        .iter()
+        .map(|a| {
+            (
+                a.revision.clone(),
+                a.weights_sha256.clone(),
+                a.parameters,
+                a.duplicate_of.clone(),
+            )
+        })
+        .collect();
+    let (p, b) = (hash_of("gptneox_parallel"), hash_of("gptneox_serial_bf16"));
+    assert_eq!(
+        rows,
+        [
+            ("step9".to_string(), p, 44896, None),
+            ("step10".to_string(), b.clone(), 44896, None),
+            (
+                "step100".to_string(),
+                b.clone(),
+                44896,
+                Some("step10".to_string())
+            ),
+            ("main".to_string(), b, 44896, Some("step10".to_string())),
+        ]
+    );
+    assert!(audit.iter().all(|a| repgeom_hub::is_commit(&a.commit)));
+    // Weights only: no tokenizer was downloaded.
+    assert!(!audit.iter().any(|a| {
+        s.model_dir()
+            .join("snapshots")
+            .join(&a.commit)
+            .join("tokenizer.json")
+            .exists()
+    }));
+}
