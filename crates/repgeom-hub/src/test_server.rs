@@ -446,8 +446,12 @@ fn route(
         };
         if is_lfs(file) {
             let sha = sha256(bytes);
+            // The content lives on another host name, as the hub's CDN does: clients must not
+            // follow this redirect for metadata (huggingface_hub follows same-host redirects)
+            // nor send the token there.
+            let cdn = endpoint.replace("127.0.0.1", "localhost");
             return Reply::new(302)
-                .header("Location", format!("{endpoint}/cdn/{sha}"))
+                .header("Location", format!("{cdn}/cdn/{sha}"))
                 .header("X-Repo-Commit", commit)
                 .header("X-Linked-Etag", format!("\"{sha}\""))
                 .header("X-Linked-Size", bytes.len().to_string())
