@@ -1,0 +1,144 @@
+//! The hub cache on disk, in the layout Python's `huggingface_hub` writes:
+//!
+//! ```text
+//! <cache>/models--<org>--<name>/
+//!     refs/<revision>                 commit hash of a branch or tag (no trailing newline)
+//!     blobs/<etag>                    file contents, named by the hub's ETag
+//!     blobs/<etag>.incomplete         a partial download, resumed with a Range request
+//!     snapshots/<commit>/<path>       relative symlink to ../../blobs/<etag>
+//! <cache>/.locks/models--<org>--<name>/<etag>.lock
+//! ```
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::{Error, Result};
+
+/// One model's folder in a hub cache.
+#[derive(Debug, Clone)]
+pub struct RepoCache {
+    /// The cache root (`HF_HUB_CACHE`).
+    pub root: PathBuf,
+    /// The model id, `org/name`.
+    pub id: String,
+}
+
+/// Whether `s` is a full commit hash (40 lowercase hex digits).
+pub fn is_commit(s: &str) -> bool {
+    s.len() == 40
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Strips `W/` and quotes from an ETag, as `huggingface_hub` does before naming a blob.
+pub(crate) fn normalize_etag(etag: &str) -> String {
+    etag.trim()
+        .trim_start_matches("W/")
+        .trim_matches('"')
+        .to_string()
+}
+
+impl RepoCache {
+    /// The cache of model `id` under `root`.
+    pub fn new(root: &Path, id: &str) -> Self {
+        RepoCache {
+            root: root.to_path_buf(),
+            id: id.to_string(),
+        }
+    }
+
+    fn folder_name(&self) -> String {
+        format!("models--{}", self.id.replace('/', "--"))
+    }
+
+    /// `<cache>/models--org--name`.
+    pub fn dir(&self) -> PathBuf {
+        self.root.join(self.folder_name())
+    }
+
+    /// The commit a branch or tag points to in the cache, if recorded; a commit hash is its
+    /// own answer.
+    pub fn commit_of(&self, revision: &str) -> Option<String> {
+        if is_commit(revision) {
+            return Some(revision.to_string());
+        }
+        let s = fs::read_to_string(self.dir().join("refs").join(revision)).ok()?;
+        let s = s.trim();
+        is_commit(s).then(|| s.to_string())
+    }
+
+    /// Records that `revision` points to `commit` (`refs/<revision>`), atomically.
+    pub fn write_ref(&self, revision: &str, commit: &str) -> Result<()> {
+        if revision == commit {
+            return Ok(());
+        }
+        let path = self.dir().join("refs").join(revision);
+        if fs::read_to_string(&path).is_ok_and(|s| s.trim() == commit) {
+            return Ok(());
+        }
+        let parent = path.parent().expect("refs/<revision> has a parent");
+        fs::create_dir_all(parent).map_err(Error::io(parent))?;
+        let tmp = parent.join(format!(
+            ".{}.{}.tmp",
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            std::process::id()
+        ));
+        fs::write(&tmp, commit).map_err(Error::io(&tmp))?;
+        fs::rename(&tmp, &path).map_err(Error::io(&path))
+    }
+
+    /// `snapshots/<commit>`.
+    pub fn snapshot_dir(&self, commit: &str) -> PathBuf {
+        self.dir().join("snapshots").join(commit)
+    }
+
+    /// `blobs/<etag>`.
+    pub fn blob(&self, etag: &str) -> PathBuf {
+        self.dir().join("blobs").join(etag)
+    }
+
+    /// `.locks/models--org--name/<etag>.lock`.
+    pub(crate) fn lock(&self, etag: &str) -> PathBuf {
+        self.root
+            .join(".locks")
+            .join(self.folder_name())
+            .join(format!("{etag}.lock"))
+    }
+
+    /// Whether the snapshot of `commit` has `file` (following the symlink to its blob).
+    pub fn has_file(&self, commit: &str, file: &str) -> bool {
+        self.snapshot_dir(commit).join(file).is_file()
+    }
+
+    /// Points `snapshots/<commit>/<file>` at `blobs/<etag>` with a relative symlink (a copy
+    /// where the file system has no symlinks).
+    pub(crate) fn link(&self, commit: &str, file: &str, etag: &str) -> Result<PathBuf> {
+        let dst = self.snapshot_dir(commit).join(file);
+        let parent = dst.parent().expect("snapshot file has a parent");
+        fs::create_dir_all(parent).map_err(Error::io(parent))?;
+        // snapshots/<commit>/<a>/<b> -> ../../../blobs/<etag>: one `..` per path component
+        // below the model folder.
+        let depth = 2 + file.split('/').count() - 1;
+        let mut target = PathBuf::new();
+        for _ in 0..depth {
+            target.push("..");
+        }
+        target.push("blobs");
+        target.push(etag);
+        if fs::symlink_metadata(&dst).is_ok() {
+            fs::remove_file(&dst).map_err(Error::io(&dst))?;
+        }
+        link_or_copy(&target, &self.blob(etag), &dst)?;
+        Ok(dst)
+    }
+}
+
+#[cfg(unix)]
+fn link_or_copy(relative: &Path, _absolute: &Path, dst: &Path) -> Result<()> {
+    std::os::unix::fs::symlink(relative, dst).map_err(Error::io(dst))
+}
+
+#[cfg(not(unix))]
+fn link_or_copy(_relative: &Path, absolute: &Path, dst: &Path) -> Result<()> {
+    fs::copy(absolute, dst).map(|_| ()).map_err(Error::io(dst))
+}

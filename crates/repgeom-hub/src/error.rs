@@ -1,0 +1,197 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong resolving or downloading a model. Every variant names the
+/// model, and where it applies the revision and the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The model id is not of the form `org/name`.
+    #[error("`{id}` is not a hub model id (expected `org/name`, or a local directory)")]
+    BadId {
+        /// What was given.
+        id: String,
+    },
+    /// The hub does not know the model (or hides it: private and gated repositories answer
+    /// 401 to requests without a token).
+    #[error(
+        "{model}: no such model on {endpoint}{}",
+        if *token_set { "" } else { " (if it is gated or private, set HF_TOKEN)" }
+    )]
+    ModelNotFound {
+        /// The model id.
+        model: String,
+        /// The hub endpoint asked.
+        endpoint: String,
+        /// Whether a token was sent.
+        token_set: bool,
+    },
+    /// The model exists but has no such branch, tag or commit.
+    #[error("{model}: no revision `{revision}` on {endpoint}")]
+    RevisionNotFound {
+        /// The model id.
+        model: String,
+        /// The revision asked for.
+        revision: String,
+        /// The hub endpoint asked.
+        endpoint: String,
+    },
+    /// The revision has no such file.
+    #[error("{model}@{revision}: no file `{file}` in this revision")]
+    FileNotFound {
+        /// The model id.
+        model: String,
+        /// The revision.
+        revision: String,
+        /// The file path inside the repository.
+        file: String,
+    },
+    /// The hub refused access: a gated model without a token, or a token without access.
+    #[error(
+        "{model}@{revision}: access refused (HTTP {status}); {}",
+        if *token_set {
+            "the token in HF_TOKEN has no access: accept the model's licence on its hub page"
+        } else {
+            "this model is gated: accept its licence on the hub page and set HF_TOKEN"
+        }
+    )]
+    Unauthorized {
+        /// The model id.
+        model: String,
+        /// The revision.
+        revision: String,
+        /// The HTTP status (401 or 403).
+        status: u16,
+        /// Whether a token was sent.
+        token_set: bool,
+    },
+    /// The revision has weights only as PyTorch pickles, which repgeom does not read.
+    #[error(
+        "{model}@{revision}: no *.safetensors weights, only {found:?}; repgeom reads safetensors \
+         only: look for a safetensors conversion among the model's pull requests (the hub's \
+         bot opens them; pass `--revision refs/pr/N`) or convert the checkpoint with \
+         transformers (`save_pretrained(..., safe_serialization=True)`)"
+    )]
+    NoSafetensors {
+        /// The model id.
+        model: String,
+        /// The revision.
+        revision: String,
+        /// The PyTorch weight files found.
+        found: Vec<String>,
+    },
+    /// The revision has neither safetensors nor PyTorch weights.
+    #[error("{model}@{revision}: no weight files at all (files: {files:?})")]
+    NoWeights {
+        /// The model id.
+        model: String,
+        /// The revision.
+        revision: String,
+        /// Every file the revision has.
+        files: Vec<String>,
+    },
+    /// `HF_HUB_OFFLINE=1` and the cache lacks what the run needs.
+    #[error(
+        "{model}@{revision}: HF_HUB_OFFLINE=1 and the cache {} lacks {missing:?}; \
+         download them first (unset HF_HUB_OFFLINE)",
+        cache.display()
+    )]
+    Offline {
+        /// The model id.
+        model: String,
+        /// The revision.
+        revision: String,
+        /// The model's folder in the cache.
+        cache: PathBuf,
+        /// What is missing: the revision's ref, or files.
+        missing: Vec<String>,
+    },
+    /// A download kept failing; the partial file stays in the cache for the next attempt.
+    #[error(
+        "{model}@{revision}: {file}: download failed after {attempts} attempts at byte \
+         {offset} of {size} (the partial file is kept and resumed next time): {reason}"
+    )]
+    Download {
+        /// The model id.
+        model: String,
+        /// The revision.
+        revision: String,
+        /// The file path inside the repository.
+        file: String,
+        /// Attempts made.
+        attempts: usize,
+        /// Bytes on disk.
+        offset: u64,
+        /// Bytes expected.
+        size: u64,
+        /// The last failure.
+        reason: String,
+    },
+    /// A completed download does not match the size or checksum the hub announced; it was
+    /// deleted, never moved into the cache.
+    #[error("{model}@{revision}: {file}: downloaded file does not match the hub's {what}")]
+    Corrupt {
+        /// The model id.
+        model: String,
+        /// The revision.
+        revision: String,
+        /// The file path inside the repository.
+        file: String,
+        /// What did not match, with both values.
+        what: String,
+    },
+    /// The hub answered with an unexpected status.
+    #[error("{url}: HTTP {status}: {body}")]
+    Http {
+        /// The request.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The start of the response body.
+        body: String,
+    },
+    /// The hub could not be reached, or its answer could not be read.
+    #[error("{url}: {reason}")]
+    Network {
+        /// The request.
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The hub's answer did not follow the protocol.
+    #[error("{url}: unexpected answer: {reason}")]
+    Protocol {
+        /// The request.
+        url: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A file in a checkpoint could not be parsed (weights hashing).
+    #[error("{}: {reason}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file system operation failed (for instance a full disk mid-download).
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { path, source }
+    }
+}
