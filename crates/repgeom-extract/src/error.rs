@@ -33,7 +33,7 @@ pub enum Error {
     },
     /// `config.json` names an architecture this crate has no forward pass for.
     #[error(
-        "{}: unsupported architecture (model_type {model_type:?}, architectures {architectures:?}); supported: gpt_neox, llama, olmo", path.display()
+        "{}: unsupported architecture (model_type {model_type:?}, architectures {architectures:?}); supported: {}", path.display(), crate::Family::MODEL_TYPES
     )]
     UnsupportedArchitecture {
         /// The config file.
