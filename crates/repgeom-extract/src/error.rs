@@ -115,6 +115,24 @@ pub enum Error {
         /// Why it is invalid.
         reason: String,
     },
+    /// One batch's activations would not fit in the memory budget.
+    #[error(
+        "--batch-size {batch_size} with --seq-len {seq_len} needs about {} MB of activations, more than the {} MB budget (available memory); {}",
+        needed / 1_000_000, budget / 1_000_000,
+        if *fits > 0 { format!("--batch-size {fits} fits") } else { "even --batch-size 1 does not fit: use a shorter --seq-len".to_string() }
+    )]
+    BatchTooLarge {
+        /// The requested batch size.
+        batch_size: usize,
+        /// The sequence length.
+        seq_len: usize,
+        /// Estimated bytes of one batch's activations.
+        needed: u64,
+        /// The budget in bytes.
+        budget: u64,
+        /// The largest batch size that fits (0 if none).
+        fits: usize,
+    },
     /// The checkpoint could not be opened or read (missing config, missing shard, missing
     /// tensor, bad dtype), or the output could not be written.
     #[error(transparent)]

@@ -51,6 +51,10 @@ pub struct ExtractParams {
     /// Sequences (or lines) per forward pass. Results do not depend on it beyond f32
     /// rounding.
     pub batch_size: usize,
+    /// Bytes the activations of one batch may take (`None`: no check). A batch whose
+    /// estimate ([`Model::activation_bytes`]) exceeds it is refused before anything runs,
+    /// with the largest batch size that fits.
+    pub memory_budget: Option<u64>,
 }
 
 /// The default `batch_size`: the best tokens/s of a Pythia-70M-shaped model on a 2-core CPU
@@ -67,6 +71,7 @@ impl Default for ExtractParams {
             pool: Pool::Tokens,
             loss: false,
             batch_size: DEFAULT_BATCH_SIZE,
+            memory_budget: None,
         }
     }
 }
@@ -239,6 +244,22 @@ impl Extractor {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Extraction> {
         let p = params.get();
+        if let Some(budget) = p.memory_budget {
+            let need = self.model.activation_bytes(p.batch_size, p.seq_len);
+            if need > budget {
+                let fits = (1..p.batch_size)
+                    .rev()
+                    .find(|&b| self.model.activation_bytes(b, p.seq_len) <= budget)
+                    .unwrap_or(0);
+                return Err(Error::BatchTooLarge {
+                    batch_size: p.batch_size,
+                    seq_len: p.seq_len,
+                    needed: need,
+                    budget,
+                    fits,
+                });
+            }
+        }
         let (mut ex, extra) = match p.pool {
             Pool::Tokens => self.extract_tokens(text, p, progress)?,
             Pool::Mean => self.extract_mean(text, p, progress)?,
@@ -560,6 +581,15 @@ fn model_name(dir: &Path) -> (String, Option<String>) {
             .unwrap_or_else(|| "unknown".into()),
         None,
     )
+}
+
+/// The memory the system can still give this process (`MemAvailable` of `/proc/meminfo`, in
+/// bytes), where the platform reports it.
+pub fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Loads the checkpoint in `model_dir` and extracts hidden states from `text`.

@@ -31,7 +31,7 @@ pub use config::{Activation, Family, ModelConfig, RopeScaling};
 pub use error::{Error, Result};
 pub use extract::{
     DEFAULT_BATCH_SIZE, ExtractParams, Extraction, Extractor, Loss, Pool, Progress,
-    ValidExtractParams, extract,
+    ValidExtractParams, available_memory, extract,
 };
 pub use model::{Forward, Model};
 

@@ -17,8 +17,10 @@ const LOSS_ROWS: usize = 64;
 
 /// A loaded decoder-only language model, ready to run on the CPU with f32 arithmetic.
 ///
-/// Weights stored as f16 or bf16 are widened to f32 at load time, so the numbers match a
-/// HuggingFace model run in f32 on the same weights.
+/// Weight matrices stored as f16 or bf16 stay in that precision in memory and are widened to
+/// f32 one matrix at a time as they are used (vectors are widened at load), so the numbers
+/// match a HuggingFace model run in f32 on the same weights while a bf16 checkpoint takes
+/// about its file size in memory.
 #[derive(Debug)]
 pub struct Model {
     config: ModelConfig,
@@ -31,6 +33,8 @@ pub struct Model {
     final_norm: Norm,
     /// [V, d]; the embedding itself when tied.
     readout: Tensor,
+    /// Whether `readout` is the embedding.
+    tied: bool,
     /// Phi's `lm_head.bias` [V].
     readout_bias: Option<Tensor>,
     device: Device,
@@ -59,7 +63,9 @@ impl Linear {
         let dims = x.dims().to_vec();
         let inp = dims[dims.len() - 1];
         let rows = x.elem_count() / inp.max(1);
-        let y = x.reshape((rows, inp))?.matmul(&self.weight.t()?)?;
+        // widened here, per use: the model holds the weight in its stored precision
+        let w = self.weight.to_dtype(DType::F32)?;
+        let y = x.reshape((rows, inp))?.matmul(&w.t()?)?;
         let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -178,15 +184,21 @@ struct Loader<'a, 'b> {
 }
 
 impl Loader<'_, '_> {
+    /// A matrix, in the precision it was stored in.
     fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
         (self.get)(name, shape)
+    }
+
+    /// A vector (bias, norm weight) or other small tensor, widened to f32 once.
+    fn small(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        Ok((self.get)(name, shape)?.to_dtype(DType::F32)?)
     }
 
     fn linear(&mut self, name: &str, out: usize, inp: usize, bias: bool) -> Result<Linear> {
         Ok(Linear {
             weight: self.tensor(&format!("{name}.weight"), &[out, inp])?,
             bias: if bias {
-                Some(self.tensor(&format!("{name}.bias"), &[out])?)
+                Some(self.small(&format!("{name}.bias"), &[out])?)
             } else {
                 None
             },
@@ -198,14 +210,14 @@ impl Loader<'_, '_> {
         let w = self.tensor(&format!("{name}.weight"), &[inp, out])?;
         Ok(Linear {
             weight: w.t()?.contiguous()?,
-            bias: Some(self.tensor(&format!("{name}.bias"), &[out])?),
+            bias: Some(self.small(&format!("{name}.bias"), &[out])?),
         })
     }
 
     fn layer_norm(&mut self, name: &str, dim: usize) -> Result<Norm> {
         Ok(Norm::Layer {
-            weight: self.tensor(&format!("{name}.weight"), &[dim])?,
-            bias: self.tensor(&format!("{name}.bias"), &[dim])?,
+            weight: self.small(&format!("{name}.weight"), &[dim])?,
+            bias: self.small(&format!("{name}.bias"), &[dim])?,
             eps: self.eps,
         })
     }
@@ -221,7 +233,7 @@ impl Loader<'_, '_> {
 
     /// RMSNorm; `plus_one` for Gemma's `x̂ · (1 + w)`.
     fn rms(&mut self, name: &str, dim: usize, plus_one: bool) -> Result<Norm> {
-        let w = self.tensor(&format!("{name}.weight"), &[dim])?;
+        let w = self.small(&format!("{name}.weight"), &[dim])?;
         Ok(Norm::Rms {
             weight: if plus_one { (w + 1.0)? } else { w },
             eps: self.eps,
@@ -246,7 +258,7 @@ impl Model {
                     found,
                 });
             }
-            Ok(Tensor::from_vec(data, shape, &Device::Cpu)?)
+            narrowest_exact(data, shape)
         };
         Self::build(config, &mut get, &|name| ckpt.has_tensor(name))
     }
@@ -339,7 +351,7 @@ impl Model {
                     ""
                 };
                 let embed = ld.tensor(&format!("{p}wte.weight"), &[v, d])?;
-                let wpe = ld.tensor(&format!("{p}wpe.weight"), &[c.max_positions, d])?;
+                let wpe = ld.small(&format!("{p}wpe.weight"), &[c.max_positions, d])?;
                 for i in 0..c.n_layers {
                     let l = format!("{p}h.{i}");
                     layers.push(Layer {
@@ -458,13 +470,14 @@ impl Model {
             }
         };
         let weight_name = format!("{readout_name}.weight");
-        let readout = if c.tie_word_embeddings && !(ld.has)(&weight_name) {
+        let tied = c.tie_word_embeddings && !(ld.has)(&weight_name);
+        let readout = if tied {
             embed.clone()
         } else {
             ld.tensor(&weight_name, &[v, d])?
         };
         let readout_bias = if c.lm_head_bias {
-            Some(ld.tensor(&format!("{readout_name}.bias"), &[v])?)
+            Some(ld.small(&format!("{readout_name}.bias"), &[v])?)
         } else {
             None
         };
@@ -478,6 +491,7 @@ impl Model {
             layers,
             final_norm,
             readout,
+            tied,
             readout_bias,
             device: Device::Cpu,
         })
@@ -486,6 +500,22 @@ impl Model {
     /// The model's configuration.
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// An upper estimate of the bytes one forward pass of `batch` sequences of `seq_len`
+    /// tokens allocates beyond the weights: the hidden state and its copies, q/k/v and the
+    /// attention output, three `[B, H, T, T]` score buffers, three MLP-wide buffers, and the
+    /// `[LOSS_ROWS, V]` block of logits.
+    pub fn activation_bytes(&self, batch: usize, seq_len: usize) -> u64 {
+        let c = &self.config;
+        let (b, t) = (batch as u64, seq_len as u64);
+        let (d, qkv, ff) = (
+            c.hidden_size as u64,
+            (c.n_heads * c.head_dim) as u64,
+            c.intermediate_size as u64,
+        );
+        let per_seq = t * (8 * d + 4 * qkv + 3 * ff) + 3 * c.n_heads as u64 * t * t;
+        4 * (b * per_seq + (LOSS_ROWS * c.vocab_size) as u64)
     }
 
     /// Runs one sequence of token ids and returns the L + 1 hidden states, plus the logits
@@ -498,7 +528,8 @@ impl Model {
             Ok(())
         })?;
         let logits = if logits {
-            let l = self.logits(&last.reshape((t, self.config.hidden_size))?)?;
+            let readout = self.readout.to_dtype(DType::F32)?;
+            let l = self.logits(&readout, &last.reshape((t, self.config.hidden_size))?)?;
             Some(l.flatten_all()?.to_vec1::<f32>()?)
         } else {
             None
@@ -527,6 +558,7 @@ impl Model {
         if !nll {
             return Ok(None);
         }
+        let readout = self.readout.to_dtype(DType::F32)?;
         let mut sums = Vec::with_capacity(batch.len());
         for (b, ids) in batch.iter().enumerate() {
             let h = last.get(b)?; // [T_max, d]
@@ -535,7 +567,7 @@ impl Model {
             let mut start = 0;
             while start < n {
                 let rows = LOSS_ROWS.min(n - start);
-                let logits = self.logits(&h.narrow(0, start, rows)?)?;
+                let logits = self.logits(&readout, &h.narrow(0, start, rows)?)?;
                 let logits = logits.flatten_all()?.to_vec1::<f32>()?;
                 let v = self.config.vocab_size;
                 for r in 0..rows {
@@ -589,6 +621,7 @@ impl Model {
         let mut h = self
             .embed
             .index_select(&idx, 0)?
+            .to_dtype(DType::F32)?
             .reshape((b, t, c.hidden_size))?;
         if let Some(wpe) = &self.positions {
             h = h.broadcast_add(&wpe.narrow(0, 0, t)?)?;
@@ -610,9 +643,10 @@ impl Model {
         Ok(h)
     }
 
-    /// Logits `[rows, V]` of final hidden states `[rows, d]`: readout, bias, soft-capping.
-    fn logits(&self, h: &Tensor) -> Result<Tensor> {
-        let mut l = h.matmul(&self.readout.t()?)?;
+    /// Logits `[rows, V]` of final hidden states `[rows, d]`: readout (widened to f32 by the
+    /// caller, once per batch), bias, soft-capping.
+    fn logits(&self, readout: &Tensor, h: &Tensor) -> Result<Tensor> {
+        let mut l = h.matmul(&readout.t()?)?;
         if let Some(b) = &self.readout_bias {
             l = l.broadcast_add(b)?;
         }
@@ -806,7 +840,48 @@ impl Model {
 
     /// The readout matrix `W_U` ([V, d], row-major), tied or not.
     pub fn readout(&self) -> Result<Vec<f32>> {
-        Ok(self.readout.flatten_all()?.to_vec1::<f32>()?)
+        Ok(self
+            .readout
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?)
+    }
+
+    /// Bytes the model's weights take in memory (a tied readout counted once).
+    pub fn weight_bytes(&self) -> usize {
+        let bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        let lin = |l: &Linear| bytes(&l.weight) + l.bias.as_ref().map_or(0, bytes);
+        let norm = |n: &Norm| match n {
+            Norm::Layer { weight, bias, .. } => bytes(weight) + bytes(bias),
+            Norm::Rms { weight, .. } => bytes(weight),
+        };
+        let opt = |n: &Option<Norm>| n.as_ref().map_or(0, norm);
+        let mut total = bytes(&self.embed)
+            + self.positions.as_ref().map_or(0, bytes)
+            + norm(&self.final_norm)
+            + self.readout_bias.as_ref().map_or(0, bytes);
+        if !self.tied {
+            total += bytes(&self.readout);
+        }
+        for l in &self.layers {
+            total += opt(&l.attn_pre) + opt(&l.attn_post) + opt(&l.mlp_pre) + opt(&l.mlp_post);
+            total += match &l.attn {
+                Attention::Fused { qkv, out, .. } => lin(qkv) + lin(out),
+                Attention::Split {
+                    q,
+                    k,
+                    v,
+                    o,
+                    q_norm,
+                    k_norm,
+                } => lin(q) + lin(k) + lin(v) + lin(o) + opt(q_norm) + opt(k_norm),
+            };
+            total += match &l.mlp {
+                Mlp::Plain { up, down } => lin(up) + lin(down),
+                Mlp::Gated { gate, up, down } => lin(gate) + lin(up) + lin(down),
+            };
+        }
+        total
     }
 }
 
@@ -846,6 +921,27 @@ fn inv_freq(c: &ModelConfig) -> Vec<f32> {
                 .collect()
         }
     }
+}
+
+/// A weight in the narrowest of bf16, f16 and f32 that holds every value exactly: the
+/// precision it was stored in, for f16/bf16 checkpoints (a value read from bf16 has zero
+/// low 16 bits; one read from f16 survives the f16 round trip). Lossless by construction.
+fn narrowest_exact(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
+    let dev = &Device::Cpu;
+    if shape.len() >= 2 {
+        if data.iter().all(|x| x.to_bits() & 0xffff == 0) {
+            let v: Vec<half::bf16> = data.into_iter().map(half::bf16::from_f32).collect();
+            return Ok(Tensor::from_vec(v, shape, dev)?);
+        }
+        if data
+            .iter()
+            .all(|&x| half::f16::from_f32(x).to_f32().to_bits() == x.to_bits())
+        {
+            let v: Vec<half::f16> = data.into_iter().map(half::f16::from_f32).collect();
+            return Ok(Tensor::from_vec(v, shape, dev)?);
+        }
+    }
+    Ok(Tensor::from_vec(data, shape, dev)?)
 }
 
 /// `cap · tanh(x / cap)`.

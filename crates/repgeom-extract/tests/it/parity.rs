@@ -314,3 +314,29 @@ fn each_tested_option_changes_the_fixture_output() {
         );
     }
 }
+
+/// f16/bf16 weight matrices stay in their stored precision (the parity tests above show the
+/// arithmetic is still f32): the model holds about its file size, not twice it.
+#[test]
+fn half_precision_weights_stay_half_in_memory() {
+    for name in [
+        "gptneox_serial_bf16",
+        "qwen2_bias_bf16",
+        "gemma_mqa_f16",
+        "llama_tied",
+        "gptneox_parallel",
+    ] {
+        let dir = fixture(name);
+        let file: u64 = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        let held = Model::load(&dir).unwrap().weight_bytes() as f64;
+        assert!(
+            held < 1.3 * file as f64,
+            "{name}: {held} bytes held for {file} bytes of safetensors"
+        );
+    }
+}
