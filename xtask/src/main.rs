@@ -316,13 +316,25 @@ fn bench_extract() -> anyhow::Result<()> {
         }
         Ok(out) => println!(
             "transformers side not run: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .next_back()
+                .unwrap_or("")
         ),
         Err(e) => println!("transformers side not run: {e}"),
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("extract bench: tokens/s, 8 x 256 tokens, random Pythia-70M shape (load average {})", load.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
-    println!("{:<8} {:<6} {:>12} {:>14}", "batch", "loss", "repgeom", "transformers");
+    println!(
+        "extract bench: tokens/s, 8 x 256 tokens, random Pythia-70M shape (load average {})",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "{:<8} {:<6} {:>12} {:>14}",
+        "batch", "loss", "repgeom", "transformers"
+    );
     for &(b, l, t) in &ours {
         let hf = theirs
             .iter()
