@@ -1,24 +1,48 @@
 //! Forward-pass throughput of a random Pythia-70M-shaped GPT-NeoX (d = 512, 6 layers,
-//! vocabulary 50304) on one sequence of 256 tokens: hidden states only, and with logits.
+//! vocabulary 50304) on 8 sequences of 256 tokens, at batch 1 and at the default batch, with
+//! the hidden states only and with the loss: the configurations `fixtures/extract/time_torch.py`
+//! times in transformers.
 //!
-//! `cargo bench -p repgeom-extract --bench forward`; tokens/s = 256 / reported time.
+//! `cargo bench -p repgeom-extract --bench forward` (or `cargo xtask bench extract`, which also
+//! runs the transformers side); tokens/s is criterion's throughput.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use repgeom_extract::{Model, ModelConfig};
+use repgeom_extract::{DEFAULT_BATCH_SIZE, Model, ModelConfig};
+
+const SEQUENCES: usize = 8;
+const SEQ_LEN: usize = 256;
 
 fn forward(c: &mut Criterion) {
     let model = Model::random(ModelConfig::pythia_70m(), 0).expect("random model");
-    let seq_len = 256;
-    let ids: Vec<u32> = (0..seq_len as u32).map(|i| (i * 7919) % 50304).collect();
-    let mut g = c.benchmark_group("pythia70m_random_seq256");
+    let ids: Vec<u32> = (0..(SEQUENCES * SEQ_LEN) as u32)
+        .map(|i| (i * 7919) % 50304)
+        .collect();
+    let seqs: Vec<&[u32]> = ids.chunks(SEQ_LEN).collect();
+    let mut g = c.benchmark_group("pythia70m_random_8x256");
     g.sample_size(10);
-    g.throughput(Throughput::Elements(seq_len as u64));
-    g.bench_function("hidden_states", |b| {
-        b.iter(|| model.forward(&ids, false).expect("forward"))
-    });
-    g.bench_function("hidden_states_and_logits", |b| {
-        b.iter(|| model.forward(&ids, true).expect("forward"))
-    });
+    g.throughput(Throughput::Elements((SEQUENCES * SEQ_LEN) as u64));
+    for loss in [false, true] {
+        for batch in [1, DEFAULT_BATCH_SIZE] {
+            let name = format!(
+                "batch{batch}_{}",
+                if loss { "with_loss" } else { "hidden_states" }
+            );
+            g.bench_function(name, |b| {
+                b.iter(|| {
+                    for chunk in seqs.chunks(batch) {
+                        let mut rows = 0usize;
+                        model
+                            .forward_batch(chunk, loss, &mut |_, h| {
+                                rows += h.len();
+                                Ok(())
+                            })
+                            .expect("forward");
+                        std::hint::black_box(rows);
+                    }
+                })
+            });
+        }
+    }
     g.finish();
 }
 

@@ -33,7 +33,7 @@ pub enum Error {
     },
     /// `config.json` names an architecture this crate has no forward pass for.
     #[error(
-        "{}: unsupported architecture (model_type {model_type:?}, architectures {architectures:?}); supported: gpt_neox, llama, olmo", path.display()
+        "{}: unsupported architecture (model_type {model_type:?}, architectures {architectures:?}); supported: {}", path.display(), crate::Family::MODEL_TYPES
     )]
     UnsupportedArchitecture {
         /// The config file.
@@ -114,6 +114,24 @@ pub enum Error {
         field: &'static str,
         /// Why it is invalid.
         reason: String,
+    },
+    /// One batch's activations would not fit in the memory budget.
+    #[error(
+        "--batch-size {batch_size} with --seq-len {seq_len} needs about {} MB of activations, more than the {} MB budget (available memory); {}",
+        needed / 1_000_000, budget / 1_000_000,
+        if *fits > 0 { format!("--batch-size {fits} fits") } else { "even --batch-size 1 does not fit: use a shorter --seq-len".to_string() }
+    )]
+    BatchTooLarge {
+        /// The requested batch size.
+        batch_size: usize,
+        /// The sequence length.
+        seq_len: usize,
+        /// Estimated bytes of one batch's activations.
+        needed: u64,
+        /// The budget in bytes.
+        budget: u64,
+        /// The largest batch size that fits (0 if none).
+        fits: usize,
     },
     /// The checkpoint could not be opened or read (missing config, missing shard, missing
     /// tensor, bad dtype), or the output could not be written.

@@ -48,7 +48,18 @@ pub struct ExtractParams {
     /// Also compute the mean next-token cross-entropy (runs every sequence, not only those
     /// holding sampled points).
     pub loss: bool,
+    /// Sequences (or lines) per forward pass. Results do not depend on it beyond f32
+    /// rounding.
+    pub batch_size: usize,
+    /// Bytes the activations of one batch may take (`None`: no check). A batch whose
+    /// estimate ([`Model::activation_bytes`]) exceeds it is refused before anything runs,
+    /// with the largest batch size that fits.
+    pub memory_budget: Option<u64>,
 }
+
+/// The default `batch_size`: the best tokens/s of a Pythia-70M-shaped model on a 2-core CPU
+/// (`cargo xtask bench extract`, see `docs/extraction.md`).
+pub const DEFAULT_BATCH_SIZE: usize = 8;
 
 impl Default for ExtractParams {
     fn default() -> Self {
@@ -59,6 +70,8 @@ impl Default for ExtractParams {
             skip_first: true,
             pool: Pool::Tokens,
             loss: false,
+            batch_size: DEFAULT_BATCH_SIZE,
+            memory_budget: None,
         }
     }
 }
@@ -78,6 +91,9 @@ impl ExtractParams {
         };
         if self.seq_len < 2 {
             return bad("seq_len", "must be at least 2");
+        }
+        if self.batch_size == 0 {
+            return bad("batch_size", "must be at least 1");
         }
         match (self.pool, self.n_points) {
             (_, Some(0)) => return bad("n_points", "must be at least 1"),
@@ -228,6 +244,22 @@ impl Extractor {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Extraction> {
         let p = params.get();
+        if let Some(budget) = p.memory_budget {
+            let need = self.model.activation_bytes(p.batch_size, p.seq_len);
+            if need > budget {
+                let fits = (1..p.batch_size)
+                    .rev()
+                    .find(|&b| self.model.activation_bytes(b, p.seq_len) <= budget)
+                    .unwrap_or(0);
+                return Err(Error::BatchTooLarge {
+                    batch_size: p.batch_size,
+                    seq_len: p.seq_len,
+                    needed: need,
+                    budget,
+                    fits,
+                });
+            }
+        }
         let (mut ex, extra) = match p.pool {
             Pool::Tokens => self.extract_tokens(text, p, progress)?,
             Pool::Mean => self.extract_mean(text, p, progress)?,
@@ -319,20 +351,39 @@ impl Extractor {
         let mut acc = Accumulator::new(&self.model, n);
         let mut loss = LossSum::default();
         let mut cursor = 0;
-        for (k, &s) in run.iter().enumerate() {
-            let seq = &ids[s * len..(s + 1) * len];
-            let fwd = self.model.forward(seq, p.loss)?;
-            while cursor < points.len() && points[cursor].0 == s {
-                acc.push_row(&fwd.hidden_states, points[cursor].1);
+        let mut done = 0;
+        for chunk in run.chunks(p.batch_size) {
+            let seqs: Vec<&[u32]> = chunk
+                .iter()
+                .map(|&s| &ids[s * len..(s + 1) * len])
+                .collect();
+            // the points of this batch, as (row in the batch, position)
+            let mut rows = Vec::new();
+            while cursor < points.len() && chunk.contains(&points[cursor].0) {
+                let slot = chunk
+                    .iter()
+                    .position(|&s| s == points[cursor].0)
+                    .unwrap_or(0);
+                rows.push(slot * len + points[cursor].1);
                 cursor += 1;
             }
-            if let Some(logits) = &fwd.logits {
-                loss.add(logits, seq, self.model.config().vocab_size);
+            let d = acc.d;
+            let nll = self.model.forward_batch(&seqs, p.loss, &mut |i, h| {
+                for &r in &rows {
+                    acc.out[i].extend_from_slice(&h[r * d..(r + 1) * d]);
+                }
+                Ok(())
+            })?;
+            if let Some(nll) = nll {
+                for (sum, seq) in nll.into_iter().zip(&seqs) {
+                    loss.add(sum, seq.len());
+                }
             }
+            done += chunk.len();
             progress(Progress {
-                sequences_done: k + 1,
+                sequences_done: done,
                 sequences_total: run.len(),
-                tokens_done: (k + 1) * len,
+                tokens_done: done * len,
                 tokens_total: run.len() * len,
             });
         }
@@ -392,30 +443,43 @@ impl Extractor {
         let d = self.model.config().hidden_size;
         let mut acc = Accumulator::new(&self.model, n);
         let mut loss = LossSum::default();
-        let mut done = 0;
+        let mut done_tokens = 0;
+        let mut done_lines = 0;
         let mut positions = Vec::with_capacity(n);
-        for (i, ids) in encoded.iter().enumerate() {
-            let fwd = self.model.forward(ids, p.loss)?;
-            let start = if p.skip_first && ids.len() > 1 { 1 } else { 0 };
-            let count = ids.len() - start;
-            for (layer, h) in fwd.hidden_states.iter().enumerate() {
-                let mut mean = vec![0f64; d];
-                for t in start..ids.len() {
-                    for (m, x) in mean.iter_mut().zip(&h[t * d..(t + 1) * d]) {
-                        *m += f64::from(*x);
+        let start_of = |ids: &[u32]| if p.skip_first && ids.len() > 1 { 1 } else { 0 };
+        for chunk in encoded.chunks(p.batch_size) {
+            let seqs: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
+            let t_max = seqs.iter().map(|s| s.len()).max().unwrap_or(0);
+            let nll = self.model.forward_batch(&seqs, p.loss, &mut |layer, h| {
+                // each line's mean over its own positions only, never the right padding
+                for (b, ids) in seqs.iter().enumerate() {
+                    let start = start_of(ids);
+                    let mut mean = vec![0f64; d];
+                    for t in start..ids.len() {
+                        let row = &h[(b * t_max + t) * d..(b * t_max + t + 1) * d];
+                        for (m, x) in mean.iter_mut().zip(row) {
+                            *m += f64::from(*x);
+                        }
                     }
+                    let count = (ids.len() - start) as f64;
+                    acc.out[layer].extend(mean.iter().map(|m| (m / count) as f32));
                 }
-                acc.out[layer].extend(mean.iter().map(|m| (m / count as f64) as f32));
+                Ok(())
+            })?;
+            for ids in &seqs {
+                positions.push((done_lines, ids.len() - start_of(ids)));
+                done_lines += 1;
+                done_tokens += ids.len();
             }
-            positions.push((i, count));
-            if let Some(logits) = &fwd.logits {
-                loss.add(logits, ids, self.model.config().vocab_size);
+            if let Some(nll) = nll {
+                for (sum, seq) in nll.into_iter().zip(&seqs) {
+                    loss.add(sum, seq.len());
+                }
             }
-            done += ids.len();
             progress(Progress {
-                sequences_done: i + 1,
+                sequences_done: done_lines,
                 sequences_total: n,
-                tokens_done: done,
+                tokens_done: done_tokens,
                 tokens_total: total,
             });
         }
@@ -440,12 +504,6 @@ impl Accumulator {
                 .collect(),
             d: c.hidden_size,
             n,
-        }
-    }
-
-    fn push_row(&mut self, hidden: &[Vec<f32>], t: usize) {
-        for (o, h) in self.out.iter_mut().zip(hidden) {
-            o.extend_from_slice(&h[t * self.d..(t + 1) * self.d]);
         }
     }
 
@@ -475,11 +533,11 @@ struct LossSum {
 }
 
 impl LossSum {
-    /// Adds the next-token cross-entropy of one sequence: position t predicts token t + 1.
-    fn add(&mut self, logits: &[f32], ids: &[u32], vocab: usize) {
+    /// Adds one sequence's summed next-token cross-entropy: `len - 1` predictions.
+    fn add(&mut self, sum: f64, len: usize) {
         self.any = true;
-        self.sum += sequence_nll(logits, ids, vocab);
-        self.tokens += ids.len().saturating_sub(1);
+        self.sum += sum;
+        self.tokens += len.saturating_sub(1);
     }
 
     fn finish(self) -> Option<Loss> {
@@ -492,23 +550,6 @@ impl LossSum {
             tokens: self.tokens,
         })
     }
-}
-
-/// Summed negative log-likelihood of `ids[1..]` under `logits` (`[T, V]` row-major), in f64.
-pub(crate) fn sequence_nll(logits: &[f32], ids: &[u32], vocab: usize) -> f64 {
-    let mut sum = 0.0;
-    for t in 0..ids.len().saturating_sub(1) {
-        let row = &logits[t * vocab..(t + 1) * vocab];
-        let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-        let lse = max
-            + row
-                .iter()
-                .map(|&x| (x as f64 - max).exp())
-                .sum::<f64>()
-                .ln();
-        sum += lse - row[ids[t + 1] as usize] as f64;
-    }
-    sum
 }
 
 /// (name, revision) of a checkpoint directory: `org/name` and the snapshot hash for the
@@ -540,6 +581,15 @@ fn model_name(dir: &Path) -> (String, Option<String>) {
             .unwrap_or_else(|| "unknown".into()),
         None,
     )
+}
+
+/// The memory the system can still give this process (`MemAvailable` of `/proc/meminfo`, in
+/// bytes), where the platform reports it.
+pub fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Loads the checkpoint in `model_dir` and extracts hidden states from `text`.

@@ -8,13 +8,15 @@
 //! one-call form, [`Extraction::write`] the output in the `repgeom.activations.v1` layout
 //! that `repgeom pga` reads.
 //!
-//! Key design decision: the forward passes (GPT-NeoX and Llama-style) are written here on
-//! candle tensors, in f32, one sequence at a time, rather than taken from
-//! candle-transformers, because that crate has no GPT-NeoX and returns only logits; and f32
-//! throughout (weights stored as f16/bf16 are widened at load) because the point is to
-//! reproduce transformers' numbers to 1e-4, which half-precision arithmetic does not.
-//! Running one sequence at a time needs no padding or attention mask beyond the causal one,
-//! and bounds memory to one sequence's hidden states plus the sampled rows.
+//! Key design decision: the forward passes (one decoder skeleton whose norms, attention
+//! layout, MLP, residual wiring and positions are chosen per family: GPT-NeoX, GPT-2, Llama,
+//! Mistral, Qwen2, OLMo, OLMo-2, Phi, Gemma, Gemma-2) are written here on candle tensors,
+//! with f32 arithmetic, rather than taken from candle-transformers, because that crate has
+//! no GPT-NeoX and returns only logits; and f32 throughout (weights stored as f16/bf16 are
+//! widened) because the point is to reproduce transformers' numbers to 1e-4, which
+//! half-precision arithmetic does not. Batches of sequences of different lengths are padded
+//! on the right, which needs no attention mask beyond the causal one: no real position ever
+//! sees a padding position, and padded rows are never read.
 //!
 //! It is not a general inference engine: no KV cache, no generation, no GPU, no quantised
 //! weights, and only the architectures listed in `docs/extraction.md`.
@@ -25,10 +27,11 @@ mod error;
 mod extract;
 mod model;
 
-pub use config::{Activation, Family, ModelConfig};
+pub use config::{Activation, Family, ModelConfig, RopeScaling};
 pub use error::{Error, Result};
 pub use extract::{
-    ExtractParams, Extraction, Extractor, Loss, Pool, Progress, ValidExtractParams, extract,
+    DEFAULT_BATCH_SIZE, ExtractParams, Extraction, Extractor, Loss, Pool, Progress,
+    ValidExtractParams, available_memory, extract,
 };
 pub use model::{Forward, Model};
 

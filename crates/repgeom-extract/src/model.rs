@@ -1,5 +1,6 @@
-//! The forward passes: GPT-NeoX and Llama-style decoders on candle, returning every layer's
-//! hidden states in HuggingFace's `output_hidden_states` order.
+//! The forward passes: one decoder skeleton (embedding, L layers, final norm, readout) whose
+//! pieces — norms, attention layout, MLP, residual wiring, positions — are chosen per family,
+//! returning every layer's hidden states in HuggingFace's `output_hidden_states` order.
 
 use std::path::Path;
 
@@ -7,21 +8,35 @@ use candle_core::{D, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::config::{Activation, Family, ModelConfig};
+use crate::config::{Activation, Family, ModelConfig, RopeScaling};
 use crate::{Error, Result};
 
-/// A loaded decoder-only language model, ready to run on the CPU in f32.
+/// Rows of logits computed at once for the loss: the `[rows, V]` block is the largest
+/// logits buffer ever held.
+const LOSS_ROWS: usize = 64;
+
+/// A loaded decoder-only language model, ready to run on the CPU with f32 arithmetic.
 ///
-/// Weights stored as f16 or bf16 are widened to f32 at load time, so the numbers match a
-/// HuggingFace model run in f32 on the same weights.
+/// Weight matrices stored as f16 or bf16 stay in that precision in memory and are widened to
+/// f32 one matrix at a time as they are used (vectors are widened at load), so the numbers
+/// match a HuggingFace model run in f32 on the same weights while a bf16 checkpoint takes
+/// about its file size in memory.
 #[derive(Debug)]
 pub struct Model {
     config: ModelConfig,
     embed: Tensor,
+    /// GPT-2's learned position embedding `[max_positions, d]`.
+    positions: Option<Tensor>,
+    /// Gemma's `√d`, applied to the embedding output.
+    embed_scale: Option<f64>,
     layers: Vec<Layer>,
     final_norm: Norm,
     /// [V, d]; the embedding itself when tied.
     readout: Tensor,
+    /// Whether `readout` is the embedding.
+    tied: bool,
+    /// Phi's `lm_head.bias` [V].
+    readout_bias: Option<Tensor>,
     device: Device,
 }
 
@@ -43,13 +58,22 @@ struct Linear {
 }
 
 impl Linear {
+    /// `x: [..., in]` to `[..., out]`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // x: [T, in]
-        let y = x.matmul(&self.weight.t()?)?;
-        Ok(match &self.bias {
+        let dims = x.dims().to_vec();
+        let inp = dims[dims.len() - 1];
+        let rows = x.elem_count() / inp.max(1);
+        // widened here, per use: the model holds the weight in its stored precision
+        let w = self.weight.to_dtype(DType::F32)?;
+        let y = x.reshape((rows, inp))?.matmul(&w.t()?)?;
+        let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
-        })
+        };
+        let mut out = dims;
+        let last = out.len() - 1;
+        out[last] = y.dim(1)?;
+        Ok(y.reshape(out)?)
     }
 }
 
@@ -60,10 +84,8 @@ enum Norm {
         bias: Tensor,
         eps: f32,
     },
-    Rms {
-        weight: Tensor,
-        eps: f32,
-    },
+    /// `x / rms(x) * weight`; Gemma's `(1 + w)` is folded into `weight` at load.
+    Rms { weight: Tensor, eps: f32 },
 }
 
 impl Norm {
@@ -75,16 +97,32 @@ impl Norm {
     }
 }
 
+/// How the fused qkv projection's output columns are laid out.
+#[derive(Clone, Copy, Debug)]
+enum FusedLayout {
+    /// GPT-NeoX: per head `[q | k | v]` (`[T, H, 3·hd]`).
+    PerHead,
+    /// GPT-2 `c_attn`: `[q (d) | k (d) | v (d)]`.
+    Blocks,
+}
+
 #[derive(Debug)]
 enum Attention {
-    /// GPT-NeoX: one fused projection, per head `[q | k | v]`.
-    Fused { qkv: Linear, dense: Linear },
-    /// Llama: separate projections, grouped-query attention.
+    /// One fused projection (GPT-NeoX, GPT-2), as many key/value heads as query heads.
+    Fused {
+        qkv: Linear,
+        out: Linear,
+        layout: FusedLayout,
+    },
+    /// Separate projections, grouped-query attention, optional norms on the whole q and k
+    /// projections (OLMo-2).
     Split {
         q: Linear,
         k: Linear,
         v: Linear,
         o: Linear,
+        q_norm: Option<Norm>,
+        k_norm: Option<Norm>,
     },
 }
 
@@ -100,19 +138,107 @@ enum Mlp {
     },
 }
 
+/// One decoder layer. Sequential wiring:
+/// `h = x + attn_post(attn(attn_pre(x)))`, `x' = h + mlp_post(mlp(mlp_pre(h)))`, a missing
+/// norm being the identity. Parallel wiring (GPT-NeoX parallel, Phi):
+/// `x' = x + attn(attn_pre(x)) + mlp(mlp_pre(x))`, where a missing `mlp_pre` means the MLP
+/// reads `attn_pre(x)` (Phi's one LayerNorm).
 #[derive(Debug)]
 struct Layer {
-    norm1: Norm,
-    norm2: Norm,
+    attn_pre: Option<Norm>,
+    attn_post: Option<Norm>,
+    mlp_pre: Option<Norm>,
+    mlp_post: Option<Norm>,
     attn: Attention,
     mlp: Mlp,
+    /// Sliding-window width, `None` for full causal attention.
+    window: Option<usize>,
 }
 
-/// Precomputed rotary tables and causal mask for one sequence length.
+/// Precomputed rotary tables and causal masks for one sequence length.
 struct Context {
     cos: Tensor,
     sin: Tensor,
-    mask: Tensor,
+    /// One `[T, T]` additive mask per distinct window of the model's layers.
+    masks: Vec<(Option<usize>, Tensor)>,
+}
+
+impl Context {
+    fn mask(&self, window: Option<usize>) -> &Tensor {
+        &self
+            .masks
+            .iter()
+            .find(|(w, _)| *w == window)
+            .expect("a mask for every window of the model")
+            .1
+    }
+}
+
+type Getter<'a> = dyn FnMut(&str, &[usize]) -> Result<Tensor> + 'a;
+
+/// Builds the pieces from named tensors.
+struct Loader<'a, 'b> {
+    get: &'a mut Getter<'b>,
+    has: &'a dyn Fn(&str) -> bool,
+    eps: f32,
+}
+
+impl Loader<'_, '_> {
+    /// A matrix, in the precision it was stored in.
+    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        (self.get)(name, shape)
+    }
+
+    /// A vector (bias, norm weight) or other small tensor, widened to f32 once.
+    fn small(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        Ok((self.get)(name, shape)?.to_dtype(DType::F32)?)
+    }
+
+    fn linear(&mut self, name: &str, out: usize, inp: usize, bias: bool) -> Result<Linear> {
+        Ok(Linear {
+            weight: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            bias: if bias {
+                Some(self.small(&format!("{name}.bias"), &[out])?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// GPT-2's `Conv1D`: the weight is stored `[in, out]` (`y = x W + b`); kept as `[out, in]`.
+    fn conv1d(&mut self, name: &str, inp: usize, out: usize) -> Result<Linear> {
+        let w = self.tensor(&format!("{name}.weight"), &[inp, out])?;
+        Ok(Linear {
+            weight: w.t()?.contiguous()?,
+            bias: Some(self.small(&format!("{name}.bias"), &[out])?),
+        })
+    }
+
+    fn layer_norm(&mut self, name: &str, dim: usize) -> Result<Norm> {
+        Ok(Norm::Layer {
+            weight: self.small(&format!("{name}.weight"), &[dim])?,
+            bias: self.small(&format!("{name}.bias"), &[dim])?,
+            eps: self.eps,
+        })
+    }
+
+    /// OLMo's LayerNorm without weight or bias (none stored).
+    fn bare_layer_norm(&self, dim: usize) -> Result<Norm> {
+        Ok(Norm::Layer {
+            weight: Tensor::ones(dim, DType::F32, &Device::Cpu)?,
+            bias: Tensor::zeros(dim, DType::F32, &Device::Cpu)?,
+            eps: self.eps,
+        })
+    }
+
+    /// RMSNorm; `plus_one` for Gemma's `x̂ · (1 + w)`.
+    fn rms(&mut self, name: &str, dim: usize, plus_one: bool) -> Result<Norm> {
+        let w = self.small(&format!("{name}.weight"), &[dim])?;
+        Ok(Norm::Rms {
+            weight: if plus_one { (w + 1.0)? } else { w },
+            eps: self.eps,
+        })
+    }
 }
 
 impl Model {
@@ -132,9 +258,9 @@ impl Model {
                     found,
                 });
             }
-            Ok(Tensor::from_vec(data, shape, &Device::Cpu)?)
+            narrowest_exact(data, shape)
         };
-        Self::build(config, &mut get, |name| ckpt.has_tensor(name))
+        Self::build(config, &mut get, &|name| ckpt.has_tensor(name))
     }
 
     /// A model of the given shape with seeded random weights (for benchmarks and tests of the
@@ -157,149 +283,216 @@ impl Model {
                 .collect();
             Ok(Tensor::from_vec(data, shape, &Device::Cpu)?)
         };
-        Self::build(config, &mut get, |_| false)
+        Self::build(config, &mut get, &|_| false)
     }
 
     fn build(
         config: ModelConfig,
-        get: &mut dyn FnMut(&str, &[usize]) -> Result<Tensor>,
-        has: impl Fn(&str) -> bool,
+        get: &mut Getter<'_>,
+        has: &dyn Fn(&str) -> bool,
     ) -> Result<Self> {
         let c = &config;
-        let (d, hd, v) = (c.hidden_size, c.head_dim, c.vocab_size);
-        let linear = |get: &mut dyn FnMut(&str, &[usize]) -> Result<Tensor>,
-                      name: &str,
-                      out: usize,
-                      inp: usize,
-                      bias: bool|
-         -> Result<Linear> {
-            Ok(Linear {
-                weight: get(&format!("{name}.weight"), &[out, inp])?,
-                bias: if bias {
-                    Some(get(&format!("{name}.bias"), &[out])?)
-                } else {
-                    None
-                },
-            })
+        if c.windows.len() != c.n_layers {
+            return Err(Error::InvalidParams {
+                field: "windows",
+                reason: format!("{} entries for {} layers", c.windows.len(), c.n_layers),
+            });
+        }
+        let (d, hd, v, ff) = (c.hidden_size, c.head_dim, c.vocab_size, c.intermediate_size);
+        let (nh, nkv) = (c.n_heads, c.n_kv_heads);
+        let mut ld = Loader {
+            get,
+            has,
+            eps: c.norm_eps as f32,
         };
-        let eps = c.norm_eps as f32;
-        let (embed, layers, final_norm, readout) = match c.family {
+        let mut layers = Vec::with_capacity(c.n_layers);
+        let (embed, positions, final_norm, readout_name) = match c.family {
             Family::GptNeoX => {
-                let p = "gpt_neox";
-                let embed = get(&format!("{p}.embed_in.weight"), &[v, d])?;
-                let ln = |get: &mut dyn FnMut(&str, &[usize]) -> Result<Tensor>,
-                          name: &str|
-                 -> Result<Norm> {
-                    Ok(Norm::Layer {
-                        weight: get(&format!("{name}.weight"), &[d])?,
-                        bias: get(&format!("{name}.bias"), &[d])?,
-                        eps,
-                    })
-                };
-                let mut layers = Vec::with_capacity(c.n_layers);
+                let embed = ld.tensor("gpt_neox.embed_in.weight", &[v, d])?;
                 for i in 0..c.n_layers {
-                    let l = format!("{p}.layers.{i}");
+                    let l = format!("gpt_neox.layers.{i}");
+                    let ab = c.attention_bias;
                     layers.push(Layer {
-                        norm1: ln(get, &format!("{l}.input_layernorm"))?,
-                        norm2: ln(get, &format!("{l}.post_attention_layernorm"))?,
+                        attn_pre: Some(ld.layer_norm(&format!("{l}.input_layernorm"), d)?),
+                        attn_post: None,
+                        mlp_pre: Some(ld.layer_norm(&format!("{l}.post_attention_layernorm"), d)?),
+                        mlp_post: None,
                         attn: Attention::Fused {
-                            qkv: linear(
-                                get,
+                            qkv: ld.linear(
                                 &format!("{l}.attention.query_key_value"),
                                 3 * d,
                                 d,
-                                c.attention_bias,
+                                ab,
                             )?,
-                            dense: linear(
-                                get,
+                            out: ld.linear(
                                 &format!("{l}.attention.dense"),
                                 d,
                                 d,
-                                c.attention_bias,
+                                c.attention_out_bias,
                             )?,
+                            layout: FusedLayout::PerHead,
                         },
                         mlp: Mlp::Plain {
-                            up: linear(
-                                get,
-                                &format!("{l}.mlp.dense_h_to_4h"),
-                                c.intermediate_size,
-                                d,
-                                true,
-                            )?,
-                            down: linear(
-                                get,
-                                &format!("{l}.mlp.dense_4h_to_h"),
-                                d,
-                                c.intermediate_size,
-                                true,
-                            )?,
+                            up: ld.linear(&format!("{l}.mlp.dense_h_to_4h"), ff, d, true)?,
+                            down: ld.linear(&format!("{l}.mlp.dense_4h_to_h"), d, ff, true)?,
                         },
+                        window: c.windows[i],
                     });
                 }
-                let final_norm = ln(get, &format!("{p}.final_layer_norm"))?;
-                let readout = if c.tie_word_embeddings && !has("embed_out.weight") {
-                    embed.clone()
-                } else {
-                    get("embed_out.weight", &[v, d])?
-                };
-                (embed, layers, final_norm, readout)
+                let final_norm = ld.layer_norm("gpt_neox.final_layer_norm", d)?;
+                (embed, None, final_norm, "embed_out")
             }
-            Family::Llama | Family::Olmo => {
-                let p = "model";
-                let olmo = c.family == Family::Olmo;
-                let embed = get(&format!("{p}.embed_tokens.weight"), &[v, d])?;
-                let rms = |get: &mut dyn FnMut(&str, &[usize]) -> Result<Tensor>,
-                           name: &str|
-                 -> Result<Norm> {
-                    if olmo {
-                        // OLMo: LayerNorm without weight or bias (none stored)
-                        return Ok(Norm::Layer {
-                            weight: Tensor::ones(d, DType::F32, &Device::Cpu)?,
-                            bias: Tensor::zeros(d, DType::F32, &Device::Cpu)?,
-                            eps,
-                        });
-                    }
-                    Ok(Norm::Rms {
-                        weight: get(&format!("{name}.weight"), &[d])?,
-                        eps,
-                    })
+            Family::Gpt2 => {
+                // GPT2LMHeadModel saves `transformer.*`; the original repos saved GPT2Model's
+                // bare names.
+                let p = if (ld.has)("transformer.wte.weight") {
+                    "transformer."
+                } else {
+                    ""
                 };
-                let (nh, nkv, ff) = (c.n_heads, c.n_kv_heads, c.intermediate_size);
-                let mut layers = Vec::with_capacity(c.n_layers);
+                let embed = ld.tensor(&format!("{p}wte.weight"), &[v, d])?;
+                let wpe = ld.small(&format!("{p}wpe.weight"), &[c.max_positions, d])?;
                 for i in 0..c.n_layers {
-                    let l = format!("{p}.layers.{i}");
-                    let ab = c.attention_bias;
+                    let l = format!("{p}h.{i}");
                     layers.push(Layer {
-                        norm1: rms(get, &format!("{l}.input_layernorm"))?,
-                        norm2: rms(get, &format!("{l}.post_attention_layernorm"))?,
+                        attn_pre: Some(ld.layer_norm(&format!("{l}.ln_1"), d)?),
+                        attn_post: None,
+                        mlp_pre: Some(ld.layer_norm(&format!("{l}.ln_2"), d)?),
+                        mlp_post: None,
+                        attn: Attention::Fused {
+                            qkv: ld.conv1d(&format!("{l}.attn.c_attn"), d, 3 * d)?,
+                            out: ld.conv1d(&format!("{l}.attn.c_proj"), d, d)?,
+                            layout: FusedLayout::Blocks,
+                        },
+                        mlp: Mlp::Plain {
+                            up: ld.conv1d(&format!("{l}.mlp.c_fc"), d, ff)?,
+                            down: ld.conv1d(&format!("{l}.mlp.c_proj"), ff, d)?,
+                        },
+                        window: c.windows[i],
+                    });
+                }
+                let final_norm = ld.layer_norm(&format!("{p}ln_f"), d)?;
+                (embed, Some(wpe), final_norm, "lm_head")
+            }
+            Family::Phi => {
+                let embed = ld.tensor("model.embed_tokens.weight", &[v, d])?;
+                for i in 0..c.n_layers {
+                    let l = format!("model.layers.{i}");
+                    layers.push(Layer {
+                        attn_pre: Some(ld.layer_norm(&format!("{l}.input_layernorm"), d)?),
+                        attn_post: None,
+                        mlp_pre: None,
+                        mlp_post: None,
                         attn: Attention::Split {
-                            q: linear(get, &format!("{l}.self_attn.q_proj"), nh * hd, d, ab)?,
-                            k: linear(get, &format!("{l}.self_attn.k_proj"), nkv * hd, d, ab)?,
-                            v: linear(get, &format!("{l}.self_attn.v_proj"), nkv * hd, d, ab)?,
-                            o: linear(get, &format!("{l}.self_attn.o_proj"), d, nh * hd, ab)?,
+                            q: ld.linear(&format!("{l}.self_attn.q_proj"), nh * hd, d, true)?,
+                            k: ld.linear(&format!("{l}.self_attn.k_proj"), nkv * hd, d, true)?,
+                            v: ld.linear(&format!("{l}.self_attn.v_proj"), nkv * hd, d, true)?,
+                            o: ld.linear(&format!("{l}.self_attn.dense"), d, nh * hd, true)?,
+                            q_norm: None,
+                            k_norm: None,
+                        },
+                        mlp: Mlp::Plain {
+                            up: ld.linear(&format!("{l}.mlp.fc1"), ff, d, true)?,
+                            down: ld.linear(&format!("{l}.mlp.fc2"), d, ff, true)?,
+                        },
+                        window: c.windows[i],
+                    });
+                }
+                let final_norm = ld.layer_norm("model.final_layernorm", d)?;
+                (embed, None, final_norm, "lm_head")
+            }
+            family => {
+                debug_assert!(family.is_llama_like());
+                let embed = ld.tensor("model.embed_tokens.weight", &[v, d])?;
+                let gemma = matches!(family, Family::Gemma | Family::Gemma2);
+                let norm = |ld: &mut Loader<'_, '_>, name: &str, dim: usize| -> Result<Norm> {
+                    if family == Family::Olmo {
+                        ld.bare_layer_norm(dim)
+                    } else {
+                        ld.rms(name, dim, gemma)
+                    }
+                };
+                let (ab, ob, mb) = (c.attention_bias, c.attention_out_bias, c.mlp_bias);
+                for i in 0..c.n_layers {
+                    let l = format!("model.layers.{i}");
+                    let n = |s: &str| format!("{l}.{s}");
+                    let (attn_pre, attn_post, mlp_pre, mlp_post) = match family {
+                        Family::Olmo2 => (
+                            None,
+                            Some(norm(&mut ld, &n("post_attention_layernorm"), d)?),
+                            None,
+                            Some(norm(&mut ld, &n("post_feedforward_layernorm"), d)?),
+                        ),
+                        Family::Gemma2 => (
+                            Some(norm(&mut ld, &n("input_layernorm"), d)?),
+                            Some(norm(&mut ld, &n("post_attention_layernorm"), d)?),
+                            Some(norm(&mut ld, &n("pre_feedforward_layernorm"), d)?),
+                            Some(norm(&mut ld, &n("post_feedforward_layernorm"), d)?),
+                        ),
+                        _ => (
+                            Some(norm(&mut ld, &n("input_layernorm"), d)?),
+                            None,
+                            Some(norm(&mut ld, &n("post_attention_layernorm"), d)?),
+                            None,
+                        ),
+                    };
+                    let (q_norm, k_norm) = if family == Family::Olmo2 {
+                        (
+                            Some(norm(&mut ld, &n("self_attn.q_norm"), nh * hd)?),
+                            Some(norm(&mut ld, &n("self_attn.k_norm"), nkv * hd)?),
+                        )
+                    } else {
+                        (None, None)
+                    };
+                    layers.push(Layer {
+                        attn_pre,
+                        attn_post,
+                        mlp_pre,
+                        mlp_post,
+                        attn: Attention::Split {
+                            q: ld.linear(&n("self_attn.q_proj"), nh * hd, d, ab)?,
+                            k: ld.linear(&n("self_attn.k_proj"), nkv * hd, d, ab)?,
+                            v: ld.linear(&n("self_attn.v_proj"), nkv * hd, d, ab)?,
+                            o: ld.linear(&n("self_attn.o_proj"), d, nh * hd, ob)?,
+                            q_norm,
+                            k_norm,
                         },
                         mlp: Mlp::Gated {
-                            gate: linear(get, &format!("{l}.mlp.gate_proj"), ff, d, c.mlp_bias)?,
-                            up: linear(get, &format!("{l}.mlp.up_proj"), ff, d, c.mlp_bias)?,
-                            down: linear(get, &format!("{l}.mlp.down_proj"), d, ff, c.mlp_bias)?,
+                            gate: ld.linear(&n("mlp.gate_proj"), ff, d, mb)?,
+                            up: ld.linear(&n("mlp.up_proj"), ff, d, mb)?,
+                            down: ld.linear(&n("mlp.down_proj"), d, ff, mb)?,
                         },
+                        window: c.windows[i],
                     });
                 }
-                let final_norm = rms(get, &format!("{p}.norm"))?;
-                let readout = if c.tie_word_embeddings && !has("lm_head.weight") {
-                    embed.clone()
-                } else {
-                    get("lm_head.weight", &[v, d])?
-                };
-                (embed, layers, final_norm, readout)
+                let final_norm = norm(&mut ld, "model.norm", d)?;
+                (embed, None, final_norm, "lm_head")
             }
         };
+        let weight_name = format!("{readout_name}.weight");
+        let tied = c.tie_word_embeddings && !(ld.has)(&weight_name);
+        let readout = if tied {
+            embed.clone()
+        } else {
+            ld.tensor(&weight_name, &[v, d])?
+        };
+        let readout_bias = if c.lm_head_bias {
+            Some(ld.small(&format!("{readout_name}.bias"), &[v])?)
+        } else {
+            None
+        };
+        let embed_scale =
+            matches!(c.family, Family::Gemma | Family::Gemma2).then(|| (d as f64).sqrt());
         Ok(Self {
             config,
             embed,
+            positions,
+            embed_scale,
             layers,
             final_norm,
             readout,
+            tied,
+            readout_bias,
             device: Device::Cpu,
         })
     }
@@ -309,12 +502,94 @@ impl Model {
         &self.config
     }
 
-    /// Runs one sequence of token ids (no batching: sequences never need padding) and returns
-    /// the L + 1 hidden states, plus the logits when `logits` is true.
-    pub fn forward(&self, ids: &[u32], logits: bool) -> Result<Forward> {
+    /// An upper estimate of the bytes one forward pass of `batch` sequences of `seq_len`
+    /// tokens allocates beyond the weights: the hidden state and its copies, q/k/v and the
+    /// attention output, three `[B, H, T, T]` score buffers, three MLP-wide buffers, and the
+    /// `[LOSS_ROWS, V]` block of logits.
+    pub fn activation_bytes(&self, batch: usize, seq_len: usize) -> u64 {
         let c = &self.config;
+        let (b, t) = (batch as u64, seq_len as u64);
+        let (d, qkv, ff) = (
+            c.hidden_size as u64,
+            (c.n_heads * c.head_dim) as u64,
+            c.intermediate_size as u64,
+        );
+        let per_seq = t * (8 * d + 4 * qkv + 3 * ff) + 3 * c.n_heads as u64 * t * t;
+        4 * (b * per_seq + (LOSS_ROWS * c.vocab_size) as u64)
+    }
+
+    /// Runs one sequence of token ids and returns the L + 1 hidden states, plus the logits
+    /// when `logits` is true.
+    pub fn forward(&self, ids: &[u32], logits: bool) -> Result<Forward> {
         let t = ids.len();
-        if t == 0 {
+        let mut hidden_states = Vec::with_capacity(self.config.n_layers + 1);
+        let last = self.run(&[ids], &mut |_, h| {
+            hidden_states.push(h.to_vec());
+            Ok(())
+        })?;
+        let logits = if logits {
+            let readout = self.readout.to_dtype(DType::F32)?;
+            let l = self.logits(&readout, &last.reshape((t, self.config.hidden_size))?)?;
+            Some(l.flatten_all()?.to_vec1::<f32>()?)
+        } else {
+            None
+        };
+        Ok(Forward {
+            hidden_states,
+            logits,
+        })
+    }
+
+    /// Runs a batch of sequences in one forward pass. Sequences may differ in length: the
+    /// shorter ones are padded on the right, which changes nothing at their real positions
+    /// (attention is causal, positions count from 0 in every row).
+    ///
+    /// `visit(i, h)` is called for each of the L + 1 hidden states in order with `h`
+    /// row-major `[B, T_max, d]` (rows past a sequence's length are padding). With `nll`,
+    /// returns each sequence's summed next-token negative log-likelihood (nats, over its own
+    /// length), computed `LOSS_ROWS` rows of logits at a time.
+    pub fn forward_batch(
+        &self,
+        batch: &[&[u32]],
+        nll: bool,
+        visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<Option<Vec<f64>>> {
+        let last = self.run(batch, visit)?;
+        if !nll {
+            return Ok(None);
+        }
+        let readout = self.readout.to_dtype(DType::F32)?;
+        let mut sums = Vec::with_capacity(batch.len());
+        for (b, ids) in batch.iter().enumerate() {
+            let h = last.get(b)?; // [T_max, d]
+            let mut sum = 0.0;
+            let n = ids.len().saturating_sub(1);
+            let mut start = 0;
+            while start < n {
+                let rows = LOSS_ROWS.min(n - start);
+                let logits = self.logits(&readout, &h.narrow(0, start, rows)?)?;
+                let logits = logits.flatten_all()?.to_vec1::<f32>()?;
+                let v = self.config.vocab_size;
+                for r in 0..rows {
+                    sum += row_nll(&logits[r * v..(r + 1) * v], ids[start + r + 1]);
+                }
+                start += rows;
+            }
+            sums.push(sum);
+        }
+        Ok(Some(sums))
+    }
+
+    /// Checks the batch, runs it, reports every hidden state and returns the last (normed)
+    /// one as `[B, T_max, d]`.
+    fn run(
+        &self,
+        batch: &[&[u32]],
+        visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let t = batch.iter().map(|s| s.len()).max().unwrap_or(0);
+        if batch.iter().any(|s| s.is_empty()) || batch.is_empty() {
             return Err(Error::InvalidParams {
                 field: "ids",
                 reason: "empty sequence".into(),
@@ -329,86 +604,124 @@ impl Model {
                 ),
             });
         }
-        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= c.vocab_size) {
-            return Err(Error::TokenOutOfRange {
-                token: bad,
-                vocab_size: c.vocab_size,
-            });
+        let b = batch.len();
+        let mut flat = Vec::with_capacity(b * t);
+        for s in batch {
+            if let Some(&bad) = s.iter().find(|&&i| i as usize >= c.vocab_size) {
+                return Err(Error::TokenOutOfRange {
+                    token: bad,
+                    vocab_size: c.vocab_size,
+                });
+            }
+            flat.extend_from_slice(s);
+            flat.resize(flat.len() + t - s.len(), 0);
         }
         let ctx = self.context(t)?;
-        let idx = Tensor::from_slice(ids, t, &self.device)?;
-        let mut h = self.embed.index_select(&idx, 0)?; // [T, d]
-        let mut out = Vec::with_capacity(c.n_layers + 1);
-        out.push(h.clone());
+        let idx = Tensor::from_vec(flat, b * t, &self.device)?;
+        let mut h = self
+            .embed
+            .index_select(&idx, 0)?
+            .to_dtype(DType::F32)?
+            .reshape((b, t, c.hidden_size))?;
+        if let Some(wpe) = &self.positions {
+            h = h.broadcast_add(&wpe.narrow(0, 0, t)?)?;
+        }
+        if let Some(s) = self.embed_scale {
+            // transformers multiplies by √d rounded to the model's dtype (f32 here).
+            h = h.affine(f64::from(s as f32), 0.0)?;
+        }
+        visit(0, &to_vec(&h)?)?;
+        let n = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
             h = self.layer_forward(layer, &h, &ctx)?;
-            if i + 1 < self.layers.len() {
-                out.push(h.clone());
+            if i + 1 < n {
+                visit(i + 1, &to_vec(&h)?)?;
             }
         }
         let h = self.final_norm.forward(&h)?;
-        out.push(h.clone());
-        let logits = if logits {
-            Some(
-                h.matmul(&self.readout.t()?)?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?,
-            )
-        } else {
-            None
-        };
-        let hidden_states = out
-            .iter()
-            .map(|x| x.flatten_all()?.to_vec1::<f32>())
-            .collect::<candle_core::Result<_>>()?;
-        Ok(Forward {
-            hidden_states,
-            logits,
-        })
+        visit(n, &to_vec(&h)?)?;
+        Ok(h)
+    }
+
+    /// Logits `[rows, V]` of final hidden states `[rows, d]`: readout (widened to f32 by the
+    /// caller, once per batch), bias, soft-capping.
+    fn logits(&self, readout: &Tensor, h: &Tensor) -> Result<Tensor> {
+        let mut l = h.matmul(&readout.t()?)?;
+        if let Some(b) = &self.readout_bias {
+            l = l.broadcast_add(b)?;
+        }
+        if let Some(cap) = self.config.final_logit_softcap {
+            l = softcap(&l, cap)?;
+        }
+        Ok(l)
     }
 
     fn context(&self, t: usize) -> Result<Context> {
         let c = &self.config;
         let half = c.rotary_dims / 2;
-        // As HF: inv_freq and the angles in f32, cos/sin of the f32 angle.
-        let inv: Vec<f32> = (0..half)
-            .map(|i| 1.0 / (c.rope_theta as f32).powf((2 * i) as f32 / c.rotary_dims as f32))
-            .collect();
+        let inv = inv_freq(c);
         let mut cos = Vec::with_capacity(t * half);
         let mut sin = Vec::with_capacity(t * half);
         for pos in 0..t {
             for &f in &inv {
+                // As HF: the angle in f32, cos and sin of that f32 angle.
                 let a = (pos as f32 * f) as f64;
                 cos.push(a.cos() as f32);
                 sin.push(a.sin() as f32);
             }
         }
-        let mut mask = vec![0f32; t * t];
-        for i in 0..t {
-            for j in i + 1..t {
-                mask[i * t + j] = f32::NEG_INFINITY;
+        let mut windows: Vec<Option<usize>> = c.windows.clone();
+        windows.sort_unstable();
+        windows.dedup();
+        let mut masks = Vec::with_capacity(windows.len());
+        for w in windows {
+            let mut mask = vec![0f32; t * t];
+            for i in 0..t {
+                for j in 0..t {
+                    // transformers: causal, and `kv_idx > q_idx - sliding_window`
+                    let visible = j <= i && w.is_none_or(|w| i - j < w);
+                    if !visible {
+                        mask[i * t + j] = f32::NEG_INFINITY;
+                    }
+                }
             }
+            masks.push((w, Tensor::from_vec(mask, (t, t), &self.device)?));
         }
-        Ok(Context {
-            cos: Tensor::from_vec(cos, (t, half), &self.device)?,
-            sin: Tensor::from_vec(sin, (t, half), &self.device)?,
-            mask: Tensor::from_vec(mask, (t, t), &self.device)?,
-        })
+        let half = half.max(1);
+        let (cos, sin) = if c.rotary_dims == 0 {
+            (
+                Tensor::zeros((t, half), DType::F32, &self.device)?,
+                Tensor::zeros((t, half), DType::F32, &self.device)?,
+            )
+        } else {
+            (
+                Tensor::from_vec(cos, (t, half), &self.device)?,
+                Tensor::from_vec(sin, (t, half), &self.device)?,
+            )
+        };
+        Ok(Context { cos, sin, masks })
     }
 
     fn layer_forward(&self, layer: &Layer, x: &Tensor, ctx: &Context) -> Result<Tensor> {
-        let a = self.attention(&layer.attn, &layer.norm1.forward(x)?, ctx)?;
-        match self.config.family {
-            Family::GptNeoX if self.config.use_parallel_residual => {
-                let m = self.mlp(&layer.mlp, &layer.norm2.forward(x)?)?;
-                Ok(((m + a)? + x)?)
+        let norm = |n: &Option<Norm>, x: &Tensor| -> Result<Tensor> {
+            match n {
+                Some(n) => n.forward(x),
+                None => Ok(x.clone()),
             }
-            _ => {
-                let h = (a + x)?;
-                let m = self.mlp(&layer.mlp, &layer.norm2.forward(&h)?)?;
-                Ok((m + h)?)
-            }
+        };
+        if self.config.use_parallel_residual {
+            let h = norm(&layer.attn_pre, x)?;
+            let a = self.attention(&layer.attn, &h, ctx, layer.window)?;
+            let m = match &layer.mlp_pre {
+                Some(n) => self.mlp(&layer.mlp, &n.forward(x)?)?,
+                None => self.mlp(&layer.mlp, &h)?,
+            };
+            return Ok(((a + m)? + x)?);
         }
+        let a = self.attention(&layer.attn, &norm(&layer.attn_pre, x)?, ctx, layer.window)?;
+        let h = (x + norm(&layer.attn_post, &a)?)?;
+        let m = self.mlp(&layer.mlp, &norm(&layer.mlp_pre, &h)?)?;
+        Ok((h + norm(&layer.mlp_post, &m)?)?)
     }
 
     fn mlp(&self, mlp: &Mlp, x: &Tensor) -> Result<Tensor> {
@@ -422,84 +735,234 @@ impl Model {
         }
     }
 
-    /// Causal self-attention of one sequence `x: [T, d]`.
-    fn attention(&self, attn: &Attention, x: &Tensor, ctx: &Context) -> Result<Tensor> {
+    /// Causal self-attention of a batch `x: [B, T, d]`.
+    fn attention(
+        &self,
+        attn: &Attention,
+        x: &Tensor,
+        ctx: &Context,
+        window: Option<usize>,
+    ) -> Result<Tensor> {
         let c = &self.config;
-        let (t, hd, nh) = (x.dim(0)?, c.head_dim, c.n_heads);
+        let (b, t) = (x.dim(0)?, x.dim(1)?);
+        let (hd, nh) = (c.head_dim, c.n_heads);
+        // [B, T, n·hd] -> [B, n, T, hd]
+        let heads = |y: Tensor, n: usize| -> Result<Tensor> {
+            Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+        };
         let (q, k, v, o) = match attn {
-            Attention::Fused { qkv, dense } => {
-                // [T, 3d] -> [H, T, 3hd]; per head the columns are q | k | v.
-                let qkv = qkv.forward(x)?.reshape((t, nh, 3 * hd))?.transpose(0, 1)?;
-                let q = qkv.narrow(D::Minus1, 0, hd)?.contiguous()?;
-                let k = qkv.narrow(D::Minus1, hd, hd)?.contiguous()?;
-                let v = qkv.narrow(D::Minus1, 2 * hd, hd)?.contiguous()?;
-                (q, k, v, dense)
+            Attention::Fused { qkv, out, layout } => {
+                let y = qkv.forward(x)?;
+                match layout {
+                    FusedLayout::PerHead => {
+                        let y = y.reshape((b, t, nh, 3 * hd))?.transpose(1, 2)?;
+                        let part = |i: usize| -> Result<Tensor> {
+                            Ok(y.narrow(D::Minus1, i * hd, hd)?.contiguous()?)
+                        };
+                        (part(0)?, part(1)?, part(2)?, out)
+                    }
+                    FusedLayout::Blocks => {
+                        let d = nh * hd;
+                        let part = |i: usize| -> Result<Tensor> {
+                            heads(y.narrow(D::Minus1, i * d, d)?, nh)
+                        };
+                        (part(0)?, part(1)?, part(2)?, out)
+                    }
+                }
             }
-            Attention::Split { q, k, v, o } => {
+            Attention::Split {
+                q,
+                k,
+                v,
+                o,
+                q_norm,
+                k_norm,
+            } => {
                 let nkv = c.n_kv_heads;
-                let heads = |y: Tensor, n: usize| -> Result<Tensor> {
-                    Ok(y.reshape((t, n, hd))?.transpose(0, 1)?.contiguous()?)
+                let proj = |l: &Linear, norm: &Option<Norm>| -> Result<Tensor> {
+                    let mut y = l.forward(x)?;
+                    if let Some(clip) = c.clip_qkv {
+                        y = y.clamp(-clip as f32, clip as f32)?;
+                    }
+                    if let Some(n) = norm {
+                        y = n.forward(&y)?;
+                    }
+                    Ok(y)
                 };
-                let proj = |l: &Linear| -> Result<Tensor> {
-                    let y = l.forward(x)?;
-                    Ok(match c.clip_qkv {
-                        Some(clip) => y.clamp(-clip as f32, clip as f32)?,
-                        None => y,
-                    })
-                };
-                let q = heads(proj(q)?, nh)?;
-                let mut k = heads(proj(k)?, nkv)?;
-                let mut v = heads(proj(v)?, nkv)?;
+                let q = heads(proj(q, q_norm)?, nh)?;
+                let mut k = heads(proj(k, k_norm)?, nkv)?;
+                let mut v = heads(proj(v, &None)?, nkv)?;
                 if nkv != nh {
                     let rep = nh / nkv;
-                    k = k
-                        .unsqueeze(1)?
-                        .expand((nkv, rep, t, hd))?
-                        .contiguous()?
-                        .reshape((nh, t, hd))?;
-                    v = v
-                        .unsqueeze(1)?
-                        .expand((nkv, rep, t, hd))?
-                        .contiguous()?
-                        .reshape((nh, t, hd))?;
+                    let repeat = |x: Tensor| -> Result<Tensor> {
+                        Ok(x.unsqueeze(2)?
+                            .expand((b, nkv, rep, t, hd))?
+                            .contiguous()?
+                            .reshape((b, nh, t, hd))?)
+                    };
+                    k = repeat(k)?;
+                    v = repeat(v)?;
                 }
                 (q, k, v, o)
             }
         };
         let q = self.rotate(&q, ctx)?;
         let k = self.rotate(&k, ctx)?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&ctx.mask)?;
+        let mut scores = (q.matmul(&k.t()?)? * c.attention_scale)?;
+        if let Some(cap) = c.attn_logit_softcap {
+            scores = softcap(&scores, cap)?;
+        }
+        let scores = scores.broadcast_add(ctx.mask(window))?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let y = probs.matmul(&v)?; // [H, T, hd]
-        let y = y.transpose(0, 1)?.contiguous()?.reshape((t, nh * hd))?;
+        let y = probs.matmul(&v)?; // [B, H, T, hd]
+        let y = y.transpose(1, 2)?.contiguous()?.reshape((b, t, nh * hd))?;
         o.forward(&y)
     }
 
-    /// Rotary embedding on the first `rotary_dims` of each head (rotate-half convention).
+    /// Rotary embedding on the first `rotary_dims` of each head (rotate-half convention),
+    /// `x: [B, H, T, hd]`.
     fn rotate(&self, x: &Tensor, ctx: &Context) -> Result<Tensor> {
         let (rot, hd) = (self.config.rotary_dims, self.config.head_dim);
         if rot == 0 {
             return Ok(x.clone());
         }
-        let x4 = x.unsqueeze(0)?; // [1, H, T, hd]
         let r = candle_nn::rotary_emb::rope(
-            &x4.narrow(D::Minus1, 0, rot)?.contiguous()?,
+            &x.narrow(D::Minus1, 0, rot)?.contiguous()?,
             &ctx.cos,
             &ctx.sin,
         )?;
-        let y = if rot == hd {
+        Ok(if rot == hd {
             r
         } else {
-            Tensor::cat(&[&r, &x4.narrow(D::Minus1, rot, hd - rot)?], D::Minus1)?
-        };
-        Ok(y.squeeze(0)?.contiguous()?)
+            Tensor::cat(&[&r, &x.narrow(D::Minus1, rot, hd - rot)?], D::Minus1)?
+        })
     }
 
     /// The readout matrix `W_U` ([V, d], row-major), tied or not.
     pub fn readout(&self) -> Result<Vec<f32>> {
-        Ok(self.readout.flatten_all()?.to_vec1::<f32>()?)
+        Ok(self
+            .readout
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?)
     }
+
+    /// Bytes the model's weights take in memory (a tied readout counted once).
+    pub fn weight_bytes(&self) -> usize {
+        let bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        let lin = |l: &Linear| bytes(&l.weight) + l.bias.as_ref().map_or(0, bytes);
+        let norm = |n: &Norm| match n {
+            Norm::Layer { weight, bias, .. } => bytes(weight) + bytes(bias),
+            Norm::Rms { weight, .. } => bytes(weight),
+        };
+        let opt = |n: &Option<Norm>| n.as_ref().map_or(0, norm);
+        let mut total = bytes(&self.embed)
+            + self.positions.as_ref().map_or(0, bytes)
+            + norm(&self.final_norm)
+            + self.readout_bias.as_ref().map_or(0, bytes);
+        if !self.tied {
+            total += bytes(&self.readout);
+        }
+        for l in &self.layers {
+            total += opt(&l.attn_pre) + opt(&l.attn_post) + opt(&l.mlp_pre) + opt(&l.mlp_post);
+            total += match &l.attn {
+                Attention::Fused { qkv, out, .. } => lin(qkv) + lin(out),
+                Attention::Split {
+                    q,
+                    k,
+                    v,
+                    o,
+                    q_norm,
+                    k_norm,
+                } => lin(q) + lin(k) + lin(v) + lin(o) + opt(q_norm) + opt(k_norm),
+            };
+            total += match &l.mlp {
+                Mlp::Plain { up, down } => lin(up) + lin(down),
+                Mlp::Gated { gate, up, down } => lin(gate) + lin(up) + lin(down),
+            };
+        }
+        total
+    }
+}
+
+/// RoPE inverse frequencies in f32, as transformers computes them (`default` and `llama3`).
+fn inv_freq(c: &ModelConfig) -> Vec<f32> {
+    let dim = c.rotary_dims;
+    let base: Vec<f32> = (0..dim / 2)
+        .map(|i| 1.0 / (c.rope_theta as f32).powf((2 * i) as f32 / dim as f32))
+        .collect();
+    match c.rope_scaling {
+        RopeScaling::Default => base,
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_positions,
+        } => {
+            let (factor, low, high, old) = (
+                factor as f32,
+                low_freq_factor as f32,
+                high_freq_factor as f32,
+                original_max_positions as f32,
+            );
+            let (low_wavelen, high_wavelen) = (old / low, old / high);
+            base.into_iter()
+                .map(|f| {
+                    let wavelen = 2.0 * std::f32::consts::PI / f;
+                    let scaled = if wavelen > low_wavelen { f / factor } else { f };
+                    let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
+                    if medium {
+                        let smooth = (old / wavelen - low) / (high - low);
+                        (1.0 - smooth) * scaled / factor + smooth * scaled
+                    } else {
+                        scaled
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+/// A weight in the narrowest of bf16, f16 and f32 that holds every value exactly: the
+/// precision it was stored in, for f16/bf16 checkpoints (a value read from bf16 has zero
+/// low 16 bits; one read from f16 survives the f16 round trip). Lossless by construction.
+fn narrowest_exact(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
+    let dev = &Device::Cpu;
+    if shape.len() >= 2 {
+        if data.iter().all(|x| x.to_bits() & 0xffff == 0) {
+            let v: Vec<half::bf16> = data.into_iter().map(half::bf16::from_f32).collect();
+            return Ok(Tensor::from_vec(v, shape, dev)?);
+        }
+        if data
+            .iter()
+            .all(|&x| half::f16::from_f32(x).to_f32().to_bits() == x.to_bits())
+        {
+            let v: Vec<half::f16> = data.into_iter().map(half::f16::from_f32).collect();
+            return Ok(Tensor::from_vec(v, shape, dev)?);
+        }
+    }
+    Ok(Tensor::from_vec(data, shape, dev)?)
+}
+
+/// `cap · tanh(x / cap)`.
+fn softcap(x: &Tensor, cap: f64) -> Result<Tensor> {
+    Ok(((x / cap)?.tanh()? * cap)?)
+}
+
+fn to_vec(h: &Tensor) -> Result<Vec<f32>> {
+    Ok(h.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// `-log softmax(row)[target]`, in f64.
+pub(crate) fn row_nll(row: &[f32], target: u32) -> f64 {
+    let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let lse = max
+        + row
+            .iter()
+            .map(|&x| (x as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    lse - row[target as usize] as f64
 }
 
 fn activate(act: Activation, x: &Tensor) -> Result<Tensor> {

@@ -2,7 +2,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::extract::sequence_nll;
+use crate::model::row_nll;
 use crate::{Error, ExtractParams, Family, ModelConfig, Pool};
 
 fn check_config(cfg: serde_json::Value) -> Result<ModelConfig, String> {
@@ -40,7 +40,9 @@ fn config_errors_name_the_field() {
     let base = json!({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64});
     let mut scaled = base.clone();
-    scaled["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0});
+    scaled["rope_scaling"] = json!({"rope_type": "yarn", "factor": 8.0});
+    let mut llama3 = base.clone();
+    llama3["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0});
     let mut gqa = base.clone();
     gqa["num_key_value_heads"] = json!(3);
     let mut missing = base.clone();
@@ -48,14 +50,15 @@ fn config_errors_name_the_field() {
     let mut odd = base.clone();
     odd["model_type"] = json!("gpt_neox");
     odd["rotary_pct"] = json!(0.2);
-    let got: Vec<String> = [scaled, gqa, missing, odd]
+    let got: Vec<String> = [scaled, llama3, gqa, missing, odd]
         .into_iter()
         .map(|c| check_config(c).unwrap_err())
         .collect();
     assert_eq!(
         got,
         [
-            "config.json: config field rope_parameters: rope_type \"llama3\" is not supported (only default RoPE)",
+            "config.json: config field rope_parameters: rope_type \"yarn\" is not supported (default, llama3)",
+            "config.json: config field rope_parameters: rope_type \"llama3\" needs low_freq_factor",
             "config.json: config field num_key_value_heads: 3 does not divide num_attention_heads 4",
             "config.json: config field vocab_size: missing",
             "config.json: config field rotary_pct: 0.2 gives 3 rotary dims of a head of 16; must be even",
@@ -65,11 +68,11 @@ fn config_errors_name_the_field() {
 
 #[test]
 fn unsupported_model_type_lists_architectures() {
-    let e = check_config(json!({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    let e = check_config(json!({"model_type": "mamba", "architectures": ["MambaForCausalLM"]}))
         .unwrap_err();
     assert_eq!(
         e,
-        "config.json: unsupported architecture (model_type \"gpt2\", architectures [\"GPT2LMHeadModel\"]); supported: gpt_neox, llama, olmo"
+        "config.json: unsupported architecture (model_type \"mamba\", architectures [\"MambaForCausalLM\"]); supported: gpt_neox, gpt2, llama, mistral, qwen2, olmo, olmo2, phi, gemma, gemma2"
     );
 }
 
@@ -115,7 +118,133 @@ fn params_check_rejects_out_of_range_values() {
 fn nll_of_uniform_logits_is_log_vocab() {
     const TOL: f64 = 1e-12;
     let v = 7;
-    let logits = vec![0.25f32; 3 * v];
-    let nll = sequence_nll(&logits, &[1, 2, 3], v);
-    assert!((nll - 2.0 * (v as f64).ln()).abs() < TOL, "{nll}");
+    let logits = vec![0.25f32; v];
+    let nll = row_nll(&logits, 3);
+    assert!((nll - (v as f64).ln()).abs() < TOL, "{nll}");
+}
+
+/// A small config of each family, with `extra` merged in.
+fn family_config(model_type: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut c = if model_type == "gpt2" {
+        json!({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
+               "n_positions": 64})
+    } else {
+        json!({"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 4,
+               "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+               "max_position_embeddings": 64})
+    };
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+#[test]
+fn variants_a_family_does_not_implement_are_refused_by_name() {
+    let cases = [
+        (
+            family_config("gpt2", json!({"scale_attn_by_inverse_layer_idx": true})),
+            "config field scale_attn_by_inverse_layer_idx: attention scaled by 1 / (layer + 1) is not supported",
+        ),
+        (
+            family_config("gpt2", json!({"add_cross_attention": true})),
+            "config field add_cross_attention: cross-attention (an encoder-decoder) is not supported",
+        ),
+        (
+            family_config("phi", json!({"qk_layernorm": true})),
+            "config field qk_layernorm: LayerNorm on q and k is not supported",
+        ),
+        (
+            family_config("gemma2", json!({"use_bidirectional_attention": true})),
+            "config field use_bidirectional_attention: bidirectional attention is not supported",
+        ),
+        (
+            family_config(
+                "gemma2",
+                json!({"layer_types": ["sliding_attention", "chunked_attention", "full_attention", "full_attention"]}),
+            ),
+            "config field layer_types: layer type \"chunked_attention\" is not supported (sliding_attention, full_attention)",
+        ),
+        (
+            family_config("gemma2", json!({"sliding_window": null})),
+            "config field sliding_window: layer_types has sliding layers but sliding_window is missing",
+        ),
+        (
+            family_config("gemma2", json!({"hidden_activation": "gelu_accurate"})),
+            "config field hidden_activation: activation \"gelu_accurate\" is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, silu)",
+        ),
+        (
+            family_config(
+                "mistral",
+                json!({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}),
+            ),
+            "config field rope_parameters: rope_type \"dynamic\" is not supported (default, llama3)",
+        ),
+    ];
+    for (cfg, want) in cases {
+        let got = check_config(cfg).unwrap_err();
+        assert_eq!(got, format!("config.json: {want}"));
+    }
+}
+
+#[test]
+fn family_defaults_follow_transformers() {
+    let gemma2 = check_config(family_config(
+        "gemma2",
+        json!({"sliding_window": 8, "head_dim": 32}),
+    ))
+    .unwrap();
+    assert_eq!(
+        gemma2.windows,
+        [Some(8), None, Some(8), None],
+        "sliding on even layers"
+    );
+    assert_eq!(
+        (gemma2.attn_logit_softcap, gemma2.final_logit_softcap),
+        (Some(50.0), Some(30.0))
+    );
+    assert_eq!(
+        gemma2.attention_scale,
+        1.0 / 16.0,
+        "query_pre_attn_scalar 256"
+    );
+    assert!(gemma2.tie_word_embeddings);
+    let qwen = check_config(family_config(
+        "qwen2",
+        json!({"use_sliding_window": true, "sliding_window": 16, "max_window_layers": 2}),
+    ))
+    .unwrap();
+    assert_eq!(qwen.windows, [None, None, Some(16), Some(16)]);
+    assert_eq!(
+        (qwen.attention_bias, qwen.attention_out_bias),
+        (true, false)
+    );
+    let qwen_full = check_config(family_config("qwen2", json!({"sliding_window": 16}))).unwrap();
+    assert_eq!(
+        qwen_full.windows, [None; 4],
+        "use_sliding_window defaults to false"
+    );
+    let mistral = check_config(family_config("mistral", json!({"sliding_window": 16}))).unwrap();
+    assert_eq!(mistral.windows, [Some(16); 4]);
+    let gpt2 = check_config(family_config("gpt2", json!({}))).unwrap();
+    assert_eq!(
+        (
+            gpt2.intermediate_size,
+            gpt2.rotary_dims,
+            gpt2.activation,
+            gpt2.tie_word_embeddings
+        ),
+        (256, 0, crate::Activation::GeluTanh, true)
+    );
+    let phi = check_config(family_config("phi", json!({}))).unwrap();
+    assert_eq!(
+        (phi.rotary_dims, phi.lm_head_bias, phi.use_parallel_residual),
+        (8, true, true)
+    );
+    let gemma = check_config(family_config("gemma", json!({"hidden_act": "gelu"}))).unwrap();
+    assert_eq!(
+        gemma.activation,
+        crate::Activation::GeluTanh,
+        "legacy gelu means tanh"
+    );
 }

@@ -45,6 +45,10 @@ pub(crate) struct ExtractArgs {
     /// Also report the mean next-token cross-entropy over all sequences (runs every sequence).
     #[arg(long)]
     loss: bool,
+    /// Sequences (or lines) per forward pass; results do not depend on it (to f32 rounding).
+    /// Refused, with the size that fits, when one batch would not fit in available memory.
+    #[arg(long, default_value_t = repgeom_extract::DEFAULT_BATCH_SIZE)]
+    batch_size: usize,
     /// Output safetensors file (hidden_states.{i}, [N, d] f32, with metadata).
     #[arg(long)]
     out: PathBuf,
@@ -66,6 +70,8 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
         skip_first: !args.keep_first,
         pool,
         loss: args.loss,
+        batch_size: args.batch_size,
+        memory_budget: repgeom_extract::available_memory(),
     }
     .check()?;
     let text = std::fs::read_to_string(&args.text)

@@ -2,6 +2,7 @@
 
 mod demo;
 mod errors;
+mod extract;
 mod metrics;
 mod pga;
 mod sweep;

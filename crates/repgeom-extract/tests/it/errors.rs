@@ -10,18 +10,20 @@ fn unsupported_architecture_is_named() {
     let cfg = tmp.path().join("config.json");
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
-        .replace("\"gpt_neox\"", "\"gpt2\"");
+        .replace("\"gpt_neox\"", "\"mamba\"");
     std::fs::write(&cfg, text).unwrap();
     let err = check_extract(tmp.path(), &corpus(20), Pool::Tokens, Some(4), 16, 0).unwrap_err();
     assert!(
-        matches!(&err, Error::UnsupportedArchitecture { model_type, .. } if model_type == "gpt2"),
+        matches!(&err, Error::UnsupportedArchitecture { model_type, .. } if model_type == "mamba"),
         "{err:?}"
     );
     let msg = err.to_string();
     assert!(
-        msg.contains("gpt2")
+        msg.contains("mamba")
             && msg.contains("GPTNeoXForCausalLM")
-            && msg.contains("supported: gpt_neox, llama, olmo"),
+            && msg.contains(
+                "supported: gpt_neox, gpt2, llama, mistral, qwen2, olmo, olmo2, phi, gemma, gemma2"
+            ),
         "{msg}"
     );
 }

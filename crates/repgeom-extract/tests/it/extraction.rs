@@ -1,8 +1,8 @@
 //! The sampled points are the forward pass's rows, sampling is seeded, the file round-trips.
 
-use repgeom_extract::{Extraction, Pool};
+use repgeom_extract::{ExtractParams, Extraction, Extractor, Pool};
 
-use crate::{check_extract, corpus, fixture};
+use crate::{check_extract, corpus, fixture, max_rel_err};
 
 /// Rows are copied, not recomputed: equal up to f32 rounding of identical arithmetic.
 const COPY_TOL: f32 = 1e-6;
@@ -124,4 +124,107 @@ fn written_file_is_read_back_by_repgeom_io() {
     assert_eq!(out.metadata["model"], "gptneox_serial_bf16");
     let positions: Vec<[usize; 2]> = serde_json::from_str(&out.metadata["positions"]).unwrap();
     assert_eq!(positions.len(), 10);
+}
+
+/// Runs one extraction with the given batch size (loss on).
+fn extract_batched(
+    name: &str,
+    text: &str,
+    pool: Pool,
+    n_points: Option<usize>,
+    batch_size: usize,
+) -> Extraction {
+    let params = ExtractParams {
+        seq_len: 16,
+        n_points,
+        pool,
+        loss: true,
+        batch_size,
+        ..Default::default()
+    }
+    .check()
+    .unwrap();
+    Extractor::load(&fixture(name))
+        .unwrap()
+        .extract(text, &params, &mut |_| {})
+        .unwrap()
+}
+
+#[test]
+fn batch_size_changes_nothing_but_rounding() {
+    // f32 rounding of differently blocked products: far below the parity tolerance.
+    const BATCH_TOL: f64 = 1e-5;
+    let text = corpus(40);
+    let cases = [
+        ("gptneox_parallel", Pool::Tokens, Some(30)),
+        ("gemma2_softcap_window", Pool::Tokens, Some(30)),
+        // lines of different lengths: batches are padded on the right
+        ("llama_tied", Pool::Mean, Some(7)),
+        ("phi_partial_rotary", Pool::Mean, None),
+    ];
+    for (name, pool, n) in cases {
+        let one = extract_batched(name, &text, pool, n, 1);
+        for batch in [3, 8] {
+            let many = extract_batched(name, &text, pool, n, batch);
+            assert_eq!(one.positions, many.positions, "{name} batch {batch}");
+            assert_eq!(one.token_ids, many.token_ids, "{name} batch {batch}");
+            for (i, (a, b)) in one
+                .hidden_states
+                .iter()
+                .zip(&many.hidden_states)
+                .enumerate()
+            {
+                let e = max_rel_err(b, a);
+                assert!(e < BATCH_TOL, "{name} batch {batch} state {i}: {e:.1e}");
+            }
+            let (la, lb) = (one.loss.unwrap(), many.loss.unwrap());
+            assert_eq!(la.tokens, lb.tokens);
+            assert!(
+                (la.mean - lb.mean).abs() < BATCH_TOL * la.mean,
+                "{name} batch {batch}: loss {} vs {}",
+                la.mean,
+                lb.mean
+            );
+        }
+    }
+}
+
+#[test]
+fn mean_pool_loss_counts_only_real_tokens() {
+    let text = corpus(5);
+    let ex = Extractor::load(&fixture("llama_tied")).unwrap();
+    let tokens: usize = text
+        .lines()
+        .map(|l| ex.encode(l).unwrap().len().min(16) - 1) // lines cut to --seq-len 16
+        .sum();
+    let out = extract_batched("llama_tied", &text, Pool::Mean, None, 8);
+    assert_eq!(out.loss.unwrap().tokens, tokens);
+}
+
+#[test]
+fn batch_over_the_memory_budget_names_the_size_that_fits() {
+    let ex = Extractor::load(&fixture("gptneox_parallel")).unwrap();
+    let need = |b| ex.model().activation_bytes(b, 16);
+    let params = ExtractParams {
+        seq_len: 16,
+        n_points: Some(4),
+        batch_size: 8,
+        memory_budget: Some(need(3)),
+        ..Default::default()
+    }
+    .check()
+    .unwrap();
+    let err = ex.extract(&corpus(20), &params, &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            repgeom_extract::Error::BatchTooLarge {
+                batch_size: 8,
+                fits: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("--batch-size 3 fits"), "{err}");
 }
