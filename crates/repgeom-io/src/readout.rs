@@ -258,3 +258,90 @@ pub(crate) fn tokenizer_vocab_size(path: &Path) -> Result<usize> {
     });
     Ok(count.max(by_id))
 }
+
+/// Final-norm gain names, most specific first: GPT-NeoX, Llama/OLMo-2/Mistral, GPT-2, OLMo
+/// (hf_olmo).
+const FINAL_NORM_NAMES: &[&str] = &[
+    "gpt_neox.final_layer_norm.weight",
+    "model.norm.weight",
+    "transformer.ln_f.weight",
+    "model.transformer.ln_f.weight",
+];
+
+/// Reads the gain γ (length d) of the final norm before the readout from a checkpoint
+/// directory; returns the tensor name and γ. Models whose final norm has no gain (OLMo-1's
+/// non-parametric LayerNorm) have none of these tensors: that is an error naming the
+/// tensors present.
+pub fn read_final_norm_gain(dir: &Path) -> Result<(String, Vec<f32>)> {
+    if !dir.is_dir() {
+        return Err(Error::MissingTensor {
+            file: dir.to_path_buf(),
+            tensor: format!("the final norm's gain ({})", FINAL_NORM_NAMES.join(" | ")),
+            available:
+                "none: the gain is read from a checkpoint directory, not a single matrix file"
+                    .into(),
+        });
+    }
+    let ck = open_checkpoint(dir)?;
+    let Some(name) = FINAL_NORM_NAMES.iter().find(|n| ck.has_tensor(n)) else {
+        return Err(Error::MissingTensor {
+            file: dir.to_path_buf(),
+            tensor: format!("the final norm's gain ({})", FINAL_NORM_NAMES.join(" | ")),
+            available: list_names(&ck.tensor_names()),
+        });
+    };
+    let (shape, data) = ck.read_tensor_f32(name)?;
+    if shape.len() != 1 {
+        return Err(Error::ShapeMismatch {
+            file: dir.to_path_buf(),
+            tensor: name.to_string(),
+            expected: "[d] (one gain per hidden dimension)".into(),
+            found: shape,
+        });
+    }
+    Ok((name.to_string(), data))
+}
+
+impl Readout {
+    /// Folds the final norm's gain into `W_U`: column `j` is multiplied by `gamma[j]`, so
+    /// the logits are `W_U diag(γ) n(h)` with `n` the gain-free normalisation.
+    pub fn fold_gain(&mut self, gamma: &[f32], gamma_name: &str) -> Result<()> {
+        let (rows, cols) = (self.matrix.rows, self.matrix.cols);
+        if gamma.len() != cols {
+            return Err(Error::ShapeMismatch {
+                file: self.source.clone(),
+                tensor: gamma_name.to_string(),
+                expected: format!("[{cols}] to match W_U `{}` [{rows}, {cols}]", self.tensor),
+                found: vec![gamma.len()],
+            });
+        }
+        for row in self.matrix.data.chunks_exact_mut(cols) {
+            for (w, g) in row.iter_mut().zip(gamma) {
+                *w *= g;
+            }
+        }
+        Ok(())
+    }
+
+    /// Centres the rows of `W_U`: subtracts the mean over the vocabulary (accumulated in
+    /// `f64`) from every row. Adding one vector to every row shifts all logits of a hidden
+    /// state by the same amount, which the softmax ignores; centring removes that direction.
+    pub fn center_rows(&mut self) {
+        let (rows, cols) = (self.matrix.rows, self.matrix.cols);
+        if rows == 0 {
+            return;
+        }
+        let mut mean = vec![0.0f64; cols];
+        for row in self.matrix.data.chunks_exact(cols) {
+            for (m, w) in mean.iter_mut().zip(row) {
+                *m += f64::from(*w);
+            }
+        }
+        mean.iter_mut().for_each(|m| *m /= rows as f64);
+        for row in self.matrix.data.chunks_exact_mut(cols) {
+            for (w, m) in row.iter_mut().zip(&mean) {
+                *w = (f64::from(*w) - m) as f32;
+            }
+        }
+    }
+}

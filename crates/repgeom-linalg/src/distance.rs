@@ -175,3 +175,146 @@ pub fn spearman_of_cosine<T: Copy + Into<f64>>(
         });
     })
 }
+
+/// The pairwise distance PGA compares: cosine (the default) or Euclidean.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Distance {
+    /// $1 - \cos(x_i, x_j)$ (scale-free; rows must be non-zero).
+    #[default]
+    Cosine,
+    /// $\lVert x_i - x_j \rVert_2$.
+    Euclidean,
+}
+
+impl Distance {
+    /// The name used on the command line, in manifests and in output rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Distance::Cosine => "cosine",
+            Distance::Euclidean => "euclidean",
+        }
+    }
+}
+
+impl std::fmt::Display for Distance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Distance {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "cosine" => Ok(Distance::Cosine),
+            "euclidean" => Ok(Distance::Euclidean),
+            other => Err(format!(
+                "unknown distance {other:?}: use cosine or euclidean"
+            )),
+        }
+    }
+}
+
+/// Rows as `f32` plus their squared norms (accumulated in `f64`), for Euclidean distances
+/// through one Gram product: $\lVert x_i - x_j\rVert^2 = s_i + s_j - 2\langle x_i, x_j\rangle$.
+fn rows_with_sq_norms<T: Copy + Into<f64>>(
+    x: MatRef<'_, T>,
+    what: &str,
+) -> Result<(Mat<f32>, Vec<f32>)> {
+    let (n, d) = (x.nrows(), x.ncols());
+    let mut sq = vec![0.0f64; n];
+    for j in 0..d {
+        for (i, s) in sq.iter_mut().enumerate() {
+            let v: f64 = x[(i, j)].into();
+            *s += v * v;
+        }
+    }
+    if let Some(i) = sq.iter().position(|s| !s.is_finite()) {
+        let col = (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0);
+        return Err(Error::NonFinite {
+            what: what.into(),
+            row: i,
+            col,
+        });
+    }
+    let rows = Mat::from_fn(n, d, |i, j| x[(i, j)].into() as f32);
+    Ok((rows, sq.into_iter().map(|s| s as f32).collect()))
+}
+
+#[inline]
+fn euclidean_from_gram(si: f32, sj: f32, g: f32) -> f32 {
+    (si + sj - 2.0 * g).max(0.0).sqrt()
+}
+
+/// Pairwise distances of the rows of `x` for all pairs `i < j`, in condensed order: cosine
+/// (see [`cosine_distances`]) or Euclidean (one `f32` Gram product and the row norms, clamped
+/// at 0 before the square root).
+pub fn pairwise_distances<T: Copy + Into<f64>>(
+    x: MatRef<'_, T>,
+    distance: Distance,
+    what: &str,
+    par: Par,
+) -> Result<Vec<f32>> {
+    match distance {
+        Distance::Cosine => cosine_distances(x, what, par),
+        Distance::Euclidean => {
+            let n = x.nrows();
+            let (rows, sq) = rows_with_sq_norms(x, what)?;
+            let mut out = vec![0.0f32; condensed_len(n)];
+            let mut i = 0usize;
+            for_each_gram_column(rows.as_ref(), par, |pos, sims| {
+                while pair_index_start(n, i + 1) <= pos && i + 1 < n {
+                    i += 1;
+                }
+                for (t, (o, g)) in out[pos..pos + sims.len()].iter_mut().zip(sims).enumerate() {
+                    *o = euclidean_from_gram(sq[i], sq[i + 1 + t], *g);
+                }
+            });
+            Ok(out)
+        }
+    }
+}
+
+/// Condensed index of the first pair of row `i` (`(i, i + 1)`).
+fn pair_index_start(n: usize, i: usize) -> usize {
+    i * n - i * (i + 1) / 2
+}
+
+/// Spearman correlation between `reference` and the `distance` distances of the rows of `x`,
+/// block-wise as in [`spearman_of_cosine`] (which it is for [`Distance::Cosine`]).
+pub fn spearman_of_distances<T: Copy + Into<f64>>(
+    reference: &RankedReference,
+    x: MatRef<'_, T>,
+    distance: Distance,
+    scratch: &mut RankScratch,
+    what: &str,
+    par: Par,
+) -> Result<f64> {
+    match distance {
+        Distance::Cosine => spearman_of_cosine(reference, x, scratch, what, par),
+        Distance::Euclidean => {
+            let n = x.nrows();
+            assert_eq!(
+                reference.len(),
+                condensed_len(n),
+                "spearman_of_distances: reference length"
+            );
+            let (rows, sq) = rows_with_sq_norms(x, what)?;
+            reference.spearman_with(scratch, what, |keys| {
+                let mut i = 0usize;
+                for_each_gram_column(rows.as_ref(), par, |pos, sims| {
+                    while i + 1 < n && pair_index_start(n, i + 1) <= pos {
+                        i += 1;
+                    }
+                    for (t, (k, g)) in keys[pos..pos + sims.len()].iter_mut().zip(sims).enumerate()
+                    {
+                        *k = float_key(euclidean_from_gram(sq[i], sq[i + 1 + t], *g));
+                    }
+                });
+            })
+        }
+    }
+}

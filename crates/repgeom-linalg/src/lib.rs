@@ -32,8 +32,8 @@ pub use decomp::{
     to_f64, top_eigen_desc, top_principal_directions, top_right_singular_vectors,
 };
 pub use distance::{
-    condensed_len, cosine_distances, cosine_distances_into, normalize_rows, pair_index,
-    spearman_of_cosine,
+    Distance, condensed_len, cosine_distances, cosine_distances_into, normalize_rows, pair_index,
+    pairwise_distances, spearman_of_cosine, spearman_of_distances,
 };
 pub use error::{Error, Result};
 pub use extra::{gram_rows, hsic_biased_unscaled, hsic_unbiased, singular_values};

@@ -173,3 +173,47 @@ fn partial_eigensolver_matches_full_decomposition() {
         );
     }
 }
+
+/// Euclidean distances against the definition in `f64`, across more than one Gram block
+/// (N > 256), and the block-wise Spearman against ranking the materialised distances.
+#[test]
+fn euclidean_distances_match_definition_and_blockwise_spearman() {
+    let (n, d) = (300, 6);
+    let x = Mat::<f64>::from_fn(n, d, |i, j| {
+        ((i * 7 + j * 3) as f64 * 0.41).sin() * (1.0 + j as f64)
+    });
+    let got = pairwise_distances(x.as_ref(), Distance::Euclidean, "x", Par::Seq).unwrap();
+    assert_eq!(got.len(), condensed_len(n));
+    for i in 0..n {
+        for j in (i + 1)..n {
+            let expect: f64 = (0..d)
+                .map(|c| (x[(i, c)] - x[(j, c)]).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            let g = f64::from(got[pair_index(n, i, j)]);
+            // f32 Gram cancellation: absolute error about sqrt(eps_f32) times the row norm.
+            assert!((g - expect).abs() < 2e-3, "pair ({i},{j}): {g} vs {expect}");
+        }
+    }
+    let cos = pairwise_distances(x.as_ref(), Distance::Cosine, "x", Par::Seq).unwrap();
+    assert_eq!(cos, cosine_distances(x.as_ref(), "x", Par::Seq).unwrap());
+    let reference = RankedReference::new(&cos, "cos").unwrap();
+    let direct = reference
+        .spearman(&got, &mut RankScratch::default(), "x")
+        .unwrap();
+    let blockwise = spearman_of_distances(
+        &reference,
+        x.as_ref(),
+        Distance::Euclidean,
+        &mut RankScratch::default(),
+        "x",
+        Par::Seq,
+    )
+    .unwrap();
+    assert_eq!(direct, blockwise);
+    assert_eq!(
+        "Euclidean".parse::<Distance>().unwrap(),
+        Distance::Euclidean
+    );
+    assert!("manhattan".parse::<Distance>().is_err());
+}

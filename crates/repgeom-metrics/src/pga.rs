@@ -6,16 +6,23 @@
 //! 2. $d_{full}$ = cosine distances of all pairs of rows of $H_c$; $d_{proj}$ those of $H_c V_k$;
 //! 3. $\rho_{readout} = \mathrm{Spearman}(d_{full}, d_{proj})$ over all $N(N-1)/2$ pairs;
 //! 4. $\rho_i$ the same with $Q_i$ in place of $V_k$;
-//! 5. $z = (\rho_{readout} - \bar\rho)/s_\rho$ (ddof 1), $p = (1 + \#\{\rho_i \ge \rho_{readout}\})/(n+1)$.
+//! 5. $z = (\rho_{readout} - \bar\rho)/s_\rho$ (ddof 1), $p = (1 + \#\{\rho_i \ge \rho_{readout}\})/(n+1)$,
+//!    with the lower and two-sided tails, $\Delta\rho = \rho_{readout} - \bar\rho$ and the
+//!    null-sampling standard error of z, $\sqrt{(1 + z^2/2)/n}$.
+//!
+//! Euclidean distances replace the cosine ones with [`EngineOptions::distance`];
+//! [`assign_q_values`] adds Benjamini–Hochberg q-values over the rows of a run and
+//! [`bootstrap_ci`] percentile intervals over resampled sequences.
 //!
 //! The engine ranks $d_{full}$ once per (layer, CCR) and reuses it for every draw; each draw
 //! costs two `f32` GEMMs and one radix sort, and draws run in parallel with a bounded scratch
 //! per worker thread.
 
 use rayon::prelude::*;
+pub use repgeom_linalg::Distance;
 use repgeom_linalg::{
-    Mat, MatRef, Par, RankScratch, RankedReference, center_columns, cosine_distances,
-    first_non_finite, remove_directions, to_f32,
+    Mat, MatRef, Par, RankScratch, RankedReference, center_columns, first_non_finite,
+    pairwise_distances, remove_directions, to_f32,
 };
 use repgeom_null::{NullBases, NullSummary};
 use serde::{Deserialize, Serialize};
@@ -52,6 +59,89 @@ pub struct PgaResult {
     pub n_pairs: usize,
     /// Standard error of `rho_readout` when it is estimated from sampled pairs (else `None`).
     pub rho_se: Option<f64>,
+    /// Lower-tail empirical p, $(1 + \#\{\rho_i \le \rho_{readout}\})/(n+1)$.
+    #[serde(default)]
+    pub p_lower: f64,
+    /// Two-sided empirical p: twice the smaller tail, capped at 1 (floor $2/(n+1)$).
+    #[serde(default)]
+    pub p_two_sided: f64,
+    /// $\rho_{readout} - \bar\rho$, the effect size on the correlation scale.
+    #[serde(default)]
+    pub delta_rho: f64,
+    /// Null-sampling standard error of `z`, $\sqrt{(1 + z^2/2)/n}$ (how far `z` moves with
+    /// the null seed alone; see [`repgeom_null::z_standard_error`]).
+    #[serde(default)]
+    pub z_se: f64,
+    /// The pairwise distance compared.
+    #[serde(default)]
+    pub distance: Distance,
+    /// Benjamini–Hochberg q-value of `p_two_sided` within its family (the rows of one run at
+    /// the same CCR level), set by [`assign_q_values`]; `None` until then.
+    #[serde(default)]
+    pub q_value: Option<f64>,
+    /// Percentile bootstrap interval over resampled sequences, set from [`bootstrap_ci`].
+    #[serde(default)]
+    pub bootstrap: Option<BootstrapCi>,
+}
+
+impl PgaResult {
+    /// Builds a result from the readout correlation and the null sample.
+    fn from_null(
+        (n_points, d, k, ccr): (usize, usize, usize, usize),
+        rho_readout: f64,
+        null_rhos: Vec<f64>,
+        n_pairs: usize,
+        rho_se: Option<f64>,
+        distance: Distance,
+    ) -> Result<Self> {
+        let NullSummary {
+            null_mean,
+            null_std,
+            z,
+            p_value,
+        } = repgeom_null::summarize(rho_readout, &null_rhos)?;
+        let tails = repgeom_null::tails(rho_readout, &null_rhos);
+        let z_se = repgeom_null::z_standard_error(z, null_rhos.len());
+        Ok(Self {
+            n_points,
+            d,
+            k,
+            ccr,
+            rho_readout,
+            null_mean,
+            null_std,
+            z,
+            p_value,
+            null_rhos,
+            n_pairs,
+            rho_se,
+            p_lower: tails.p_lower,
+            p_two_sided: tails.p_two_sided,
+            delta_rho: rho_readout - null_mean,
+            z_se,
+            distance,
+            q_value: None,
+            bootstrap: None,
+        })
+    }
+}
+
+/// Sets every result's `q_value`: Benjamini–Hochberg over `p_two_sided`, one family per CCR
+/// level (all results passed in with the same `ccr`: every layer, and every `k` if there are
+/// several). Call it once on all the rows of a run.
+pub fn assign_q_values(results: &mut [&mut PgaResult]) {
+    let mut levels: Vec<usize> = results.iter().map(|r| r.ccr).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    for c in levels {
+        let idx: Vec<usize> = (0..results.len())
+            .filter(|&i| results[i].ccr == c)
+            .collect();
+        let p: Vec<f64> = idx.iter().map(|&i| results[i].p_two_sided).collect();
+        for (&i, q) in idx.iter().zip(repgeom_null::benjamini_hochberg(&p)) {
+            results[i].q_value = Some(q);
+        }
+    }
 }
 
 /// How the engine may spend memory and whether it samples pairs. None of these change what
@@ -68,6 +158,8 @@ pub struct EngineOptions {
     pub max_pairs: Option<usize>,
     /// Seed of the pair sample.
     pub pair_seed: u64,
+    /// The pairwise distance (default cosine).
+    pub distance: Distance,
 }
 
 /// Bytes the exact engine needs for `n` points in `d` dimensions with `k`-dimensional
@@ -262,6 +354,7 @@ pub fn pga_ccr_sweep_with(
                     readout32.as_ref(),
                     &null32,
                     c,
+                    opts.distance,
                     pairs,
                     &label,
                     par,
@@ -273,6 +366,7 @@ pub fn pga_ccr_sweep_with(
                         readout32.as_ref(),
                         &null32,
                         c,
+                        opts.distance,
                         &label,
                         par,
                         on_draw,
@@ -281,6 +375,166 @@ pub fn pga_ccr_sweep_with(
             }
         })
         .collect()
+}
+
+/// Settings of [`bootstrap_ci`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BootstrapOptions {
+    /// Bootstrap replicates `B` (at least 2; 1000 or more for a stable 95% interval).
+    pub replicates: usize,
+    /// Seed: replicate `r` resamples with ChaCha8 stream `r` of this seed.
+    pub seed: u64,
+    /// Coverage of the percentile interval (default 0.95).
+    pub level: f64,
+}
+
+impl Default for BootstrapOptions {
+    fn default() -> Self {
+        Self {
+            replicates: 200,
+            seed: 0,
+            level: 0.95,
+        }
+    }
+}
+
+/// What the bootstrap resampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BootstrapUnit {
+    /// Whole sequences (every point of a drawn sequence enters together).
+    Sequences,
+    /// Single points (no sequence ids: understates the spread when points of one sequence are
+    /// correlated).
+    Points,
+}
+
+/// A percentile bootstrap interval for `rho_readout` and `z` of one CCR level.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BootstrapCi {
+    /// Replicates used.
+    pub replicates: usize,
+    /// What was resampled.
+    pub unit: BootstrapUnit,
+    /// Coverage of the interval.
+    pub level: f64,
+    /// Lower end for `rho_readout`.
+    pub rho_lo: f64,
+    /// Upper end for `rho_readout`.
+    pub rho_hi: f64,
+    /// Lower end for `z`.
+    pub z_lo: f64,
+    /// Upper end for `z`.
+    pub z_hi: f64,
+}
+
+/// Percentile bootstrap intervals of `rho_readout` and `z` at each CCR level of `ccrs`.
+///
+/// Replicate `r` draws as many sequences as there are, uniformly with replacement (ChaCha8
+/// stream `r` of `boot.seed`), stacks their points, and recomputes the whole statistic on
+/// them (centring, CCR, distances, readout and every null draw) with the **same** readout
+/// basis and null bases. The interval is the `(1 − level)/2` and `(1 + level)/2` quantiles of
+/// the `B` replicate values (linear interpolation). `groups[i]` is the sequence of point `i`;
+/// `None` resamples points (unit [`BootstrapUnit::Points`]). Identical at any thread count.
+/// The result has one interval per entry of `ccrs`, in that order.
+pub fn bootstrap_ci(
+    acts: MatRef<'_, f32>,
+    readout_basis: MatRef<'_, f64>,
+    null: &NullBases,
+    ccrs: &[usize],
+    groups: Option<&[usize]>,
+    what: &str,
+    par: Par,
+    opts: &EngineOptions,
+    boot: &BootstrapOptions,
+) -> Result<Vec<BootstrapCi>> {
+    use rand::{Rng, SeedableRng};
+    let n = acts.nrows();
+    if boot.replicates < 2 {
+        return Err(Error::InvalidOption {
+            name: "bootstrap".into(),
+            value: boot.replicates.to_string(),
+            reason: "at least 2 replicates are needed for an interval".into(),
+        });
+    }
+    if !(boot.level > 0.0 && boot.level < 1.0) {
+        return Err(Error::InvalidOption {
+            name: "bootstrap level".into(),
+            value: boot.level.to_string(),
+            reason: "the coverage must lie strictly between 0 and 1".into(),
+        });
+    }
+    // Members of each sequence, sequences in order of first appearance.
+    let (unit, members): (BootstrapUnit, Vec<Vec<usize>>) = match groups {
+        Some(g) => {
+            if g.len() != n {
+                return Err(Error::ShapeMismatch {
+                    what: format!("{what}: sequence ids for the bootstrap"),
+                    left: format!("{} sequence ids", g.len()),
+                    right: format!("{n} points"),
+                });
+            }
+            let mut index = std::collections::HashMap::new();
+            let mut members: Vec<Vec<usize>> = Vec::new();
+            for (i, &s) in g.iter().enumerate() {
+                let slot = *index.entry(s).or_insert_with(|| {
+                    members.push(Vec::new());
+                    members.len() - 1
+                });
+                members[slot].push(i);
+            }
+            (BootstrapUnit::Sequences, members)
+        }
+        None => (BootstrapUnit::Points, (0..n).map(|i| vec![i]).collect()),
+    };
+    if members.len() < 2 {
+        return Err(Error::InvalidOption {
+            name: "bootstrap".into(),
+            value: format!("{} sequence", members.len()),
+            reason: format!("resampling needs at least 2 sequences ({what})"),
+        });
+    }
+    let d = acts.ncols();
+    let mut rhos = vec![Vec::with_capacity(boot.replicates); ccrs.len()];
+    let mut zs = vec![Vec::with_capacity(boot.replicates); ccrs.len()];
+    for r in 0..boot.replicates {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(boot.seed);
+        rng.set_stream(r as u64);
+        let rows: Vec<usize> = (0..members.len())
+            .flat_map(|_| members[rng.random_range(0..members.len())].iter().copied())
+            .collect();
+        let sample = Mat::<f32>::from_fn(rows.len(), d, |i, j| acts[(rows[i], j)]);
+        let label = format!("{what}, bootstrap replicate {r} ({} points)", rows.len());
+        let results = pga_ccr_sweep_with(
+            sample.as_ref(),
+            readout_basis,
+            null,
+            ccrs,
+            &label,
+            par,
+            &|| {},
+            opts,
+        )?;
+        for (c, res) in results.iter().enumerate() {
+            rhos[c].push(res.rho_readout);
+            zs[c].push(res.z);
+        }
+    }
+    let (lo, hi) = ((1.0 - boot.level) / 2.0, (1.0 + boot.level) / 2.0);
+    Ok(rhos
+        .iter()
+        .zip(&zs)
+        .map(|(rho, z)| BootstrapCi {
+            replicates: boot.replicates,
+            unit,
+            level: boot.level,
+            rho_lo: repgeom_null::quantile(rho, lo),
+            rho_hi: repgeom_null::quantile(rho, hi),
+            z_lo: repgeom_null::quantile(z, lo),
+            z_hi: repgeom_null::quantile(z, hi),
+        })
+        .collect())
 }
 
 /// Subspace PGA of one layer at one CCR level. See [`pga_ccr_sweep`].
@@ -303,12 +557,13 @@ fn pga_corrected(
     readout: MatRef<'_, f32>,
     null: &[Mat<f32>],
     ccr: usize,
+    distance: Distance,
     what: &str,
     par: Par,
     on_draw: &(dyn Fn() + Sync),
 ) -> Result<PgaResult> {
     let (n, d, k) = (corrected.nrows(), corrected.ncols(), readout.ncols());
-    let full = cosine_distances(corrected, what, par)?;
+    let full = pairwise_distances(corrected, distance, what, par)?;
     let reference = RankedReference::new(&full, &format!("{what}: full-space distances"))?;
     drop(full);
     let h32 = to_f32(corrected);
@@ -316,6 +571,7 @@ fn pga_corrected(
         h: h32.as_ref(),
         reference: &reference,
         what,
+        distance,
     };
 
     let mut scratch = DrawScratch::new(n);
@@ -329,26 +585,14 @@ fn pga_corrected(
         || DrawScratch::new(n),
         |q, scratch| engine.rho(q, scratch, "random subspace"),
     )?;
-    let NullSummary {
-        null_mean,
-        null_std,
-        z,
-        p_value,
-    } = repgeom_null::summarize(rho_readout, &null_rhos)?;
-    Ok(PgaResult {
-        n_points: n,
-        d,
-        k,
-        ccr,
+    PgaResult::from_null(
+        (n, d, k, ccr),
         rho_readout,
-        null_mean,
-        null_std,
-        z,
-        p_value,
         null_rhos,
-        n_pairs: repgeom_linalg::condensed_len(n),
-        rho_se: None,
-    })
+        repgeom_linalg::condensed_len(n),
+        None,
+        distance,
+    )
 }
 
 /// Runs `f` on a rayon pool of at most `workers` threads (the current pool when `None` or
@@ -417,17 +661,57 @@ fn normalized_rows_major<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> R
     Ok(out)
 }
 
-fn sampled_distances(rows: &[f32], dim: usize, pairs: &[(u32, u32)], out: &mut Vec<f32>) {
+/// Rows in row-major order for per-pair distances: normalised for cosine, as they are for
+/// Euclidean.
+fn sample_rows_major<T: Copy + Into<f64>>(
+    x: MatRef<'_, T>,
+    distance: Distance,
+    what: &str,
+) -> Result<Vec<f32>> {
+    match distance {
+        Distance::Cosine => normalized_rows_major(x, what),
+        Distance::Euclidean => {
+            let (n, d) = (x.nrows(), x.ncols());
+            let mut out = vec![0.0f32; n * d];
+            for j in 0..d {
+                for i in 0..n {
+                    out[i * d + j] = x[(i, j)].into() as f32;
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn sampled_distances(
+    rows: &[f32],
+    dim: usize,
+    pairs: &[(u32, u32)],
+    distance: Distance,
+    out: &mut Vec<f32>,
+) {
     out.clear();
     out.extend(pairs.iter().map(|&(i, j)| {
         let a = &rows[i as usize * dim..(i as usize + 1) * dim];
         let b = &rows[j as usize * dim..(j as usize + 1) * dim];
-        let dot: f64 = a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| f64::from(*x) * f64::from(*y))
-            .sum();
-        (1.0 - dot as f32).clamp(0.0, 2.0)
+        match distance {
+            Distance::Cosine => {
+                let dot: f64 = a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                    .sum();
+                (1.0 - dot as f32).clamp(0.0, 2.0)
+            }
+            Distance::Euclidean => {
+                let sq: f64 = a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+                    .sum();
+                sq.sqrt() as f32
+            }
+        }
     }));
 }
 
@@ -440,15 +724,16 @@ fn pga_sampled(
     readout: MatRef<'_, f32>,
     null: &[Mat<f32>],
     ccr: usize,
+    distance: Distance,
     pairs: &[(u32, u32)],
     what: &str,
     par: Par,
     on_draw: &(dyn Fn() + Sync),
 ) -> Result<PgaResult> {
     let (n, d, k) = (corrected.nrows(), corrected.ncols(), readout.ncols());
-    let full_rows = normalized_rows_major(corrected, what)?;
+    let full_rows = sample_rows_major(corrected, distance, what)?;
     let mut full = Vec::new();
-    sampled_distances(&full_rows, d, pairs, &mut full);
+    sampled_distances(&full_rows, d, pairs, distance, &mut full);
     drop(full_rows);
     let reference =
         RankedReference::new(&full, &format!("{what}: full-space distances (sampled)"))?;
@@ -456,34 +741,22 @@ fn pga_sampled(
     let rho = |basis: MatRef<'_, f32>, scratch: &mut SampledScratch, space: &str| {
         let label = format!("{what}: projection onto the {space}");
         let projected = repgeom_linalg::project_f32(h32.as_ref(), basis, Par::Seq);
-        let rows = normalized_rows_major(projected.as_ref(), &label)?;
-        sampled_distances(&rows, k, pairs, &mut scratch.1);
+        let rows = sample_rows_major(projected.as_ref(), distance, &label)?;
+        sampled_distances(&rows, k, pairs, distance, &mut scratch.1);
         Ok::<f64, Error>(reference.spearman(&scratch.1, &mut scratch.0, &label)?)
     };
     let rho_readout = rho(readout, &mut SampledScratch::default(), "readout subspace")?;
     let null_rhos = over_draws(null, par, on_draw, SampledScratch::default, |q, scratch| {
         rho(q, scratch, "random subspace")
     })?;
-    let NullSummary {
-        null_mean,
-        null_std,
-        z,
-        p_value,
-    } = repgeom_null::summarize(rho_readout, &null_rhos)?;
-    Ok(PgaResult {
-        n_points: n,
-        d,
-        k,
-        ccr,
+    PgaResult::from_null(
+        (n, d, k, ccr),
         rho_readout,
-        null_mean,
-        null_std,
-        z,
-        p_value,
         null_rhos,
-        n_pairs: pairs.len(),
-        rho_se: Some(spearman_standard_error(rho_readout, pairs.len())),
-    })
+        pairs.len(),
+        Some(spearman_standard_error(rho_readout, pairs.len())),
+        distance,
+    )
 }
 
 /// Standard error of a Spearman correlation estimated from `m` sampled pairs, treating the
@@ -534,6 +807,7 @@ struct Engine<'a> {
     h: MatRef<'a, f32>,
     reference: &'a RankedReference,
     what: &'a str,
+    distance: Distance,
 }
 
 impl Engine<'_> {
@@ -541,9 +815,10 @@ impl Engine<'_> {
     fn rho(&self, basis: MatRef<'_, f32>, scratch: &mut DrawScratch, space: &str) -> Result<f64> {
         let label = format!("{}: projection onto the {space}", self.what);
         let projected = repgeom_linalg::project_f32(self.h, basis, Par::Seq);
-        Ok(repgeom_linalg::spearman_of_cosine(
+        Ok(repgeom_linalg::spearman_of_distances(
             self.reference,
             projected.as_ref(),
+            self.distance,
             &mut scratch.rank,
             &label,
             Par::Seq,

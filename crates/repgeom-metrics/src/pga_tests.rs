@@ -403,3 +403,290 @@ fn memory_budget_limits_workers_or_fails_before_allocating() {
     .unwrap_err();
     assert!(err.to_string().contains("--max-pairs"), "{err}");
 }
+
+fn stats_reference() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("reference_stats.json")).unwrap())
+        .unwrap()
+}
+
+/// Tolerance on exact p-values and BH q-values (ratios of small integers).
+const P_TOL: f64 = 1e-12;
+/// Euclidean distances come from an `f32` Gram product (`s_i + s_j − 2⟨x_i, x_j⟩`), whose
+/// cancellation can swap pairs SciPy's `f64` pdist separates: a looser bound than `RHO_TOL`.
+const EUCLID_RHO_TOL: f64 = 2e-5;
+const EUCLID_Z_TOL: f64 = 5e-3;
+
+/// Both tails, Δρ, SE(z) and the BH q-values against NumPy/SciPy
+/// (`fixtures/pga/make_stats_reference.py`), one family per CCR level.
+#[test]
+fn tails_effect_size_and_q_values_match_scipy() {
+    let r = load();
+    let reference = stats_reference();
+    let mut results: Vec<(usize, PgaResult)> = Vec::new();
+    for layer in 0..3 {
+        let all = pga_ccr_sweep(
+            r.layers[layer].as_ref(),
+            r.basis.as_ref(),
+            &r.null,
+            &[0, 1, 3],
+            "l",
+            Par::Seq,
+            &|| {},
+        )
+        .unwrap();
+        results.extend(all.into_iter().map(|res| (layer, res)));
+    }
+    assert!(results.iter().all(|(_, res)| res.q_value.is_none()));
+    assign_q_values(&mut results.iter_mut().map(|(_, res)| res).collect::<Vec<_>>());
+    for case in reference["cosine_stats"].as_array().unwrap() {
+        let (layer, ccr) = (
+            case["layer"].as_u64().unwrap() as usize,
+            case["ccr"].as_u64().unwrap() as usize,
+        );
+        let (_, got) = results
+            .iter()
+            .find(|(l, res)| *l == layer && res.ccr == ccr)
+            .unwrap();
+        let what = format!("layer {layer} ccr {ccr}");
+        let f = |k: &str| case[k].as_f64().unwrap();
+        close(got.p_value, f("p_value"), P_TOL, &format!("{what} p_value"));
+        close(got.p_lower, f("p_lower"), P_TOL, &format!("{what} p_lower"));
+        close(
+            got.p_two_sided,
+            f("p_two_sided"),
+            P_TOL,
+            &format!("{what} p_two_sided"),
+        );
+        close(
+            got.q_value.unwrap(),
+            f("q_value"),
+            P_TOL,
+            &format!("{what} q_value"),
+        );
+        close(
+            got.delta_rho,
+            f("delta_rho"),
+            RHO_TOL,
+            &format!("{what} delta_rho"),
+        );
+        close(got.z_se, f("z_se"), Z_TOL, &format!("{what} z_se"));
+        assert_eq!(got.distance, Distance::Cosine);
+    }
+}
+
+/// The Euclidean variant against SciPy's `pdist(., 'euclidean')`, every draw.
+#[test]
+fn euclidean_distance_matches_scipy_reference() {
+    let r = load();
+    let reference = stats_reference();
+    let opts = EngineOptions {
+        distance: Distance::Euclidean,
+        ..Default::default()
+    };
+    for case in reference["euclidean"].as_array().unwrap() {
+        let (layer, ccr) = (
+            case["layer"].as_u64().unwrap() as usize,
+            case["ccr"].as_u64().unwrap() as usize,
+        );
+        let what = format!("euclidean layer {layer} ccr {ccr}");
+        let got = pga_ccr_sweep_with(
+            r.layers[layer].as_ref(),
+            r.basis.as_ref(),
+            &r.null,
+            &[ccr],
+            &what,
+            Par::Seq,
+            &|| {},
+            &opts,
+        )
+        .unwrap()
+        .remove(0);
+        assert_eq!(got.distance, Distance::Euclidean);
+        close(
+            got.rho_readout,
+            case["rho_readout"].as_f64().unwrap(),
+            EUCLID_RHO_TOL,
+            &what,
+        );
+        for (i, (g, e)) in got
+            .null_rhos
+            .iter()
+            .zip(case["null_rhos"].as_array().unwrap())
+            .enumerate()
+        {
+            close(
+                *g,
+                e.as_f64().unwrap(),
+                EUCLID_RHO_TOL,
+                &format!("{what} draw {i}"),
+            );
+        }
+        close(
+            got.z,
+            case["z"].as_f64().unwrap(),
+            EUCLID_Z_TOL,
+            &format!("{what} z"),
+        );
+        for k in ["p_value", "p_lower", "p_two_sided"] {
+            let g = match k {
+                "p_value" => got.p_value,
+                "p_lower" => got.p_lower,
+                _ => got.p_two_sided,
+            };
+            close(g, case[k].as_f64().unwrap(), P_TOL, &format!("{what} {k}"));
+        }
+        // The sampled engine estimates the same Euclidean statistic.
+        let est = pga_ccr_sweep_with(
+            r.layers[layer].as_ref(),
+            r.basis.as_ref(),
+            &r.null,
+            &[ccr],
+            &what,
+            Par::Seq,
+            &|| {},
+            &EngineOptions {
+                max_pairs: Some(8000),
+                pair_seed: 5,
+                distance: Distance::Euclidean,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .remove(0);
+        let se = est.rho_se.unwrap();
+        assert!(
+            (est.rho_readout - got.rho_readout).abs() <= 3.0 * se,
+            "{what}: sampled {} vs exact {} (se {se})",
+            est.rho_readout,
+            got.rho_readout
+        );
+    }
+}
+
+/// SE(z) = sqrt((1 + z²/2)/n) against the spread of z over replicate null seeds on the
+/// fixture: 32 seeds of 50 Haar draws each, at a strongly negative z (layer 1, CCR-1) and
+/// at z ≈ 0 (layer 2). With 32 replicates the observed spread itself is uncertain by about
+/// 13% (and the null correlations are not exactly normal), hence the band.
+#[test]
+fn z_standard_error_matches_replicate_null_seeds() {
+    let r = load();
+    for layer in [1, 2] {
+        let zs: Vec<(f64, f64)> = (0..32u64)
+            .map(|seed| {
+                let params = repgeom_null::NullParams { n_null: 50, seed }
+                    .check()
+                    .unwrap();
+                let null = NullBases::draw(64, 8, &params).unwrap();
+                let res = pga(
+                    r.layers[layer].as_ref(),
+                    r.basis.as_ref(),
+                    &null,
+                    1,
+                    "l",
+                    Par::Seq,
+                    &|| {},
+                )
+                .unwrap();
+                (res.z, res.z_se)
+            })
+            .collect();
+        let n = zs.len() as f64;
+        let mean = zs.iter().map(|z| z.0).sum::<f64>() / n;
+        let sd = (zs.iter().map(|z| (z.0 - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let se = zs.iter().map(|z| z.1).sum::<f64>() / n;
+        assert!(
+            (0.6..=1.6).contains(&(sd / se)),
+            "layer {layer}: z over seeds has mean {mean:.3}, sd {sd:.3}; stated SE {se:.3}"
+        );
+    }
+}
+
+/// The sequence bootstrap: seeded, identical at 1 and 2 threads, an ordered interval that
+/// brackets the full-data estimate on a clear effect, and clear errors for bad sequence ids.
+#[test]
+fn bootstrap_is_deterministic_and_brackets_the_estimate() {
+    let r = load();
+    let groups: Vec<usize> = (0..300).map(|i| i / 10).collect();
+    let boot = BootstrapOptions {
+        replicates: 12,
+        seed: 9,
+        level: 0.9,
+    };
+    let run = |threads: usize, par: Par, groups: Option<&[usize]>, boot: &BootstrapOptions| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            bootstrap_ci(
+                r.layers[1].as_ref(),
+                r.basis.as_ref(),
+                &r.null,
+                &[0, 1],
+                groups,
+                "l1",
+                par,
+                &EngineOptions::default(),
+                boot,
+            )
+        })
+    };
+    let a = run(1, Par::Seq, Some(&groups), &boot).unwrap();
+    let b = run(2, Par::rayon(2), Some(&groups), &boot).unwrap();
+    assert_eq!(a, b, "bootstrap differs between 1 and 2 threads");
+    assert_eq!(a.len(), 2);
+    let full = pga(
+        r.layers[1].as_ref(),
+        r.basis.as_ref(),
+        &r.null,
+        1,
+        "l1",
+        Par::Seq,
+        &|| {},
+    )
+    .unwrap();
+    let ci = a[1];
+    assert_eq!(ci.unit, BootstrapUnit::Sequences);
+    assert_eq!(ci.replicates, 12);
+    assert!(ci.rho_lo <= ci.rho_hi && ci.z_lo <= ci.z_hi, "{ci:?}");
+    assert!(ci.z_hi < 0.0, "the detour layer's z stays negative: {ci:?}");
+    assert!(
+        ci.rho_lo <= full.rho_readout + 0.05 && full.rho_readout - 0.05 <= ci.rho_hi,
+        "{ci:?} vs {}",
+        full.rho_readout
+    );
+    let other = run(
+        1,
+        Par::Seq,
+        Some(&groups),
+        &BootstrapOptions {
+            seed: 10,
+            ..boot.clone()
+        },
+    )
+    .unwrap();
+    assert_ne!(a, other, "another seed resamples differently");
+    let points = run(1, Par::Seq, None, &boot).unwrap();
+    assert_eq!(points[0].unit, BootstrapUnit::Points);
+
+    let err = |groups: &[usize], boot: &BootstrapOptions| {
+        run(1, Par::Seq, Some(groups), boot)
+            .unwrap_err()
+            .to_string()
+    };
+    let msg = err(&groups[..10], &boot);
+    assert!(
+        msg.contains("10 sequence ids") && msg.contains("300 points"),
+        "{msg}"
+    );
+    let msg = err(&[0; 300], &boot);
+    assert!(msg.contains("at least 2 sequences"), "{msg}");
+    let msg = err(
+        &groups,
+        &BootstrapOptions {
+            replicates: 1,
+            ..boot.clone()
+        },
+    );
+    assert!(msg.contains("at least 2 replicates"), "{msg}");
+}

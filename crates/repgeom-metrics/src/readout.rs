@@ -4,7 +4,7 @@
 use repgeom_linalg::{principal_directions, project};
 use serde::{Deserialize, Serialize};
 
-use crate::pga::pga_ccr_sweep;
+use crate::pga::{EngineOptions, pga_ccr_sweep_with};
 use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
 use crate::{Error, Result};
 
@@ -15,11 +15,16 @@ use crate::{Error, Result};
 pub struct Pga {
     /// CCR levels (principal directions removed first); several levels form a sweep.
     pub ccr: Vec<usize>,
+    /// Pairwise distance: `cosine` (default) or `euclidean`.
+    pub distance: crate::pga::Distance,
 }
 
 impl Default for Pga {
     fn default() -> Self {
-        Self { ccr: vec![1] }
+        Self {
+            ccr: vec![1],
+            distance: crate::pga::Distance::Cosine,
+        }
     }
 }
 
@@ -28,12 +33,18 @@ impl Metric for Pga {
     fn info(&self) -> MetricInfo {
         MetricInfo {
             name: "pga",
-            summary: "Subspace PGA: z of readout vs random-subspace distance preservation (rows pga_z and rho_readout)",
+            summary: "Subspace PGA: z of readout vs random-subspace distance preservation (rows pga_z, rho_readout, pga_p_two_sided, pga_p_lower, pga_z_se)",
             source: "repgeom SPEC (Subspace predictive geometric alignment); CCR after Mu & Viswanath (2018)",
-            options: &[OptionDoc {
-                name: "ccr",
-                help: "list of CCR levels, e.g. [1, 5, 10] (one variant ccrC per level, sharing the work)",
-            }],
+            options: &[
+                OptionDoc {
+                    name: "ccr",
+                    help: "list of CCR levels, e.g. [1, 5, 10] (one variant ccrC per level, sharing the work)",
+                },
+                OptionDoc {
+                    name: "distance",
+                    help: "\"cosine\" (default) or \"euclidean\" pairwise distances",
+                },
+            ],
             needs_readout: true,
             needs_null: true,
             rotation_invariant: true,
@@ -65,7 +76,7 @@ impl Metric for Pga {
         self.check()?;
         let basis = input.readout_basis("pga")?;
         let null = input.null("pga")?;
-        let results = pga_ccr_sweep(
+        let results = pga_ccr_sweep_with(
             input.acts(),
             basis,
             null,
@@ -73,6 +84,10 @@ impl Metric for Pga {
             input.what(),
             input.par(),
             &|| {},
+            &EngineOptions {
+                distance: self.distance,
+                ..EngineOptions::default()
+            },
         )?;
         let mut out = Vec::with_capacity(2 * results.len());
         for r in &results {
@@ -95,6 +110,12 @@ impl Metric for Pga {
                     .with_null(&summary)
                     .with_extra("z", r.z),
             );
+            // The other tail and z's null-sampling error, as their own tidy rows so that the
+            // columns of existing tables do not change; the report's summary reads
+            // `pga_p_two_sided` for its multiple-comparison rule.
+            out.push(MetricValue::new("pga_p_two_sided", &variant, r.p_two_sided));
+            out.push(MetricValue::new("pga_p_lower", &variant, r.p_lower));
+            out.push(MetricValue::new("pga_z_se", &variant, r.z_se));
         }
         Ok(out)
     }

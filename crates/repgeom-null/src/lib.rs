@@ -321,3 +321,85 @@ pub fn summarize(observed: f64, null: &[f64]) -> Result<NullSummary> {
         p_value: (1 + exceed) as f64 / (n + 1) as f64,
     })
 }
+
+/// Both tails of an observed statistic against its null sample, with the +1 correction.
+///
+/// With `n` draws, `p_upper = (1 + #{null ≥ x}) / (n + 1)`,
+/// `p_lower = (1 + #{null ≤ x}) / (n + 1)` and `p_two_sided = min(1, 2 · min(p_upper, p_lower))`
+/// (the doubled smaller tail). The smallest possible one-sided p (the floor) is `1 / (n + 1)`,
+/// the smallest two-sided p `2 / (n + 1)`, whatever the observed value.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NullTails {
+    /// Upper-tail p (the `p_value` of [`NullSummary`]).
+    pub p_upper: f64,
+    /// Lower-tail p.
+    pub p_lower: f64,
+    /// Two-sided p: twice the smaller tail, capped at 1.
+    pub p_two_sided: f64,
+}
+
+/// Both empirical tails of `observed` against `null` (see [`NullTails`]).
+pub fn tails(observed: f64, null: &[f64]) -> NullTails {
+    let n = null.len();
+    let above = null.iter().filter(|&&v| v >= observed).count();
+    let below = null.iter().filter(|&&v| v <= observed).count();
+    let p_upper = (1 + above) as f64 / (n + 1) as f64;
+    let p_lower = (1 + below) as f64 / (n + 1) as f64;
+    NullTails {
+        p_upper,
+        p_lower,
+        p_two_sided: (2.0 * p_upper.min(p_lower)).min(1.0),
+    }
+}
+
+/// The null-sampling standard error of a z-score computed against `n_null` draws:
+/// $\mathrm{SE}(z) \approx \sqrt{(1 + z^2/2) / n_{null}}$.
+///
+/// Delta method for $z = (x - \bar{x}) / s$ with a fixed observation `x` and a normal null:
+/// the sample mean contributes $\mathrm{Var}(\bar{x})/\sigma^2 = 1/n$ and the sample standard
+/// deviation $z^2\,\mathrm{Var}(s)/\sigma^2 \approx z^2/(2n)$; the two are independent for
+/// normal samples. It describes how much z moves when only the null seed changes, not the
+/// sampling of the data points (see the bootstrap for that).
+///
+/// ```
+/// let se = repgeom_null::z_standard_error(-32.0, 100);
+/// assert!((se - 2.283).abs() < 1e-3);
+/// ```
+pub fn z_standard_error(z: f64, n_null: usize) -> f64 {
+    ((1.0 + z * z / 2.0) / n_null as f64).sqrt()
+}
+
+/// Benjamini–Hochberg adjusted p-values (q-values) of one family of tests, in input order:
+/// $q_{(i)} = \min_{j \ge i} \min(1, m\,p_{(j)}/j)$ over the p-values sorted ascending.
+/// NaN p-values are left out of the family and get a NaN q.
+///
+/// ```
+/// let q = repgeom_null::benjamini_hochberg(&[0.01, 0.04, 0.03, 0.5]);
+/// assert_eq!(q, vec![0.04, 0.04 * 4.0 / 3.0, 0.04 * 4.0 / 3.0, 0.5]);
+/// ```
+pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..p.len()).filter(|&i| !p[i].is_nan()).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]).then(a.cmp(&b)));
+    let m = order.len() as f64;
+    let mut q = vec![f64::NAN; p.len()];
+    let mut running = 1.0f64;
+    for (rank, &i) in order.iter().enumerate().rev() {
+        running = running.min(p[i] * m / (rank + 1) as f64).min(1.0);
+        q[i] = running;
+    }
+    q
+}
+
+/// The `q`-quantile (`0 ≤ q ≤ 1`) of `values` with linear interpolation between order
+/// statistics (NumPy's default `method="linear"`). NaN when `values` is empty.
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let h = (v.len() - 1) as f64 * q.clamp(0.0, 1.0);
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(v.len() - 1);
+    v[lo] + (h - lo as f64) * (v[hi] - v[lo])
+}

@@ -84,3 +84,95 @@ fn summary_matches_hand_computation() {
     ));
     assert!(NullParams { n_null: 1, seed: 0 }.check().is_err());
 }
+
+#[test]
+fn tails_count_both_sides_with_the_plus_one_correction() {
+    let null = [0.1, 0.2, 0.3, 0.4];
+    let check = |x: f64, upper: f64, lower: f64, two: f64| {
+        let t = tails(x, &null);
+        assert!((t.p_upper - upper).abs() < 1e-15, "upper at {x}: {t:?}");
+        assert!((t.p_lower - lower).abs() < 1e-15, "lower at {x}: {t:?}");
+        assert!(
+            (t.p_two_sided - two).abs() < 1e-15,
+            "two-sided at {x}: {t:?}"
+        );
+        // The upper tail is the p of summarize.
+        assert_eq!(summarize(x, &null).unwrap().p_value, t.p_upper);
+    };
+    // Far below the null: the lower tail is at its floor 1/(n+1), the two-sided at 2/(n+1).
+    check(-5.0, 1.0, 0.2, 0.4);
+    check(5.0, 0.2, 1.0, 0.4);
+    // Ties count on both sides.
+    check(0.2, 0.8, 0.6, 1.0);
+    check(0.25, 0.6, 0.6, 1.0);
+}
+
+#[test]
+fn benjamini_hochberg_matches_r_p_adjust() {
+    // R: p.adjust(c(0.01, 0.02, 0.03, 0.04, 0.05, 0.5), "BH")
+    //    0.06 0.06 0.06 0.06 0.06 0.50
+    let q = benjamini_hochberg(&[0.05, 0.01, 0.5, 0.03, 0.02, 0.04]);
+    let expected = [0.06, 0.06, 0.5, 0.06, 0.06, 0.06];
+    for (g, e) in q.iter().zip(expected) {
+        assert!((g - e).abs() < 1e-12, "{q:?}");
+    }
+    // R: p.adjust(c(0.001, 0.008, 0.039, 0.041, 0.042, 0.06, 0.074, 0.205), "BH")
+    let p = [0.001, 0.008, 0.039, 0.041, 0.042, 0.06, 0.074, 0.205];
+    let expected = [
+        0.008,
+        0.032,
+        0.0672,
+        0.0672,
+        0.0672,
+        0.08,
+        0.0845714285714,
+        0.205,
+    ];
+    for (g, e) in benjamini_hochberg(&p).iter().zip(expected) {
+        assert!((g - e).abs() < 1e-9, "{g} vs {e}");
+    }
+    let q = benjamini_hochberg(&[f64::NAN, 0.01]);
+    assert!(q[0].is_nan() && (q[1] - 0.01).abs() < 1e-15);
+}
+
+#[test]
+fn quantile_matches_numpy_linear() {
+    // numpy.quantile([3, 1, 4, 1, 5], [0, 0.025, 0.5, 0.975, 1]) = [1, 1, 3, 4.9, 5]
+    let v = [3.0, 1.0, 4.0, 1.0, 5.0];
+    for (q, e) in [
+        (0.0, 1.0),
+        (0.025, 1.0),
+        (0.5, 3.0),
+        (0.975, 4.9),
+        (1.0, 5.0),
+    ] {
+        assert!((quantile(&v, q) - e).abs() < 1e-12, "q = {q}");
+    }
+    assert!(quantile(&[], 0.5).is_nan());
+}
+
+/// The stated SE of z against the spread of z over replicate normal null samples: 4000
+/// replicates of `n` standard normal draws, observed value fixed at `x`.
+#[test]
+fn z_standard_error_matches_replicate_nulls() {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    for (x, n) in [(0.0, 100), (-3.0, 50), (-12.0, 100), (-32.0, 100)] {
+        let reps = 4000;
+        let mut zs = Vec::with_capacity(reps);
+        for r in 0..reps {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+            rng.set_stream(r as u64);
+            let null: Vec<f64> = (0..n).map(|_| StandardNormal.sample(&mut rng)).collect();
+            zs.push(summarize(x, &null).unwrap().z);
+        }
+        let mean = zs.iter().sum::<f64>() / reps as f64;
+        let sd = (zs.iter().map(|z| (z - mean).powi(2)).sum::<f64>() / (reps - 1) as f64).sqrt();
+        let se = z_standard_error(x, n);
+        // 4000 replicates estimate sd to about 1.5% (more for heavy-tailed z at large |x|).
+        assert!(
+            (sd / se - 1.0).abs() < 0.06,
+            "x = {x}, n = {n}: sd {sd} vs SE {se}"
+        );
+    }
+}

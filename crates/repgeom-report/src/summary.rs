@@ -19,6 +19,10 @@ pub struct SummaryOptions {
     /// Leave the model's final layer out of the collapse zone (it recovers by construction:
     /// it is what the readout reads).
     pub exclude_final_layer: bool,
+    /// A collapse-zone layer needs z < 0 **and** a Benjamini–Hochberg q-value below this
+    /// (q over the two-sided PGA p-values of every `pga_z` row of the table at the same
+    /// variant: all models, checkpoints and layers of the run form one family).
+    pub collapse_q: f64,
 }
 
 impl Default for SummaryOptions {
@@ -27,6 +31,7 @@ impl Default for SummaryOptions {
             pga_variant: "ccr1".to_owned(),
             collapse_min_depth: 0.5,
             exclude_final_layer: true,
+            collapse_q: 0.05,
         }
     }
 }
@@ -78,6 +83,48 @@ pub struct SummaryTable {
     pub pga_variant: String,
     /// True when any row of the source table was synthetic.
     pub synthetic: bool,
+    /// The collapse-zone rule, in words (printed next to the counts).
+    pub collapse_rule: String,
+    /// The q threshold of the collapse-zone rule.
+    pub collapse_q: f64,
+}
+
+/// Benjamini–Hochberg q-values (adjusted p) of one family, in input order (NaN stays NaN
+/// and is left out of the family). The same definition as `repgeom_null::benjamini_hochberg`.
+fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..p.len()).filter(|&i| !p[i].is_nan()).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]).then(a.cmp(&b)));
+    let m = order.len() as f64;
+    let mut q = vec![f64::NAN; p.len()];
+    let mut running = 1.0f64;
+    for (rank, &i) in order.iter().enumerate().rev() {
+        running = running.min(p[i] * m / (rank + 1) as f64).min(1.0);
+        q[i] = running;
+    }
+    q
+}
+
+/// Key of a PGA row: (model, checkpoint, layer).
+type RowKey<'a> = (&'a str, &'a str, u32);
+
+/// q-values of the `pga_z` rows at `variant`, from the `pga_p_two_sided` rows beside them.
+fn q_values<'a>(table: &'a ResultsTable, variant: &str) -> BTreeMap<RowKey<'a>, f64> {
+    let key = |r: &'a Row| (r.model.as_str(), r.checkpoint.as_str(), r.layer);
+    let p: BTreeMap<RowKey<'a>, f64> = table
+        .rows()
+        .iter()
+        .filter(|r| r.metric == "pga_p_two_sided" && r.variant == variant)
+        .map(|r| (key(r), r.value))
+        .collect();
+    let family: Vec<RowKey<'a>> = table
+        .rows()
+        .iter()
+        .filter(|r| r.metric == "pga_z" && r.variant == variant)
+        .map(key)
+        .filter(|k| p.contains_key(k))
+        .collect();
+    let ps: Vec<f64> = family.iter().map(|k| p[k]).collect();
+    family.into_iter().zip(benjamini_hochberg(&ps)).collect()
 }
 
 /// Compresses sorted layers to ranges: `[3, 5, 6, 7]` → `"3, 5–7"`; empty → `"none"`.
@@ -157,6 +204,7 @@ pub fn summary_with(table: &ResultsTable, opts: &SummaryOptions) -> SummaryTable
             .or_default()
             .push(r);
     }
+    let qs = q_values(table, &opts.pga_variant);
     let mut rows = Vec::new();
     for variants in by_model.values() {
         let Some(base) = variants.get(opts.pga_variant.as_str()) else {
@@ -171,6 +219,9 @@ pub fn summary_with(table: &ResultsTable, opts: &SummaryOptions) -> SummaryTable
             .iter()
             .filter(|r| {
                 r.value < 0.0
+                    && qs
+                        .get(&(r.model.as_str(), r.checkpoint.as_str(), r.layer))
+                        .is_some_and(|q| *q < opts.collapse_q)
                     && r.relative_depth >= opts.collapse_min_depth
                     && !(opts.exclude_final_layer && r.layer + 1 == r.n_layers)
             })
@@ -200,10 +251,26 @@ pub fn summary_with(table: &ResultsTable, opts: &SummaryOptions) -> SummaryTable
         rows,
         pga_variant: opts.pga_variant.clone(),
         synthetic: table.any_synthetic(),
+        collapse_q: opts.collapse_q,
+        collapse_rule: format!(
+            "relative depth ≥ {}{}, z < 0 and BH q < {} (two-sided PGA p, one family per CCR level over all rows of the table){}",
+            opts.collapse_min_depth,
+            if opts.exclude_final_layer {
+                ", final layer excluded"
+            } else {
+                ""
+            },
+            opts.collapse_q,
+            if qs.is_empty() {
+                "; this table has no pga_p_two_sided rows, so no layer qualifies"
+            } else {
+                ""
+            }
+        ),
     }
 }
 
-const HEADER: [&str; 15] = [
+const HEADER: [&str; 17] = [
     "model",
     "family",
     "d",
@@ -219,10 +286,12 @@ const HEADER: [&str; 15] = [
     "ccr5_negative_layers",
     "ccr10_min_z",
     "ccr10_negative_layers",
+    "collapse_layers",
+    "collapse_rule",
 ];
 
 impl SummaryRow {
-    fn cells(&self, digits: usize) -> [String; 15] {
+    fn cells(&self, digits: usize, rule: &str) -> [String; 17] {
         let f = |v: f64| format!("{v:.digits$}");
         let e = |c: &Option<CcrEffect>| match c {
             Some(c) => (
@@ -253,6 +322,8 @@ impl SummaryRow {
             n5,
             c10,
             n10,
+            self.collapse_layers.len().to_string(),
+            rule.to_owned(),
         ]
     }
 }
@@ -278,16 +349,19 @@ impl SummaryTable {
             let _ = writeln!(
                 s,
                 "| {} |",
-                r.cells(2).map(|c| c.replace('|', "\\|")).join(" | ")
+                r.cells(2, &format!("z < 0 and q < {} (see below)", self.collapse_q))
+                    .map(|c| c.replace('|', "\\|"))
+                    .join(" | ")
             );
         }
         let _ = write!(
             s,
             "\nPGA z at variant {v}, each model's final checkpoint. Layers are hidden-state indices (0 = embeddings). \
-             collapse_zone: layers at relative depth ≥ 0.5, excluding the final layer, with z < 0. \
+             collapse_zone (collapse_layers: their count): {rule}. \
              ccr5/ccr10: minimum z (and its layer) and number of layers with z < 0 after removing the top 5 / 10 \
              principal directions.\n",
-            v = self.pga_variant
+            v = self.pga_variant,
+            rule = self.collapse_rule
         );
         s
     }
@@ -297,7 +371,7 @@ impl SummaryTable {
         let mut s = String::new();
         let _ = writeln!(s, "{}", HEADER.join(","));
         for r in &self.rows {
-            let mut cells = r.cells(4);
+            let mut cells = r.cells(4, &self.collapse_rule);
             // machine-readable CCR columns: the number only
             for (i, c) in [(11, &r.ccr5), (13, &r.ccr10)] {
                 cells[i] = c

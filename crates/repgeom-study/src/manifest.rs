@@ -59,6 +59,36 @@ pub struct Analysis {
     /// `"final"`: full analysis at each model's final checkpoint, PGA at the first CCR level
     /// only at earlier ones; `"all"`: full analysis everywhere.
     pub full_at: FullAt,
+    /// Readout subspace dimension as a fraction of each model's width, `k = round(f·d)`,
+    /// instead of `k` (a model's own `k` still wins). Either this or `k`, not both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k_frac: Option<f64>,
+    /// Pairwise distance of PGA: `"cosine"` (default) or `"euclidean"`.
+    pub distance: repgeom_linalg::Distance,
+    /// Multiply `W_U` by the final norm's gain (read from each model's checkpoint directory)
+    /// before its SVD.
+    pub readout_fold_norm: bool,
+    /// Centre `W_U`'s rows (subtract the mean over the vocabulary) before its SVD.
+    pub readout_center: bool,
+}
+
+impl Analysis {
+    /// The `k` of a model of width `d` (its own `k` aside): `round(k_frac · d)` when
+    /// `k_frac` is set, else `k`.
+    pub fn k_for(&self, d: u32) -> usize {
+        match self.k_frac {
+            Some(f) => (f * f64::from(d)).round() as usize,
+            None => self.k,
+        }
+    }
+
+    /// How `k` was chosen, in words: `k = 100` or `k = round(0.05·d)`.
+    pub fn k_policy(&self) -> String {
+        match self.k_frac {
+            Some(f) => format!("k = round({f}·d)"),
+            None => format!("k = {}", self.k),
+        }
+    }
 }
 
 impl Default for Analysis {
@@ -77,6 +107,10 @@ impl Default for Analysis {
             pc_share: 3,
             probe: true,
             full_at: FullAt::Final,
+            k_frac: None,
+            distance: repgeom_linalg::Distance::Cosine,
+            readout_fold_norm: false,
+            readout_center: false,
         }
     }
 }
@@ -291,6 +325,26 @@ impl Manifest {
         let a = &self.analysis;
         if a.k == 0 {
             return Err(bad("analysis.k", "must be at least 1".into()));
+        }
+        if let Some(f) = a.k_frac {
+            if !(f.is_finite() && f > 0.0 && f < 1.0) {
+                return Err(bad(
+                    "analysis.k_frac",
+                    format!("{f} must lie strictly between 0 and 1 (k = round(k_frac · d))"),
+                ));
+            }
+            if a.k != Analysis::default().k {
+                return Err(bad(
+                    "analysis.k_frac",
+                    format!("set either k ({}) or k_frac ({f}), not both", a.k),
+                ));
+            }
+        }
+        if a.readout_fold_norm && self.synthetic.is_some() {
+            return Err(bad(
+                "analysis.readout_fold_norm",
+                "synthetic models have no final norm to fold; use it with checkpoint directories only".into(),
+            ));
         }
         if a.n_null < 2 {
             return Err(bad(

@@ -237,7 +237,7 @@ impl Study {
                 label: m.label.clone(),
                 family: m.family.clone(),
                 d: m.d,
-                k: m.k.unwrap_or(a.k),
+                k: m.k.unwrap_or_else(|| a.k_for(m.d)),
                 n_layers: m.n_layers,
                 layers,
                 checkpoints,
@@ -352,6 +352,16 @@ impl Study {
             n_null: usize,
             seed: u64,
             models: Vec<(&'a str, usize, u32, ModelSource, Option<&'a CheckpointInfo>)>,
+            // Left out at their defaults, so that earlier runs keep their hashes.
+            #[serde(skip_serializing_if = "is_cosine")]
+            distance: repgeom_linalg::Distance,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            readout_fold_norm: bool,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            readout_center: bool,
+        }
+        fn is_cosine(d: &repgeom_linalg::Distance) -> bool {
+            *d == repgeom_linalg::Distance::Cosine
         }
         let a = &self.manifest.analysis;
         let mut models = Vec::new();
@@ -375,6 +385,9 @@ impl Study {
             n_null: a.n_null,
             seed: a.seed,
             models,
+            distance: a.distance,
+            readout_fold_norm: a.readout_fold_norm,
+            readout_center: a.readout_center,
         };
         let json = serde_json::to_string(&key).expect("plain data serialises");
         hex(&Sha256::digest(json.as_bytes()))

@@ -97,13 +97,17 @@ impl<'s> Loader<'s> {
                 (run.space.readout.clone(), Some(run.space.labels.clone()))
             }
             ModelSource::Files(spec) => {
-                let r = repgeom_io::read_readout(
+                let mut r = repgeom_io::read_readout(
                     &spec.readout,
                     &repgeom_io::ReadoutOptions {
                         vocab_rows: spec.vocab_rows,
                         tensor: spec.readout_tensor.clone(),
                     },
                 )?;
+                if self.study.manifest.analysis.readout_fold_norm {
+                    let (name, gamma) = repgeom_io::read_final_norm_gain(&spec.readout)?;
+                    r.fold_gain(&gamma, &name)?;
+                }
                 let mx = r.matrix;
                 if mx.cols != m.d as usize {
                     return Err(Error::DataMismatch {
@@ -123,6 +127,17 @@ impl<'s> Loader<'s> {
                 (readout, labels)
             }
         };
+        let mut readout = readout;
+        if self.study.manifest.analysis.readout_center {
+            // Subtract the mean row (over the vocabulary), accumulated in f64.
+            let (v, d) = (readout.nrows(), readout.ncols());
+            for j in 0..d {
+                let mean = (0..v).map(|i| f64::from(readout[(i, j)])).sum::<f64>() / v as f64;
+                for i in 0..v {
+                    readout[(i, j)] = (f64::from(readout[(i, j)]) - mean) as f32;
+                }
+            }
+        }
         // Decompositions single-threaded: bit-identical bases at any thread count.
         let basis = repgeom_linalg::readout_subspace(readout.as_ref(), m.k, Par::Seq)?;
         let a = &self.study.manifest.analysis;
@@ -275,7 +290,11 @@ fn compute_unit(
             .with_null(&ctx.null)?)
     };
     let values = match &u.kind {
-        UnitKind::Pga { ccr } => Pga { ccr: ccr.clone() }.compute(&input()?)?,
+        UnitKind::Pga { ccr } => Pga {
+            ccr: ccr.clone(),
+            distance: a.distance,
+        }
+        .compute(&input()?)?,
         UnitKind::PcShare { m } => PcReadoutShare { m: *m }.compute(&input()?)?,
         UnitKind::Spectral { metric } => repgeom_metrics::metric(metric)?.compute(&input()?)?,
         UnitKind::ValLoss => {

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use repgeom_linalg::{Mat, MatRef};
-use repgeom_metrics::pga::{EngineOptions, PgaResult, pga_ccr_sweep_with};
+use repgeom_metrics::pga::{
+    BootstrapOptions, BootstrapUnit, Distance, EngineOptions, PgaResult, assign_q_values,
+    bootstrap_ci, pga_ccr_sweep_with,
+};
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
@@ -22,9 +25,32 @@ pub(crate) struct PgaArgs {
     /// A d×k orthonormal basis to use instead of the top-k right singular vectors of W_U.
     #[arg(long, conflicts_with = "readout")]
     pub(crate) readout_basis: Option<PathBuf>,
-    /// Readout subspace dimension.
-    #[arg(short = 'k', long, default_value_t = 100)]
-    pub(crate) k: usize,
+    /// Readout subspace dimension; a list runs one row per k: -k 25,50,100,200.
+    #[arg(short = 'k', long, default_value = "100", value_delimiter = ',')]
+    pub(crate) k: Vec<usize>,
+    /// Readout subspace dimension as a fraction of the hidden size: k = round(f·d) (instead
+    /// of -k), so that z is comparable across widths.
+    #[arg(long, conflicts_with = "k")]
+    pub(crate) k_frac: Option<f64>,
+    /// Pairwise distance compared: cosine (default) or euclidean.
+    #[arg(long, default_value = "cosine")]
+    pub(crate) distance: Distance,
+    /// Multiply W_U by the final norm's gain γ (read from the checkpoint) before the SVD.
+    #[arg(long, conflicts_with = "readout_basis")]
+    pub(crate) readout_fold_norm: bool,
+    /// Centre W_U's rows (subtract the mean over the vocabulary) before the SVD.
+    #[arg(long, conflicts_with = "readout_basis")]
+    pub(crate) readout_center: bool,
+    /// Percentile bootstrap over sequences with this many replicates (null bases held fixed):
+    /// adds z_lo, z_hi, rho_lo, rho_hi (95%).
+    #[arg(long)]
+    pub(crate) bootstrap: Option<usize>,
+    /// Seed of the bootstrap resampling.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) bootstrap_seed: u64,
+    /// Write every null draw's rho (CSV: layer,k,ccr,draw,rho).
+    #[arg(long)]
+    pub(crate) save_null_rhos: Option<PathBuf>,
     /// Number of random subspaces in the null.
     #[arg(long, default_value_t = 100)]
     pub(crate) n_null: usize,
@@ -79,6 +105,30 @@ pub(crate) const COLUMNS: [&str; 10] = [
     "p_value",
 ];
 
+/// Columns appended after [`COLUMNS`] (and after `n_pairs`, `rho_se` with `--max-pairs`).
+pub(crate) const STAT_COLUMNS: [&str; 9] = [
+    "p_lower",
+    "p_two_sided",
+    "delta_rho",
+    "z_se",
+    "q_value",
+    "k_policy",
+    "distance",
+    "readout_fold_norm",
+    "readout_center",
+];
+
+/// Columns added with `--bootstrap`, last.
+pub(crate) const BOOTSTRAP_COLUMNS: [&str; 5] =
+    ["z_lo", "z_hi", "rho_lo", "rho_hi", "bootstrap_unit"];
+
+/// One computed row before formatting.
+struct Computed {
+    layer: usize,
+    k_policy: String,
+    result: PgaResult,
+}
+
 pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     let layers = args
         .layers
@@ -92,9 +142,195 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         args.acts.display()
     );
     let d = acts.layers[0].acts.cols;
-    let basis = load_basis(args, d, ctx)?;
-    let k = basis.ncols();
-    let null = match &args.null_bases {
+    let mut ks = k_values(args, d)?;
+    if ks.len() > 1 {
+        anyhow::ensure!(
+            args.null_bases.is_none() && args.save_null_bases.is_none(),
+            "--null-bases and --save-null-bases hold one k; give a single -k with them (got {ks:?})"
+        );
+    }
+    let groups = match args.bootstrap {
+        Some(_) => sequence_ids(&args.acts, acts.layers[0].acts.rows)?,
+        None => None,
+    };
+    let full_basis = load_basis(args, d, *ks.iter().max().expect("at least one k"), ctx)?;
+    if args.readout_basis.is_some() {
+        ks = vec![full_basis.ncols()];
+    }
+    let engine = EngineOptions {
+        max_memory: Some(args.max_memory.unwrap_or_else(super::default_memory_budget)),
+        max_pairs: args.max_pairs,
+        pair_seed: args.seed,
+        distance: args.distance,
+    };
+    let boot_draws = args.bootstrap.unwrap_or(0) as u64;
+    let total = (acts.layers.len() * args.ccr.len()) as u64
+        * ks.len() as u64
+        * (args.n_null as u64)
+        * (1 + boot_draws);
+    let bar = ctx.progress(total, "pga");
+    let mut computed: Vec<Computed> = Vec::new();
+    for &k in &ks {
+        let basis = if args.readout_basis.is_some() {
+            full_basis.clone()
+        } else {
+            full_basis.as_ref().subcols(0, k).to_owned()
+        };
+        let k = basis.ncols();
+        let null = null_bases(args, d, k)?;
+        if let Some(path) = &args.save_null_bases {
+            let (shape, data) = null.to_array();
+            repgeom_io::write_npy_f64(path, &shape, &data)?;
+        }
+        let k_policy = match (args.k_frac, &args.readout_basis) {
+            (_, Some(_)) => "basis".to_owned(),
+            (Some(f), None) => format!("frac={f}"),
+            (None, None) => "fixed".to_owned(),
+        };
+        for layer in &acts.layers {
+            let m = &layer.acts;
+            let what = format!(
+                "{}: {} [{}, {}]",
+                args.acts.display(),
+                layer.tensor,
+                m.rows,
+                m.cols
+            );
+            bar.set_message(format!("layer {} k {k}", layer.layer));
+            let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
+            let mut results = pga_ccr_sweep_with(
+                view,
+                basis.as_ref(),
+                &null,
+                &args.ccr,
+                &what,
+                ctx.par(),
+                &|| bar.inc(1),
+                &engine,
+            )?;
+            if let Some(b) = args.bootstrap {
+                let cis = bootstrap_ci(
+                    view,
+                    basis.as_ref(),
+                    &null,
+                    &args.ccr,
+                    groups.as_deref(),
+                    &what,
+                    ctx.par(),
+                    &engine,
+                    &BootstrapOptions {
+                        replicates: b,
+                        seed: args.bootstrap_seed,
+                        level: 0.95,
+                    },
+                )?;
+                bar.inc(b as u64 * args.ccr.len() as u64 * null.len() as u64);
+                for (r, ci) in results.iter_mut().zip(cis) {
+                    r.bootstrap = Some(ci);
+                }
+            }
+            computed.extend(results.into_iter().map(|result| Computed {
+                layer: layer.layer,
+                k_policy: k_policy.clone(),
+                result,
+            }));
+        }
+    }
+    bar.finish_and_clear();
+    assign_q_values(
+        &mut computed
+            .iter_mut()
+            .map(|c| &mut c.result)
+            .collect::<Vec<_>>(),
+    );
+    computed.sort_by_key(|c| (c.layer, c.result.k, c.result.ccr));
+    if let Some(path) = &args.save_null_rhos {
+        write_null_rhos(path, &computed)?;
+    }
+    let mut columns = COLUMNS.to_vec();
+    if args.max_pairs.is_some() {
+        columns.extend(["n_pairs", "rho_se"]);
+    }
+    columns.extend(STAT_COLUMNS);
+    if args.bootstrap.is_some() {
+        columns.extend(BOOTSTRAP_COLUMNS);
+    }
+    let mut table = Table {
+        columns,
+        rows: Vec::new(),
+    };
+    for c in &computed {
+        let r = &c.result;
+        let mut cells = row(c.layer, r);
+        if args.max_pairs.is_some() {
+            cells.push(Cell::Int(r.n_pairs as i64));
+            cells.push(Cell::float(r.rho_se.unwrap_or(0.0), 6));
+        }
+        cells.extend([
+            Cell::float(r.p_lower, 4),
+            Cell::float(r.p_two_sided, 4),
+            Cell::float(r.delta_rho, 6),
+            Cell::float(r.z_se, 3),
+            Cell::float(r.q_value.unwrap_or(f64::NAN), 4),
+            Cell::Text(c.k_policy.clone()),
+            Cell::Text(r.distance.name().to_owned()),
+            Cell::Int(i64::from(args.readout_fold_norm)),
+            Cell::Int(i64::from(args.readout_center)),
+        ]);
+        if let Some(ci) = &r.bootstrap {
+            cells.extend([
+                Cell::float(ci.z_lo, 3),
+                Cell::float(ci.z_hi, 3),
+                Cell::float(ci.rho_lo, 6),
+                Cell::float(ci.rho_hi, 6),
+                Cell::Text(
+                    match ci.unit {
+                        BootstrapUnit::Sequences => "sequences",
+                        BootstrapUnit::Points => "points",
+                    }
+                    .to_owned(),
+                ),
+            ]);
+        }
+        table.rows.push(cells);
+    }
+    emit(&table, args.format, args.out.as_deref())
+}
+
+/// The k values to run: the `-k` list, or `round(f·d)` for `--k-frac f`.
+fn k_values(args: &PgaArgs, d: usize) -> anyhow::Result<Vec<usize>> {
+    let ks = match args.k_frac {
+        Some(f) => {
+            anyhow::ensure!(
+                f.is_finite() && f > 0.0 && f < 1.0,
+                "--k-frac {f}: the fraction of the hidden size must lie strictly between 0 and 1"
+            );
+            let k = (f * d as f64).round() as usize;
+            anyhow::ensure!(
+                k > 0 && k < d,
+                "--k-frac {f} gives k = round({f} · {d}) = {k}, outside 0 < k < d = {d} ({})",
+                args.acts.display()
+            );
+            vec![k]
+        }
+        None => {
+            let mut ks = args.k.clone();
+            ks.sort_unstable();
+            ks.dedup();
+            anyhow::ensure!(
+                ks.len() == args.k.len(),
+                "-k {:?}: the k values must be distinct",
+                args.k
+            );
+            ks
+        }
+    };
+    Ok(ks)
+}
+
+/// The null bases for one k: read from `--null-bases` or drawn from the seed.
+fn null_bases(args: &PgaArgs, d: usize, k: usize) -> anyhow::Result<NullBases> {
+    Ok(match &args.null_bases {
         Some(path) => {
             let arr = repgeom_io::read_array_f64(path)?;
             NullBases::from_array(&arr.shape, &arr.data, d, k, 1e-6)
@@ -110,58 +346,60 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
                 anyhow::anyhow!("{e} (hidden size d = {d} of {})", args.acts.display())
             })?
         }
+    })
+}
+
+/// The sequence of every point, from the `positions` metadata that `repgeom extract` writes
+/// (`[sequence, position]` per point). `None`, with a warning, when the file has none: the
+/// bootstrap then resamples points.
+fn sequence_ids(path: &std::path::Path, n: usize) -> anyhow::Result<Option<Vec<usize>>> {
+    let is_st = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+    let positions = if is_st {
+        repgeom_io::read_safetensors_metadata(path)?.remove("positions")
+    } else {
+        None
     };
-    if let Some(path) = &args.save_null_bases {
-        let (shape, data) = null.to_array();
-        repgeom_io::write_npy_f64(path, &shape, &data)?;
-    }
-    let total = (acts.layers.len() * args.ccr.len() * null.len()) as u64;
-    let bar = ctx.progress(total, "pga");
-    let engine = EngineOptions {
-        max_memory: Some(args.max_memory.unwrap_or_else(super::default_memory_budget)),
-        max_pairs: args.max_pairs,
-        pair_seed: args.seed,
+    let Some(text) = positions else {
+        // Printed even with --quiet (which hides progress bars only): it qualifies the result.
+        #[allow(clippy::print_stderr)] // user-facing warning about the bootstrap unit
+        {
+            eprintln!(
+                "warning: {} records no sequence per point (no `positions` metadata); the bootstrap resamples single points, which understates the spread when points of one sequence are correlated",
+                path.display()
+            );
+        }
+        return Ok(None);
     };
-    let mut columns = COLUMNS.to_vec();
-    if args.max_pairs.is_some() {
-        columns.extend(["n_pairs", "rho_se"]);
-    }
-    let mut table = Table {
-        columns,
-        rows: Vec::new(),
-    };
-    for layer in &acts.layers {
-        let m = &layer.acts;
-        let what = format!(
-            "{}: {} [{}, {}]",
-            args.acts.display(),
-            layer.tensor,
-            m.rows,
-            m.cols
-        );
-        bar.set_message(format!("layer {}", layer.layer));
-        let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-        let results = pga_ccr_sweep_with(
-            view,
-            basis.as_ref(),
-            &null,
-            &args.ccr,
-            &what,
-            ctx.par(),
-            &|| bar.inc(1),
-            &engine,
-        )?;
-        for r in &results {
-            let mut cells = row(layer.layer, r);
-            if args.max_pairs.is_some() {
-                cells.push(Cell::Int(r.n_pairs as i64));
-                cells.push(Cell::float(r.rho_se.unwrap_or(0.0), 6));
-            }
-            table.rows.push(cells);
+    let pos: Vec<[usize; 2]> = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: metadata `positions` is not a JSON list of [sequence, position] pairs",
+            path.display()
+        )
+    })?;
+    anyhow::ensure!(
+        pos.len() == n,
+        "{}: metadata `positions` has {} entries but the activations have {n} points",
+        path.display(),
+        pos.len()
+    );
+    Ok(Some(pos.iter().map(|p| p[0]).collect()))
+}
+
+/// `--save-null-rhos`: one CSV line per null draw.
+fn write_null_rhos(path: &std::path::Path, computed: &[Computed]) -> anyhow::Result<()> {
+    let mut text = String::from("layer,k,ccr,draw,rho\n");
+    for c in computed {
+        for (i, rho) in c.result.null_rhos.iter().enumerate() {
+            text.push_str(&format!(
+                "{},{},{},{i},{rho}\n",
+                c.layer, c.result.k, c.result.ccr
+            ));
         }
     }
-    bar.finish_and_clear();
-    emit(&table, args.format, args.out.as_deref())
+    repgeom_io::atomic_write(path, |w| w.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// One output row.
@@ -180,8 +418,9 @@ pub(crate) fn row(layer: usize, r: &PgaResult) -> Vec<Cell> {
     ]
 }
 
-/// The readout basis: supplied directly, or the top-k right singular vectors of W_U.
-fn load_basis(args: &PgaArgs, d: usize, ctx: &Context) -> anyhow::Result<Mat<f64>> {
+/// The readout basis (`k` columns, sorted by singular value): supplied directly, or the
+/// top-k right singular vectors of W_U after the optional gain folding and row centring.
+fn load_basis(args: &PgaArgs, d: usize, k: usize, ctx: &Context) -> anyhow::Result<Mat<f64>> {
     if let Some(path) = &args.readout_basis {
         let arr = repgeom_io::read_array_f64(path)?;
         anyhow::ensure!(
@@ -204,9 +443,57 @@ fn load_basis(args: &PgaArgs, d: usize, ctx: &Context) -> anyhow::Result<Mat<f64
         .readout
         .as_deref()
         .expect("clap requires --readout or --readout-basis");
-    let choice = super::metrics::ReadoutChoice {
-        vocab_rows: args.vocab_rows,
-        tensor: args.readout_tensor.clone(),
-    };
-    super::metrics::load_readout_basis(path, &choice, args.k, d, &args.acts, ctx)
+    let mut readout = repgeom_io::read_readout(
+        path,
+        &repgeom_io::ReadoutOptions {
+            vocab_rows: args.vocab_rows,
+            tensor: args.readout_tensor.clone(),
+        },
+    )?;
+    if let Some(note) = &readout.note
+        && !ctx.quiet
+    {
+        #[allow(clippy::print_stderr)] // user-facing note about which rows are used
+        {
+            eprintln!("note: {note}");
+        }
+    }
+    let m = &readout.matrix;
+    anyhow::ensure!(
+        m.cols == d,
+        "shape mismatch: activations {} have d = {d}, but readout {} tensor {} is [{}, {}]",
+        args.acts.display(),
+        path.display(),
+        readout.tensor,
+        m.rows,
+        m.cols
+    );
+    anyhow::ensure!(
+        k > 0 && k < d,
+        "k = {k} must satisfy 0 < k < d = {d} ({} tensor {} [{}, {}])",
+        path.display(),
+        readout.tensor,
+        m.rows,
+        m.cols
+    );
+    if args.readout_fold_norm {
+        let (name, gamma) = repgeom_io::read_final_norm_gain(path)
+            .context("--readout-fold-norm needs the final norm's gain from the checkpoint")?;
+        readout.fold_gain(&gamma, &name)?;
+    }
+    if args.readout_center {
+        readout.center_rows();
+    }
+    let m = &readout.matrix;
+    let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
+    if let Some((row, col)) = repgeom_linalg::first_non_finite(view) {
+        anyhow::bail!(
+            "{} tensor {} [{}, {}]: non-finite value (NaN or Inf) at row {row}, column {col}",
+            path.display(),
+            readout.tensor,
+            m.rows,
+            m.cols
+        );
+    }
+    Ok(repgeom_linalg::readout_subspace(view, k, ctx.par())?)
 }

@@ -89,7 +89,257 @@ fn repgeom_columns() -> Vec<&'static str> {
         "null_std",
         "z",
         "p_value",
+        "p_lower",
+        "p_two_sided",
+        "delta_rho",
+        "z_se",
+        "q_value",
+        "k_policy",
+        "distance",
+        "readout_fold_norm",
+        "readout_center",
     ]
+}
+
+/// The appended statistics against NumPy/SciPy (`fixtures/pga/make_stats_reference.py`): both
+/// tails, Δρ, SE(z), and BH q-values over the three layers of the run, per CCR level.
+#[test]
+fn appended_statistics_match_scipy_reference() {
+    let run = pga(&["--ccr", "0,1,3", "--format", "json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("fixtures/pga/reference_stats.json")).unwrap(),
+    )
+    .unwrap();
+    let rows: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for case in reference["cosine_stats"].as_array().unwrap() {
+        let row = rows
+            .iter()
+            .find(|r| r["layer"] == case["layer"] && r["ccr"] == case["ccr"])
+            .unwrap();
+        for (field, tol) in [
+            ("p_lower", 1e-12),
+            ("p_two_sided", 1e-12),
+            ("q_value", 1e-12),
+            ("delta_rho", 1e-6),
+            ("z_se", 1e-3),
+        ] {
+            let (g, e) = (row[field].as_f64().unwrap(), case[field].as_f64().unwrap());
+            assert!((g - e).abs() <= tol, "{field} {case}: {g} vs {e}");
+        }
+        assert_eq!(row["k_policy"], "fixed");
+        assert_eq!(row["distance"], "cosine");
+        assert_eq!(row["readout_fold_norm"], 0);
+        assert_eq!(row["readout_center"], 0);
+    }
+}
+
+fn json_rows(run: &crate::Run) -> Vec<serde_json::Value> {
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+const DRAWN: [&str; 10] = [
+    "pga",
+    "--acts",
+    "fixtures/pga/acts.npy",
+    "--readout",
+    "fixtures/pga/readout.npy",
+    "--n-null",
+    "10",
+    "--layers",
+    "1",
+    "--format",
+];
+
+fn drawn(extra: &[&str]) -> crate::Run {
+    let mut args = DRAWN.to_vec();
+    args.push("json");
+    args.extend_from_slice(extra);
+    repgeom(&args)
+}
+
+#[test]
+fn k_list_and_k_frac_give_one_row_per_k_and_record_the_policy() {
+    let list = json_rows(&drawn(&["-k", "8,4"]));
+    let ks: Vec<u64> = list.iter().map(|r| r["k"].as_u64().unwrap()).collect();
+    assert_eq!(ks, [4, 8], "one row per k, sorted");
+    assert!(list.iter().all(|r| r["k_policy"] == "fixed"));
+    let single = json_rows(&drawn(&["-k", "8"]));
+    assert_eq!(
+        list[1]["z"], single[0]["z"],
+        "k = 8 in a list equals k = 8 alone"
+    );
+    // q-values: k = 4 and k = 8 form one family at CCR-1.
+    assert!(list.iter().all(|r| r["q_value"].as_f64().is_some()));
+
+    let frac = json_rows(&drawn(&["--k-frac", "0.125"]));
+    assert_eq!(frac[0]["k"], 8, "round(0.125 · 64)");
+    assert_eq!(frac[0]["k_policy"], "frac=0.125");
+    assert_eq!(frac[0]["z"], single[0]["z"]);
+
+    let both = drawn(&["-k", "8", "--k-frac", "0.1"]);
+    assert_ne!(both.code, 0);
+    let bad = drawn(&["--k-frac", "1.5"]);
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("--k-frac 1.5"), "{}", bad.stderr);
+    let tiny = drawn(&["--k-frac", "0.001"]);
+    assert_ne!(tiny.code, 0);
+    assert!(tiny.stderr.contains("k = round("), "{}", tiny.stderr);
+}
+
+#[test]
+fn euclidean_distance_is_recorded_and_changes_the_statistic() {
+    let cos = json_rows(&drawn(&["-k", "8"]));
+    let euc = json_rows(&drawn(&["-k", "8", "--distance", "euclidean"]));
+    assert_eq!(euc[0]["distance"], "euclidean");
+    assert_ne!(cos[0]["rho_readout"], euc[0]["rho_readout"]);
+    let bad = drawn(&["-k", "8", "--distance", "manhattan"]);
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("manhattan"), "{}", bad.stderr);
+}
+
+#[test]
+fn save_null_rhos_writes_every_draw() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("null.csv");
+    let rows = json_rows(&drawn(&[
+        "-k",
+        "4,8",
+        "--ccr",
+        "0,1",
+        "--save-null-rhos",
+        path.to_str().unwrap(),
+    ]));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "layer,k,ccr,draw,rho");
+    assert_eq!(lines.len(), 1 + 2 * 2 * 10, "layers × k × ccr × draws");
+    // The mean of the saved draws is the row's null_mean.
+    for row in &rows {
+        let (k, c) = (row["k"].to_string(), row["ccr"].to_string());
+        let draws: Vec<f64> = lines[1..]
+            .iter()
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .filter(|f| f[0] == "1" && f[1] == k && f[2] == c)
+            .map(|f| f[4].parse().unwrap())
+            .collect();
+        assert_eq!(draws.len(), 10);
+        let mean = draws.iter().sum::<f64>() / 10.0;
+        assert!((mean - row["null_mean"].as_f64().unwrap()).abs() < 1e-12);
+    }
+}
+
+/// A real extraction (tiny GPT-NeoX checkpoint) records each point's sequence: the bootstrap
+/// resamples sequences; the readout options fold the final norm's gain and centre W_U.
+#[test]
+fn readout_options_and_sequence_bootstrap_on_an_extracted_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text.txt");
+    let words = "the quick brown fox predicts the next token of the readout geometry while \
+                 a lazy dog sleeps under the warm sun and dreams of numbers ";
+    std::fs::write(&text, words.repeat(12)).unwrap();
+    let acts = dir.path().join("acts.safetensors");
+    let ckpt = root().join("fixtures/extract/gptneox_parallel");
+    let ckpt = ckpt.to_str().unwrap();
+    let ex = repgeom(&[
+        "extract",
+        "--model",
+        ckpt,
+        "--text",
+        text.to_str().unwrap(),
+        "--n-points",
+        "80",
+        "--seq-len",
+        "16",
+        "--out",
+        acts.to_str().unwrap(),
+    ]);
+    assert_eq!(ex.code, 0, "{}", ex.stderr);
+    let acts = acts.to_str().unwrap();
+    let base = |extra: &[&str]| {
+        let mut args = vec![
+            "pga",
+            "--acts",
+            acts,
+            "--readout",
+            ckpt,
+            "-k",
+            "4",
+            "--n-null",
+            "10",
+            "--layers",
+            "2",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        json_rows(&repgeom(&args))
+    };
+    let plain = base(&[]);
+    let folded = base(&["--readout-fold-norm"]);
+    let centred = base(&["--readout-center"]);
+    assert_eq!(folded[0]["readout_fold_norm"], 1);
+    assert_eq!(folded[0]["readout_center"], 0);
+    assert_eq!(centred[0]["readout_center"], 1);
+    assert_ne!(
+        plain[0]["rho_readout"], folded[0]["rho_readout"],
+        "γ changes the subspace"
+    );
+    assert_ne!(plain[0]["rho_readout"], centred[0]["rho_readout"]);
+
+    let boot = base(&["--bootstrap", "4", "--bootstrap-seed", "3"]);
+    assert_eq!(boot[0]["bootstrap_unit"], "sequences");
+    let (lo, hi) = (
+        boot[0]["z_lo"].as_f64().unwrap(),
+        boot[0]["z_hi"].as_f64().unwrap(),
+    );
+    assert!(lo <= hi, "{lo} {hi}");
+    assert_eq!(
+        boot[0]["z"], plain[0]["z"],
+        "the point estimate is unchanged"
+    );
+    assert_eq!(
+        boot,
+        base(&["--bootstrap", "4", "--bootstrap-seed", "3"]),
+        "seeded"
+    );
+
+    // The gain lives in a checkpoint directory, not in a matrix file.
+    let run = repgeom(&[
+        "pga",
+        "--acts",
+        "fixtures/pga/acts.npy",
+        "--readout",
+        "fixtures/pga/readout.npy",
+        "-k",
+        "8",
+        "--readout-fold-norm",
+    ]);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("final norm"), "{}", run.stderr);
+}
+
+#[test]
+fn bootstrap_without_sequence_ids_warns_and_resamples_points() {
+    let run = drawn(&["-k", "8", "--bootstrap", "3"]);
+    let rows = json_rows(&run);
+    assert_eq!(rows[0]["bootstrap_unit"], "points");
+    assert!(
+        run.stderr.contains("no sequence per point"),
+        "{}",
+        run.stderr
+    );
+    for c in ["z_lo", "z_hi", "rho_lo", "rho_hi"] {
+        assert!(rows[0][c].as_f64().is_some(), "{c}");
+    }
 }
 
 #[test]
@@ -102,7 +352,8 @@ fn layers_selection_csv_and_atomic_out() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "layer,n_points,d,k,ccr,rho_readout,null_mean,null_std,z,p_value"
+        "layer,n_points,d,k,ccr,rho_readout,null_mean,null_std,z,p_value,\
+         p_lower,p_two_sided,delta_rho,z_se,q_value,k_policy,distance,readout_fold_norm,readout_center"
     );
     assert_eq!(lines.len(), 3);
     assert!(lines[1].starts_with("1,300,64,8,1,"));

@@ -173,3 +173,44 @@ fn checkpoint_errors_name_shard_tensor_and_rows() {
         .collect();
     insta::assert_snapshot!(msgs.join("\n"));
 }
+
+/// The final norm's gain by architecture, folding it into W_U, centring W_U's rows, and a
+/// checkpoint without a gain (OLMo-1's non-parametric LayerNorm) or a plain file as errors.
+#[test]
+fn final_norm_gain_fold_and_row_centring() {
+    let extract = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/extract");
+    let (name, gamma) = repgeom_io::read_final_norm_gain(&fixture("tiny_neox")).unwrap();
+    assert_eq!(name, "gpt_neox.final_layer_norm.weight");
+    assert_eq!(gamma, vec![1.0; 4]);
+    let (name, gamma) = repgeom_io::read_final_norm_gain(&extract.join("llama_tied")).unwrap();
+    assert_eq!((name.as_str(), gamma.len()), ("model.norm.weight", 32));
+    let err = repgeom_io::read_final_norm_gain(&extract.join("olmo_clip"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("final norm") && err.contains("model.norm.weight"),
+        "{err}"
+    );
+    let err = repgeom_io::read_final_norm_gain(&fixture("tiny_neox/config.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("checkpoint directory"), "{err}");
+
+    let mut r = read_readout(&fixture("tiny_neox"), &ReadoutOptions::default()).unwrap();
+    let gamma = [2.0f32, 0.5, -1.0, 0.0];
+    r.fold_gain(&gamma, "gamma").unwrap();
+    let expected: Vec<f64> = (0..12)
+        .flat_map(|v| (0..4).map(move |j| head(v, j) * f64::from(gamma[j])))
+        .collect();
+    assert_close(&r.matrix.data, &expected, EXACT);
+    let err = r.fold_gain(&[1.0; 3], "gamma").unwrap_err().to_string();
+    assert!(err.contains("gamma") && err.contains("[4]"), "{err}");
+
+    let mut r = read_readout(&fixture("tiny_neox"), &ReadoutOptions::default()).unwrap();
+    r.center_rows();
+    // head(v, j) = (v − 2j)/8; the mean over v = 0..12 is (5.5 − 2j)/8.
+    let expected: Vec<f64> = (0..12)
+        .flat_map(|v| (0..4).map(move |_| (v as f64 - 5.5) / 8.0))
+        .collect();
+    assert_close(&r.matrix.data, &expected, EXACT);
+}

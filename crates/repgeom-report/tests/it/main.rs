@@ -167,3 +167,29 @@ fn small_fixture() -> ResultsTable {
     ];
     ResultsTable::new(rows).expect("small fixture is valid")
 }
+
+/// [`fixture`] plus, beside every `pga_z` row of variant `ccr1`, the `pga_p_two_sided` row the
+/// PGA metric emits (the floor 2/101 when |z| > 2, else 0.5), which the summary's
+/// collapse-zone rule needs.
+fn fixture_with_p() -> ResultsTable {
+    let mut rows = fixture().into_rows();
+    let p: Vec<Row> = rows
+        .iter()
+        .filter(|r| r.metric == "pga_z" && r.variant == "ccr1")
+        .map(|r| {
+            let mut q = r.clone();
+            q.metric = "pga_p_two_sided".into();
+            q.value = if r.value.abs() > 2.0 {
+                2.0 / 101.0
+            } else {
+                0.5
+            };
+            q.null_mean = None;
+            q.null_std = None;
+            q.p_value = None;
+            q
+        })
+        .collect();
+    rows.extend(p);
+    ResultsTable::new(rows).expect("fixture is valid")
+}

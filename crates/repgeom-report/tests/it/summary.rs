@@ -2,22 +2,22 @@
 
 use repgeom_report::{FigureOptions, all_figures, index_html, layer_ranges, summary};
 
-use super::fixture;
+use super::{fixture, fixture_with_p};
 
 #[test]
 fn summary_markdown_snapshot() {
-    let s = summary(&fixture());
+    let s = summary(&fixture_with_p());
     insta::assert_snapshot!(s.to_markdown());
 }
 
 #[test]
 fn summary_csv_snapshot() {
-    insta::assert_snapshot!(summary(&fixture()).to_csv());
+    insta::assert_snapshot!(summary(&fixture_with_p()).to_csv());
 }
 
 #[test]
 fn collapse_zone_follows_the_rule() {
-    let s = summary(&fixture());
+    let s = summary(&fixture_with_p());
     let row = |m: &str| s.rows.iter().find(|r| r.model == m).unwrap();
     // pythia-410m: 25 layers, dip on relative depth 0.6..0.99, final layer (24) excluded
     let small = row("pythia-410m");
@@ -30,6 +30,47 @@ fn collapse_zone_follows_the_rule() {
     assert!(ccr5.negative_layers < small.negative_layers);
     assert!(ccr5.min_z > small.min.0);
     assert_eq!(layer_ranges(&[1, 2, 3, 7, 9, 10]), "1–3, 7, 9–10");
+    assert!(
+        s.collapse_rule.contains("z < 0 and BH q < 0.05"),
+        "{}",
+        s.collapse_rule
+    );
+    assert!(s.to_markdown().contains("z < 0 and q < 0.05"));
+}
+
+/// A negative z without a significant q stays out of the collapse zone; a table without
+/// p-values has none, and the rule says why.
+#[test]
+fn collapse_zone_needs_a_significant_q() {
+    let mut rows = fixture_with_p().into_rows();
+    for r in rows.iter_mut() {
+        if r.model == "pythia-410m"
+            && r.layer == 20
+            && r.metric == "pga_p_two_sided"
+            && r.step == Some(143000)
+        {
+            r.value = 0.5;
+        }
+    }
+    let s = summary(&repgeom_report::ResultsTable::new(rows).unwrap());
+    let small = s.rows.iter().find(|r| r.model == "pythia-410m").unwrap();
+    assert_eq!(layer_ranges(&small.collapse_layers), "15–19, 21–23");
+    assert!(small.min.0 < 0.0);
+
+    let bare = summary(&fixture());
+    assert!(bare.rows.iter().all(|r| r.collapse_layers.is_empty()));
+    assert!(
+        bare.collapse_rule.contains("no pga_p_two_sided rows"),
+        "{}",
+        bare.collapse_rule
+    );
+    let csv = bare.to_csv();
+    assert!(
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with(",collapse_layers,collapse_rule")
+    );
 }
 
 #[test]
@@ -95,7 +136,7 @@ fn write_report_writes_everything_and_notes_skips() {
 
 #[test]
 fn index_page_escapes_text_and_lists_notes() {
-    let s = summary(&fixture());
+    let s = summary(&fixture_with_p());
     let html =
         repgeom_report::index_html_with_notes(&[], &s, &["fig9 <skipped> & \"noted\"".to_owned()]);
     assert!(html.contains("<li>fig9 &lt;skipped&gt; &amp; &quot;noted&quot;</li>"));
