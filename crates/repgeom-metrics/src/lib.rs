@@ -47,7 +47,7 @@ pub use registry::{
     pair_metric, pair_metric_names,
 };
 pub use spectral::{
-    AlphaReq, ConditionNumber, Isotropy, PowerLawFit, RankMe, SpectrumKind, isoscore,
-    power_law_fit, rankme,
+    AlphaFit, AlphaReq, ConditionNumber, FitWeighting, Isotropy, PowerLawFit, RankMe,
+    RankMeConvention, SpectrumKind, isoscore, power_law_fit, power_law_fit_weighted, rankme,
 };
 pub use twonn::IntrinsicDimTwoNn;

@@ -3,8 +3,9 @@
 use repgeom_linalg::{Mat, Par};
 
 use crate::{
-    AlphaReq, CkaLinear, ConditionNumber, DistanceSpearman, Isotropy, LayerInput, Metric,
-    MetricValue, PairInput, PairMetric, PcReadoutShare, RankMe, SpectrumKind, isoscore, rankme,
+    AlphaFit, AlphaReq, CkaLinear, ConditionNumber, DistanceSpearman, Isotropy, LayerInput, Metric,
+    MetricValue, PairInput, PairMetric, PcReadoutShare, RankMe, RankMeConvention, SpectrumKind,
+    isoscore, rankme,
 };
 
 /// Absolute tolerance for closed-form results computed in `f64` from `f32` inputs.
@@ -68,23 +69,178 @@ fn rankme_of_identity_spectrum_is_its_rank() {
 
 #[test]
 fn alpha_req_recovers_a_planted_power_law() {
-    // Covariance eigenvalues ∝ j^-2 exactly: α = 2, R² = 1.
+    // Covariance eigenvalues ∝ j^-2 exactly: α = 2, R² = 1, with the full-rank fit.
     let scales: Vec<f64> = (1..=6).map(|j| 1.0 / j as f64).collect();
-    let v = check(&AlphaReq::default(), &axis_cloud(&scales), None);
+    let full = AlphaReq {
+        fit: AlphaFit::FullRank,
+        ..AlphaReq::default()
+    };
+    let v = check(&full, &axis_cloud(&scales), None);
+    assert_eq!(v[0].variant, "full_rank");
     assert_close(v[0].value, 2.0, EXACT, "alpha");
     assert_close(v[0].extra["r2"], 1.0, EXACT, "r2");
     assert_eq!((v[0].extra["fit_start"], v[0].extra["fit_end"]), (1.0, 6.0));
+    assert_eq!(v[0].extra["weight_power"], 0.0);
     // A sub-range fit reports it.
     let v = check(
         &AlphaReq {
-            fit_start: 2,
+            fit_start: Some(2),
             fit_end: Some(5),
+            ..full.clone()
         },
         &axis_cloud(&scales),
         None,
     );
     assert_close(v[0].value, 2.0, EXACT, "alpha on 2..=5");
     assert_eq!((v[0].extra["fit_start"], v[0].extra["fit_end"]), (2.0, 5.0));
+    // The default (reference) fit starts at rank 4: on 6 axes that leaves 3 points.
+    let v = check(&AlphaReq::default(), &axis_cloud(&scales), None);
+    assert_eq!(v[0].variant, "");
+    assert_close(v[0].value, 2.0, EXACT, "alpha on 4..=6, weights 1/i");
+    assert_eq!((v[0].extra["fit_start"], v[0].extra["fit_end"]), (4.0, 6.0));
+    assert_eq!(v[0].extra["weight_power"], 1.0);
+}
+
+#[test]
+fn alpha_req_default_needs_three_ranks_from_the_fourth() {
+    // Five axes: ranks 4..=5 are only two points, so the reference fit refuses clearly.
+    let scales: Vec<f64> = (1..=5).map(|j| 1.0 / j as f64).collect();
+    let acts = axis_cloud(&scales);
+    let input = LayerInput::new(acts.as_ref(), "test layer", Par::Seq).unwrap();
+    let e = AlphaReq::default().compute(&input).unwrap_err().to_string();
+    assert!(e.contains("4..=5") && e.contains("numerical rank 5"), "{e}");
+    // A fit_end below fit_start + 2 is refused before any data is seen.
+    let bad = AlphaReq {
+        fit_end: Some(5),
+        ..AlphaReq::default()
+    };
+    assert!(
+        bad.check()
+            .unwrap_err()
+            .to_string()
+            .contains("fit_start + 2 = 6")
+    );
+}
+
+#[test]
+fn weighted_power_law_fit_by_hand() {
+    // Ranks 1, 2, 3 with log λ = (0, -1, -1.2) (not on a line), weights 1/i. The weighted
+    // normal equations [Σw Σwx; Σwx Σwx²](c, s) = (Σwy, Σwxy), x = ln i, solved by Cramer's
+    // rule, give the slope s; α = -s.
+    let y = [0.0f64, -1.0, -1.2];
+    let lambdas: Vec<f64> = y.iter().map(|v| v.exp()).collect();
+    let (mut sw, mut swx, mut swxx, mut swy, mut swxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for (i, yi) in y.iter().enumerate() {
+        let (w, x) = (1.0 / (i + 1) as f64, ((i + 1) as f64).ln());
+        sw += w;
+        swx += w * x;
+        swxx += w * x * x;
+        swy += w * yi;
+        swxy += w * x * yi;
+    }
+    let slope = (sw * swxy - swx * swy) / (sw * swxx - swx * swx);
+    let fit = crate::power_law_fit_weighted(&lambdas, 1, 3, 1.0);
+    assert_close(fit.alpha, -slope, EXACT, "three-point weighted slope");
+    // The unweighted fit of the same points differs (the weights matter here).
+    let plain = crate::power_law_fit(&lambdas, 1, 3);
+    assert!(
+        (plain.alpha - fit.alpha).abs() > 1e-3,
+        "{plain:?} vs {fit:?}"
+    );
+    // Weights do not move an exact power law.
+    let exact: Vec<f64> = (1..=10).map(|i| (i as f64).powf(-1.3)).collect();
+    for p in [0.0, 1.0, 2.0] {
+        let fit = crate::power_law_fit_weighted(&exact, 3, 10, p);
+        assert_close(fit.alpha, 1.3, EXACT, "exact power law, any weights");
+        assert_close(fit.r2, 1.0, EXACT, "exact power law r2");
+    }
+}
+
+#[test]
+fn rankme_covariance_convention_by_hand() {
+    // Axis cloud with scales (3, 1): covariance eigenvalues ∝ (9, 1), p = (0.9, 0.1).
+    let v = check(
+        &RankMe {
+            convention: RankMeConvention::Covariance,
+            ..RankMe::default()
+        },
+        &axis_cloud(&[3.0, 1.0]),
+        None,
+    );
+    let expected = (-(0.9f64 * 0.9f64.ln() + 0.1 * 0.1f64.ln())).exp();
+    assert_eq!(v[0].variant, "covariance");
+    assert_close(v[0].value, expected, 1e-5, "rankme covariance (9, 1)");
+    // Garrido's convention on the same (mean-zero) cloud: singular values (3, 1).
+    let v = check(&RankMe::default(), &axis_cloud(&[3.0, 1.0]), None);
+    assert_eq!(v[0].variant, "");
+    assert_close(
+        v[0].value,
+        1.7547652933937916,
+        1e-5,
+        "rankme garrido (3, 1)",
+    );
+}
+
+#[test]
+fn partition_isotropy_by_hand() {
+    // Rows ±a·e1, ±b·e2 (a = 1, b = 2): eigenvectors e1, e2. Z(±e1) = 2 + 2 cosh(1)... in
+    // detail Z(e1) = e^1 + e^-1 + 2 (the e2 rows give e^0), Z(e2) = e^2 + e^-2 + 2.
+    let x = Mat::from_fn(4, 2, |i, j| match (i, j) {
+        (0, 0) => 1.0f32,
+        (1, 0) => -1.0,
+        (2, 1) => 2.0,
+        (3, 1) => -2.0,
+        _ => 0.0,
+    });
+    let only_partition = Isotropy {
+        isoscore: false,
+        mean_cosine: false,
+        partition: true,
+    };
+    let v = check(&only_partition, &x, None);
+    assert_eq!(v[0].variant, "partition");
+    let z1 = 1f64.exp() + (-1f64).exp() + 2.0;
+    let z2 = 2f64.exp() + (-2f64).exp() + 2.0;
+    assert_close(v[0].value, z1 / z2, EXACT, "I(W) of the ± cross");
+    // Both signs count: rows a·e1 and 2a·e1 only on one side make Z(e1) ≠ Z(-e1).
+    let x = Mat::from_fn(4, 2, |i, j| match (i, j) {
+        (0, 0) => 1.0f32,
+        (1, 0) => 2.0,
+        (2, 1) => 0.5,
+        (3, 1) => -0.5,
+        _ => 0.0,
+    });
+    let v = check(&only_partition, &x, None);
+    let zs = [
+        1f64.exp() + 2f64.exp() + 2.0,        // +e1
+        (-1f64).exp() + (-2f64).exp() + 2.0,  // -e1
+        0.5f64.exp() + (-0.5f64).exp() + 2.0, // ±e2
+    ];
+    let expected = zs[1] / zs[0];
+    assert_close(v[0].value, expected, EXACT, "I(W) with a one-sided axis");
+    // Large activations do not overflow (log-space): a 1000x scale stays finite and in (0, 1].
+    let big = Mat::from_fn(4, 2, |i, j| x[(i, j)] * 1000.0);
+    let v = check(&only_partition, &big, None);
+    assert!(v[0].value >= 0.0 && v[0].value <= 1.0, "{}", v[0].value);
+}
+
+#[test]
+fn partition_isotropy_is_identical_at_any_thread_count() {
+    let x = Mat::from_fn(40, 12, |i, j| {
+        ((i * 7 + j * 3) % 11) as f32 - 5.0 + j as f32 * 0.1
+    });
+    let metric = Isotropy {
+        partition: true,
+        ..Isotropy::default()
+    };
+    let run = |par| {
+        let input = LayerInput::new(x.as_ref(), "t", par).unwrap();
+        metric.compute(&input).unwrap()
+    };
+    let (a, b) = (run(Par::Seq), run(Par::rayon(2)));
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.value.to_bits(), y.value.to_bits(), "{}", x.variant);
+    }
 }
 
 #[test]
@@ -114,6 +270,7 @@ fn isoscore_by_hand() {
         &Isotropy {
             isoscore: true,
             mean_cosine: false,
+            partition: false,
         },
         &axis_cloud(&[2.0; 6]),
         None,
@@ -129,6 +286,7 @@ fn mean_cosine_by_hand() {
         &Isotropy {
             isoscore: false,
             mean_cosine: true,
+            partition: false,
         },
         &x,
         None,

@@ -3,8 +3,9 @@
 //! For each layer, a multinomial logistic regression is trained on that layer's features
 //! (one vector per labelled example, e.g. AG News headlines) and scored on held-out
 //! examples: test accuracy, macro-F1, the L2 strength chosen by stratified cross-validation,
-//! and the majority-class baseline. The main types are [`ProbeParams`] (checked into
-//! [`ValidProbeParams`]), [`ProbePlan`] (split and folds fixed once for all layers) and
+//! the majority-class baseline, a 95% Wilson interval for each accuracy, and a random-label
+//! control task (selectivity = accuracy − control accuracy). The main types are
+//! [`ProbeParams`] (checked into [`ValidProbeParams`]), [`ProbePlan`] (split and folds fixed once for all layers) and
 //! [`ProbeReport`] (with [`ProbeReport::tidy`] rows joinable with PGA by layer).
 //!
 //! Key design decision: the solver is an in-house L-BFGS over a fused loss/gradient kernel
@@ -32,8 +33,10 @@ mod split;
 pub use error::{Error, Result};
 pub use params::{DEFAULT_GRID, ProbeParams, ValidProbeParams};
 pub use probe::{
-    Features, LayerProbe, METRICS, ProbePlan, ProbeReport, TidyRow, accuracy, macro_f1,
+    ControlProbe, Features, LayerProbe, METRICS, ProbePlan, ProbeReport, TidyRow, accuracy,
+    macro_f1, wilson_interval,
 };
+pub use solver::StopReason;
 pub use split::{Labels, Role, Split};
 
 #[cfg(test)]

@@ -26,6 +26,10 @@ pub struct ProbeParams {
     pub tol: f64,
     /// Run the per-fit kernels on the rayon pool (results are identical either way).
     pub parallel: bool,
+    /// Also run the random-label control task on every layer (same protocol, labels permuted
+    /// with stream 2 of `seed`), for selectivity = accuracy − control accuracy. Doubles the
+    /// fitting time.
+    pub control: bool,
 }
 
 impl Default for ProbeParams {
@@ -38,6 +42,7 @@ impl Default for ProbeParams {
             max_iter: 100,
             tol: 1e-4,
             parallel: true,
+            control: true,
         }
     }
 }

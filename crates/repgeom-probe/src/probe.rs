@@ -5,8 +5,8 @@ use std::ops::Range;
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
-use crate::solver::{Problem, column_stats};
-use crate::split::{Labels, Split, stratified_folds, train_test};
+use crate::solver::{Problem, StopReason, column_stats};
+use crate::split::{Labels, Split, rng, shuffle, stratified_folds, train_test};
 use crate::{Error, Result, ValidProbeParams};
 
 /// A borrowed row-major feature matrix: one row per labelled example.
@@ -74,8 +74,72 @@ pub struct LayerProbe {
     pub dim: usize,
     /// L-BFGS iterations of the final fit.
     pub iterations: usize,
-    /// Whether the final fit met the gradient tolerance within `max_iter`.
+    /// Whether the final fit met the gradient tolerance within `max_iter` (a fit that stops
+    /// on a failed line search or a stalled loss is not converged).
     pub converged: bool,
+    /// Why the final fit stopped.
+    pub stop: StopReason,
+    /// 95% Wilson score interval of `accuracy` over the `n_test` test examples.
+    pub accuracy_ci: (f64, f64),
+    /// 95% Wilson score interval of `majority_baseline`.
+    pub majority_ci: (f64, f64),
+    /// The random-label control task on the same features, when run (see [`ControlProbe`]).
+    pub control: Option<ControlProbe>,
+}
+
+/// The random-label control task of one layer: the same protocol (split, folds, L2 grid)
+/// with every example's label replaced by a seeded permutation of all labels (class
+/// frequencies kept, any relation to the features destroyed). Its test accuracy is what the
+/// probe reaches without information about the property; selectivity = accuracy − this.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlProbe {
+    /// Test accuracy against the permuted labels.
+    pub accuracy: f64,
+    /// 95% Wilson score interval of `accuracy`.
+    pub accuracy_ci: (f64, f64),
+    /// L2 strength chosen by cross-validation on the permuted labels.
+    pub chosen_l2: f64,
+    /// Whether its final fit met the gradient tolerance.
+    pub converged: bool,
+    /// Why its final fit stopped.
+    pub stop: StopReason,
+}
+
+impl LayerProbe {
+    /// Probe accuracy minus control accuracy (Hewitt & Liang 2019), when the control ran.
+    pub fn selectivity(&self) -> Option<f64> {
+        self.control.as_ref().map(|c| self.accuracy - c.accuracy)
+    }
+}
+
+/// Two-sided normal quantile of the 95% intervals.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// The 95% Wilson score interval of a proportion `successes / n` (Wilson 1927):
+/// $(\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2})/(1 + z^2/n)$, `z = 1.96`.
+/// `(NaN, NaN)` when `n = 0`.
+pub fn wilson_interval(successes: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let (k, n) = (successes as f64, n as f64);
+    let p = k / n;
+    let z2 = Z95 * Z95;
+    let centre = p + z2 / (2.0 * n);
+    let half = Z95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    let den = 1.0 + z2 / n;
+    // At k = 0 and k = n the bound is exactly 0 or 1; rounding would leave 1 − 1e-16.
+    let lo = if successes == 0 {
+        0.0
+    } else {
+        ((centre - half) / den).max(0.0)
+    };
+    let hi = if k == n {
+        1.0
+    } else {
+        ((centre + half) / den).min(1.0)
+    };
+    (lo, hi)
 }
 
 /// Probe results over layers.
@@ -94,18 +158,29 @@ pub struct TidyRow {
     pub model: String,
     /// Layer index.
     pub layer: usize,
-    /// `probe_accuracy`, `probe_macro_f1`, `probe_l2` or `majority_baseline`.
+    /// `probe_accuracy`, `probe_macro_f1`, `probe_l2`, `majority_baseline`, and with the
+    /// control task `probe_control_accuracy` and `probe_selectivity`.
     pub metric: String,
     /// The value.
     pub value: f64,
+    /// 95% Wilson interval of the value, for the accuracies (`probe_accuracy`,
+    /// `majority_baseline`, `probe_control_accuracy`).
+    pub ci: Option<(f64, f64)>,
+    /// Whether the fit behind the value converged (`probe_accuracy`, `probe_macro_f1`,
+    /// `probe_l2`: the final fit; `probe_control_accuracy`: the control's final fit;
+    /// `probe_selectivity`: both).
+    pub converged: Option<bool>,
 }
 
-/// The metric names of [`ProbeReport::tidy`], in output order.
-pub const METRICS: [&str; 4] = [
+/// The metric names of [`ProbeReport::tidy`], in output order (the last two only when the
+/// control task ran).
+pub const METRICS: [&str; 6] = [
     "probe_accuracy",
     "probe_macro_f1",
     "probe_l2",
     "majority_baseline",
+    "probe_control_accuracy",
+    "probe_selectivity",
 ];
 
 impl ProbeReport {
@@ -113,13 +188,29 @@ impl ProbeReport {
     pub fn tidy(&self, model: &str) -> Vec<TidyRow> {
         let mut out = Vec::with_capacity(self.layers.len() * METRICS.len());
         for l in &self.layers {
-            let values = [l.accuracy, l.macro_f1, l.chosen_l2, l.majority_baseline];
-            for (metric, value) in METRICS.iter().zip(values) {
+            let fit = Some(l.converged);
+            let mut values = vec![
+                (l.accuracy, Some(l.accuracy_ci), fit),
+                (l.macro_f1, None, fit),
+                (l.chosen_l2, None, fit),
+                (l.majority_baseline, Some(l.majority_ci), None),
+            ];
+            if let Some(c) = &l.control {
+                values.push((c.accuracy, Some(c.accuracy_ci), Some(c.converged)));
+                values.push((
+                    l.accuracy - c.accuracy,
+                    None,
+                    Some(l.converged && c.converged),
+                ));
+            }
+            for (metric, (value, ci, converged)) in METRICS.iter().zip(values) {
                 out.push(TidyRow {
                     model: model.to_owned(),
                     layer: l.layer,
                     metric: (*metric).to_owned(),
                     value,
+                    ci,
+                    converged,
                 });
             }
         }
@@ -136,6 +227,17 @@ pub struct ProbePlan {
     train_order: Vec<usize>,
     fold_ranges: Vec<Range<usize>>,
     test: Vec<usize>,
+    /// The control task's labels (a seeded permutation of all labels), when enabled.
+    control_labels: Option<Vec<usize>>,
+}
+
+/// What one protocol run (CV over the grid, final fit, test predictions) gives.
+struct Scored {
+    pred: Vec<usize>,
+    chosen_l2: f64,
+    cv_accuracy: Vec<(f64, f64)>,
+    iterations: usize,
+    stop: StopReason,
 }
 
 impl ValidProbeParams {
@@ -154,12 +256,19 @@ impl ValidProbeParams {
             fold_ranges.push(start..start + len);
             start += len;
         }
+        // Stream 2 of the seed: the split uses 0 and the folds 1.
+        let control_labels = p.control.then(|| {
+            let mut v = labels.values().to_vec();
+            shuffle(&mut v, &mut rng(p.seed, 2));
+            v
+        });
         Ok(ProbePlan {
             params: self.clone(),
             labels,
             train_order: order.into_iter().map(|(_, i)| i).collect(),
             fold_ranges,
             test,
+            control_labels,
         })
     }
 }
@@ -194,7 +303,6 @@ impl ProbePlan {
 
     /// Probe one layer's features (one row per labelled example).
     pub fn probe_layer(&self, layer: usize, features: Features<'_>) -> Result<LayerProbe> {
-        let p = self.params.params();
         let (rows, d) = (features.rows(), features.cols());
         if rows != self.labels.len() {
             return Err(Error::LabelCount {
@@ -223,9 +331,63 @@ impl ProbePlan {
         let (mu, inv_s) = column_stats(raw_train.view(), &all_train);
         drop(raw_train);
         let x_tr = gather(&features, &self.train_order, &mu, &inv_s);
-        let y_tr: Vec<usize> = self.train_order.iter().map(|&i| y[i]).collect();
         let x_te = gather(&features, &self.test, &mu, &inv_s);
         let y_te: Vec<usize> = self.test.iter().map(|&i| y[i]).collect();
+        let run = self.cv_fit_predict(layer, &x_tr, &x_te, y, k)?;
+
+        let y_tr: Vec<usize> = self.train_order.iter().map(|&i| y[i]).collect();
+        let majority = majority_class(&y_tr, k);
+        let n_test = y_te.len();
+        let majority_hits = y_te.iter().filter(|&&c| c == majority).count();
+        let n_hits = hits(&run.pred, &y_te);
+        let control = match &self.control_labels {
+            Some(yc) => {
+                let c = self.cv_fit_predict(layer, &x_tr, &x_te, yc, k)?;
+                let yc_te: Vec<usize> = self.test.iter().map(|&i| yc[i]).collect();
+                let c_hits = hits(&c.pred, &yc_te);
+                Some(ControlProbe {
+                    accuracy: c_hits as f64 / n_test as f64,
+                    accuracy_ci: wilson_interval(c_hits, n_test),
+                    chosen_l2: c.chosen_l2,
+                    converged: c.stop.converged(),
+                    stop: c.stop,
+                })
+            }
+            None => None,
+        };
+        Ok(LayerProbe {
+            layer,
+            accuracy: accuracy(&run.pred, &y_te),
+            macro_f1: macro_f1(&run.pred, &y_te, k),
+            chosen_l2: run.chosen_l2,
+            majority_baseline: majority_hits as f64 / n_test as f64,
+            cv_accuracy: run.cv_accuracy,
+            n_train: self.train_order.len(),
+            n_test: self.test.len(),
+            dim: d,
+            iterations: run.iterations,
+            converged: run.stop.converged(),
+            stop: run.stop,
+            accuracy_ci: wilson_interval(n_hits, n_test),
+            majority_ci: wilson_interval(majority_hits, n_test),
+            control,
+        })
+    }
+
+    /// Cross-validates the L2 strength, fits on all training rows and predicts the test rows,
+    /// for labels `y` (one per example; the standardised `x_tr` rows follow `train_order`).
+    fn cv_fit_predict(
+        &self,
+        layer: usize,
+        x_tr: &Array2<f32>,
+        x_te: &Array2<f32>,
+        y: &[usize],
+        k: usize,
+    ) -> Result<Scored> {
+        let p = self.params.params();
+        let d = x_tr.ncols();
+        let all_train = [0..self.train_order.len()];
+        let y_tr: Vec<usize> = self.train_order.iter().map(|&i| y[i]).collect();
 
         // Cross-validate the L2 strength (grid strongest first, warm-started along it).
         let n_grid = p.grid.len();
@@ -291,22 +453,12 @@ impl ProbePlan {
                 l2: chosen_l2,
             })?;
         let pred = prob.predict(&fit.theta, x_te.view(), 0..self.test.len());
-
-        let majority = majority_class(&y_tr, k);
-        let majority_baseline =
-            y_te.iter().filter(|&&c| c == majority).count() as f64 / y_te.len() as f64;
-        Ok(LayerProbe {
-            layer,
-            accuracy: accuracy(&pred, &y_te),
-            macro_f1: macro_f1(&pred, &y_te, k),
+        Ok(Scored {
+            pred,
             chosen_l2,
-            majority_baseline,
             cv_accuracy,
-            n_train: self.train_order.len(),
-            n_test: self.test.len(),
-            dim: d,
             iterations: fit.iterations,
-            converged: fit.converged,
+            stop: fit.stop,
         })
     }
 
@@ -333,6 +485,11 @@ pub(crate) fn majority_class(y: &[usize], k: usize) -> usize {
         counts[c] += 1;
     }
     (0..k).fold(0, |b, c| if counts[c] > counts[b] { c } else { b })
+}
+
+/// Number of predictions equal to the truth.
+fn hits(pred: &[usize], truth: &[usize]) -> usize {
+    pred.iter().zip(truth).filter(|(a, b)| a == b).count()
 }
 
 /// Fraction of predictions equal to the truth.

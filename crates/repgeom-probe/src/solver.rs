@@ -10,6 +10,7 @@ use std::ops::Range;
 
 use ndarray::{ArrayView2, s};
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 
 /// Rows per kernel block. Fixed, so the reduction order (and every bit of the result) is
 /// independent of the number of threads.
@@ -89,7 +90,29 @@ pub(crate) type Theta = Vec<f64>;
 pub(crate) struct Fit {
     pub(crate) theta: Theta,
     pub(crate) iterations: usize,
-    pub(crate) converged: bool,
+    pub(crate) stop: StopReason,
+}
+
+/// Why an L-BFGS run stopped. Only [`StopReason::GradientTolerance`] counts as converged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The largest gradient component fell to `tol` or below: converged.
+    GradientTolerance,
+    /// `max_iter` iterations ran out with the gradient above `tol`.
+    MaxIter,
+    /// Backtracking (40 halvings) found no step satisfying the Armijo condition while the
+    /// gradient was above `tol`: not converged.
+    LineSearchFailed,
+    /// The loss stopped decreasing (relative change ≤ 1e-12) with the gradient above `tol`.
+    Stalled,
+}
+
+impl StopReason {
+    /// Whether the fit met the gradient tolerance.
+    pub fn converged(self) -> bool {
+        self == StopReason::GradientTolerance
+    }
 }
 
 impl<'a> Problem<'a> {
@@ -241,10 +264,10 @@ impl<'a> Problem<'a> {
         let mut hist: std::collections::VecDeque<(Vec<f64>, Vec<f64>, f64)> =
             std::collections::VecDeque::with_capacity(MEMORY);
         let mut iterations = 0;
-        let mut converged = false;
+        let mut stop = StopReason::MaxIter;
         while iterations < max_iter {
             if inf_norm(&g) <= tol {
-                converged = true;
+                stop = StopReason::GradientTolerance;
                 break;
             }
             iterations += 1;
@@ -271,8 +294,9 @@ impl<'a> Problem<'a> {
                 step *= 0.5;
             }
             let Some((xn, fn_, gn)) = accepted else {
-                // No decrease possible at working precision: we are at the optimum.
-                converged = true;
+                // No decrease found along the search direction. The gradient is above `tol`
+                // (checked at the top of this iteration), so this is not a certified optimum.
+                stop = StopReason::LineSearchFailed;
                 break;
             };
             let sv: Vec<f64> = xn.iter().zip(&x).map(|(a, b)| a - b).collect();
@@ -289,9 +313,18 @@ impl<'a> Problem<'a> {
             f = fn_;
             g = gn;
             if stalled {
-                converged = inf_norm(&g) <= tol;
+                stop = if inf_norm(&g) <= tol {
+                    StopReason::GradientTolerance
+                } else {
+                    StopReason::Stalled
+                };
                 break;
             }
+        }
+        // The last accepted step may have brought the gradient under `tol` on the final
+        // iteration.
+        if stop == StopReason::MaxIter && inf_norm(&g) <= tol {
+            stop = StopReason::GradientTolerance;
         }
         if !f.is_finite() {
             return None;
@@ -299,7 +332,7 @@ impl<'a> Problem<'a> {
         Some(Fit {
             theta: x,
             iterations,
-            converged,
+            stop,
         })
     }
 }

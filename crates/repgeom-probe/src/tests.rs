@@ -142,7 +142,7 @@ mod solver {
         let ours = prob
             .fit(vec![0.0; prob.n_params()], l2, 1000, 1e-5)
             .unwrap();
-        assert!(ours.converged);
+        assert!(ours.stop.converged(), "{:?}", ours.stop);
         let x64 = xs.mapv(f64::from);
         let ds = Dataset::new(x64.clone(), Array1::from(y.clone()));
         let theirs = MultiLogisticRegression::default()

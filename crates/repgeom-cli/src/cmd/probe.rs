@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use repgeom_metrics::MetricValue;
-use repgeom_probe::{Features, Labels, ProbeParams, Split};
+use repgeom_probe::{Features, Labels, ProbeParams, Split, StopReason};
 
 use crate::output::{Cell, Format, emit, metric_table};
 
@@ -39,6 +39,10 @@ pub(crate) struct ProbeArgs {
     /// L-BFGS iteration cap per fit.
     #[arg(long, default_value_t = 100)]
     pub(crate) max_iter: usize,
+    /// Skip the random-label control task (no probe_control_accuracy / probe_selectivity rows;
+    /// halves the fitting time).
+    #[arg(long)]
+    pub(crate) no_control: bool,
     /// Only these layers (comma-separated); default all in the file.
     #[arg(long, value_delimiter = ',')]
     pub(crate) layers: Option<Vec<usize>>,
@@ -62,6 +66,7 @@ pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
         grid: args.grid.clone(),
         seed: args.seed,
         max_iter: args.max_iter,
+        control: !args.no_control,
         ..ProbeParams::default()
     }
     .check()?;
@@ -95,10 +100,19 @@ pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
         let r = plan
             .probe_layer(l.layer, f)
             .with_context(|| format!("{} tensor {}", args.features.display(), l.tensor))?;
-        if !r.converged {
+        let fits = std::iter::once(("probe", r.stop))
+            .chain(r.control.as_ref().map(|c| ("control probe", c.stop)));
+        for (which, stop) in fits {
+            let why = match stop {
+                StopReason::GradientTolerance => continue,
+                StopReason::MaxIter => format!("stopped at --max-iter {}", args.max_iter),
+                StopReason::LineSearchFailed => "stopped on a failed line search".to_owned(),
+                StopReason::Stalled => "stopped when the loss stalled".to_owned(),
+            };
             eprintln!(
-                "note: layer {}: L-BFGS stopped at --max-iter {} before the gradient tolerance",
-                r.layer, args.max_iter
+                "note: layer {}: {which} final fit not converged: L-BFGS {why} before the \
+                 gradient tolerance (column converged = 0)",
+                r.layer
             );
         }
         let edge = r
@@ -119,14 +133,25 @@ pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
         layers,
     };
     // Same long format as `repgeom metrics`: model, layer, metric, variant, value, null
-    // columns (empty here), then n_train / n_test, so reports join probes with PGA by layer.
+    // columns (empty here), then n_test / n_train, so reports join probes with PGA by layer;
+    // then, appended, the 95% Wilson interval (accuracies) and whether the fit converged.
     let n_of: std::collections::BTreeMap<usize, (usize, usize)> = report
         .layers
         .iter()
         .map(|l| (l.layer, (l.n_train, l.n_test)))
         .collect();
-    let rows = report
-        .tidy(&model)
+    let tidy = report.tidy(&model);
+    let appended: Vec<[Cell; 3]> = tidy
+        .iter()
+        .map(|r| {
+            let (lo, hi) = r.ci.unwrap_or((f64::NAN, f64::NAN));
+            let converged = r
+                .converged
+                .map_or(Cell::float(f64::NAN, 6), |c| Cell::Int(i64::from(c)));
+            [Cell::float(lo, 6), Cell::float(hi, 6), converged]
+        })
+        .collect();
+    let rows = tidy
         .into_iter()
         .map(|r| {
             let (n_train, n_test) = n_of[&r.layer];
@@ -136,9 +161,10 @@ pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
             (vec![Cell::Text(r.model), Cell::Int(r.layer as i64)], v)
         })
         .collect();
-    emit(
-        &metric_table(&["model", "layer"], rows),
-        args.format,
-        args.out.as_deref(),
-    )
+    let mut table = metric_table(&["model", "layer"], rows);
+    table.columns.extend(["ci_lo", "ci_hi", "converged"]);
+    for (row, extra) in table.rows.iter_mut().zip(appended) {
+        row.extend(extra);
+    }
+    emit(&table, args.format, args.out.as_deref())
 }

@@ -1,6 +1,7 @@
 //! Integration tests of `repgeom-metrics`: the conformance suite every registered metric must
-//! pass, and the registry's exact contents.
+//! pass, the registry's exact contents, and the spectral variants against NumPy.
 
 mod conformance;
+mod golden;
 mod proptests;
 mod registry;

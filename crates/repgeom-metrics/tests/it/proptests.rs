@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 use repgeom_linalg::{Mat, Par, project};
 use repgeom_metrics::pga::pga;
-use repgeom_metrics::{LayerInput, MetricValue, PairInput, all_metrics, all_pair_metrics};
+use repgeom_metrics::{Error, LayerInput, MetricValue, PairInput, all_metrics, all_pair_metrics};
 use repgeom_null::{NullBases, NullParams, haar_basis};
 
 /// Values before and after a rotation, relative to max(1, |value|): the rotated activations
@@ -136,9 +136,13 @@ proptest! {
             if !info.rotation_invariant {
                 continue;
             }
-            let before = metric.compute(&input(&m, "before")).unwrap();
-            let after = metric.compute(&input(&r, "after")).unwrap();
-            check(&before, &after, info.name)?;
+            match (metric.compute(&input(&m, "before")), metric.compute(&input(&r, "after"))) {
+                (Ok(before), Ok(after)) => check(&before, &after, info.name)?,
+                // d < 6 leaves α-ReQ's default fit (ranks 4..) fewer than 3 ranks: it must
+                // refuse on both sides alike.
+                (Err(Error::Degenerate { .. }), Err(Error::Degenerate { .. })) => {}
+                (b, a) => prop_assert!(false, "{}: before {:?}, after {:?}", info.name, b.err(), a.err()),
+            }
         }
     }
 

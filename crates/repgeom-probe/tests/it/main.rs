@@ -5,7 +5,9 @@ mod detour;
 use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
-use repgeom_probe::{Features, Labels, LayerProbe, ProbeParams, Result, Split};
+use repgeom_probe::{
+    Features, Labels, LayerProbe, ProbeParams, Result, Split, StopReason, wilson_interval,
+};
 
 /// Absolute tolerance on accuracies that should be (near) perfect.
 const NEAR_PERFECT: f64 = 0.02;
@@ -158,7 +160,7 @@ fn bad_input_gives_clear_errors() {
 }
 
 #[test]
-fn tidy_rows_have_the_four_metrics_per_layer() {
+fn tidy_rows_have_the_six_metrics_per_layer() {
     let (x, y) = blobs(200, 6, 2, 8.0, 6);
     let labels = Labels::new(y, vec!["neg".into(), "pos".into()]).unwrap();
     let plan = small()
@@ -171,7 +173,115 @@ fn tidy_rows_have_the_four_metrics_per_layer() {
     let text: String = report
         .tidy("toy")
         .iter()
-        .map(|r| format!("{} {} {} {:.3}\n", r.model, r.layer, r.metric, r.value))
+        .map(|r| {
+            let ci =
+                r.ci.map_or("-".to_owned(), |(lo, hi)| format!("[{lo:.3}, {hi:.3}]"));
+            let conv = r.converged.map_or("-".to_owned(), |c| c.to_string());
+            format!(
+                "{} {} {} {:.3} {ci} {conv}\n",
+                r.model, r.layer, r.metric, r.value
+            )
+        })
         .collect();
     insta::assert_snapshot!(text);
+}
+
+#[test]
+fn wilson_intervals_match_newcombe_1998() {
+    // Newcombe (1998), Statistics in Medicine 17:857, Table II, method 3 (Wilson score interval
+    // without continuity correction), to the 4 decimals published.
+    for (k, n, lo, hi) in [
+        (81, 263, 0.2553, 0.3662),
+        (15, 148, 0.0624, 0.1605),
+        (0, 20, 0.0, 0.1611),
+        (1, 29, 0.0061, 0.1718),
+    ] {
+        let (a, b) = wilson_interval(k, n);
+        assert!(
+            (a - lo).abs() < 5e-5 && (b - hi).abs() < 5e-5,
+            "{k}/{n}: ({a}, {b}) vs ({lo}, {hi})"
+        );
+    }
+    let (a, b) = wilson_interval(10, 10);
+    assert!(a < 1.0 && b == 1.0, "({a}, {b})");
+}
+
+#[test]
+fn accuracy_intervals_and_control_task_are_reported() {
+    let (x, y) = blobs(400, 32, 4, 12.0, 1);
+    let r = check(&x, &y, 32, small(), Split::Stratified).unwrap();
+    let hits = (r.accuracy * r.n_test as f64).round() as usize;
+    assert_eq!(r.accuracy_ci, wilson_interval(hits, r.n_test));
+    assert!(r.accuracy_ci.0 <= r.accuracy && r.accuracy <= r.accuracy_ci.1);
+    let c = r.control.clone().expect("the control task runs by default");
+    // Permuted labels carry no information: the control sits near chance (80 test examples,
+    // chance 0.25, binomial sd 0.048; allow 4 sd) and selectivity is large.
+    assert!((c.accuracy - 0.25).abs() < 0.2, "{c:?}");
+    assert!(r.selectivity().unwrap() > 0.5, "{r:?}");
+    assert!(c.accuracy_ci.0 <= c.accuracy && c.accuracy <= c.accuracy_ci.1);
+    // Seeded: the same seed repeats bit for bit, another seed permutes differently.
+    let again = check(&x, &y, 32, small(), Split::Stratified).unwrap();
+    assert_eq!(format!("{r:?}"), format!("{again:?}"));
+    let other = check(
+        &x,
+        &y,
+        32,
+        ProbeParams { seed: 1, ..small() },
+        Split::Stratified,
+    )
+    .unwrap();
+    assert_ne!(other.control, r.control);
+    // Turned off, no control and no control rows.
+    let off = check(
+        &x,
+        &y,
+        32,
+        ProbeParams {
+            control: false,
+            ..small()
+        },
+        Split::Stratified,
+    )
+    .unwrap();
+    assert!(off.control.is_none() && off.selectivity().is_none());
+    assert_eq!(off.accuracy, r.accuracy);
+}
+
+#[test]
+fn a_fit_stopped_short_is_never_reported_as_converged() {
+    // A gradient tolerance far below what f32 kernels resolve cannot be met: whichever way
+    // L-BFGS stops (a failed line search, a stalled loss or the iteration cap), the fit is
+    // reported as not converged, with the reason.
+    let (x, y) = blobs(300, 20, 3, 3.0, 8);
+    let params = ProbeParams {
+        grid: vec![1e-4],
+        tol: 1e-15,
+        max_iter: 5000,
+        control: false,
+        ..ProbeParams::default()
+    };
+    let r = check(&x, &y, 20, params, Split::Stratified).unwrap();
+    assert!(!r.converged, "{r:?}");
+    assert_ne!(r.stop, StopReason::GradientTolerance, "{r:?}");
+    assert!(
+        r.iterations < 5000,
+        "stopped by the line search or a stall: {r:?}"
+    );
+    // At a reachable tolerance the same fit converges.
+    let ok = check(
+        &x,
+        &y,
+        20,
+        ProbeParams {
+            grid: vec![1e-1],
+            control: false,
+            ..ProbeParams::default()
+        },
+        Split::Stratified,
+    )
+    .unwrap();
+    assert!(
+        ok.converged && ok.stop == StopReason::GradientTolerance,
+        "{ok:?}"
+    );
 }
