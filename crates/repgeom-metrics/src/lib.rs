@@ -17,11 +17,15 @@
 //! registry on an unsupported platform would otherwise fail silently. Every definition follows
 //! one named paper, pinned with its conventions in `docs/metrics.md`.
 //!
+//! To run Subspace PGA on an in-memory matrix in one call, use [`PgaParams`] →
+//! [`PgaParams::check`] → [`ValidPgaParams::run`] (module [`params`]).
+//!
 //! This crate does no file I/O and never prints: it sees matrices and returns numbers.
 #![deny(missing_docs)]
 
 mod cross;
 mod error;
+pub mod params;
 pub mod pga;
 mod readout;
 mod registry;
@@ -31,6 +35,7 @@ mod tests;
 
 pub use cross::{CkaLinear, DistanceSpearman};
 pub use error::{Error, Result};
+pub use params::{PgaParams, ValidPgaParams};
 pub use readout::{PcReadoutShare, Pga};
 pub use registry::{
     AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,
