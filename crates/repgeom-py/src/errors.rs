@@ -98,10 +98,9 @@ impl From<repgeom_extract::Error> for Failure {
         match &e {
             repgeom_extract::Error::Io { source, .. } => io_kind(source, msg),
             repgeom_extract::Error::MissingFile { .. } => Failure::NotFound(msg),
-            repgeom_extract::Error::Checkpoint(inner) => match inner {
-                repgeom_io::Error::Io { source, .. } => io_kind(source, msg),
-                _ => Failure::Invalid(msg),
-            },
+            repgeom_extract::Error::Checkpoint(repgeom_io::Error::Io { source, .. }) => {
+                io_kind(source, msg)
+            }
             _ => Failure::Invalid(msg),
         }
     }
