@@ -17,6 +17,9 @@
 //! registry on an unsupported platform would otherwise fail silently. Every definition follows
 //! one named paper, pinned with its conventions in `docs/metrics.md`.
 //!
+//! To run Subspace PGA on an in-memory matrix in one call, use [`PgaParams`] →
+//! [`PgaParams::check`] → [`ValidPgaParams::run`] (module [`params`]).
+//!
 //! This crate does no file I/O and never prints: it sees matrices and returns numbers.
 #![deny(missing_docs)]
 
@@ -26,6 +29,7 @@ mod beyond_tests;
 mod cross;
 mod error;
 mod knn;
+pub mod params;
 pub mod pga;
 mod pga_spectrum;
 mod readout;
@@ -39,6 +43,7 @@ pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
 pub use cross::{CkaLinear, DistanceSpearman};
 pub use error::{Error, Result};
 pub use knn::{Cknna, MutualKnn};
+pub use params::{PgaParams, ValidPgaParams};
 pub use pga_spectrum::PgaSpectrum;
 pub use readout::{PcReadoutShare, Pga};
 pub use registry::{

@@ -1,0 +1,305 @@
+//! Subspace PGA as a library call: [`PgaParams`] → [`PgaParams::check`] → [`ValidPgaParams`] →
+//! [`ValidPgaParams::run`] on an in-memory matrix, with the readout given as `W_U` or as a
+//! basis and the null drawn from `(n_null, seed)` unless supplied. Progress callback, label,
+//! supplied null bases and several CCR levels are optional extras ([`PgaExtras`]).
+//!
+//! This is the path the `repgeom` command line and the Python package take through the engine
+//! in [`crate::pga`]; it adds no computation of its own, so a call here and `repgeom pga` on the
+//! same inputs and seeds give identical numbers.
+
+use repgeom_linalg::{Mat, MatRef, Par, first_non_finite};
+use repgeom_null::{NullBases, NullParams};
+use serde::{Deserialize, Serialize};
+
+use crate::pga::{EngineOptions, PgaResult, pga_ccr_sweep_with};
+use crate::{Error, Result};
+
+/// Unchecked parameters of a Subspace PGA call. `Default` is the command line's defaults:
+/// `k = 100`, CCR-1, 100 null draws from seed 0, exact (all pairs) and no memory budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PgaParams {
+    /// Readout subspace dimension `k` (top-`k` right singular vectors of `W_U`). Ignored when
+    /// the readout is given as a basis, whose column count is `k`.
+    pub k: usize,
+    /// Principal directions removed before measuring (CCR-`c`).
+    pub ccr: usize,
+    /// Number of random subspaces in the null (at least 2).
+    pub n_null: usize,
+    /// Seed of the null draws and of the pair sample.
+    pub seed: u64,
+    /// Memory budget and pair sampling of the engine.
+    pub engine: EngineOptions,
+}
+
+impl Default for PgaParams {
+    fn default() -> Self {
+        Self {
+            k: 100,
+            ccr: 1,
+            n_null: 100,
+            seed: 0,
+            engine: EngineOptions::default(),
+        }
+    }
+}
+
+/// [`PgaParams`] that passed [`PgaParams::check`], plus the parallelism to run with.
+#[derive(Debug, Clone)]
+pub struct ValidPgaParams {
+    params: PgaParams,
+    par: Par,
+}
+
+/// The readout side of a PGA call.
+#[derive(Debug, Clone, Copy)]
+pub enum Readout<'a> {
+    /// The unembedding matrix `W_U` (`V × d`); the basis is its top-`k` right singular vectors.
+    Unembedding(MatRef<'a, f32>),
+    /// A `d × k` basis with orthonormal columns, used as given (`k` is its column count).
+    Basis(MatRef<'a, f64>),
+}
+
+/// Activations (`N × d`) in `f32` (used in place) or `f64` (converted to `f32`, the engine's
+/// precision for distances).
+#[derive(Debug, Clone, Copy)]
+pub enum Acts<'a> {
+    /// `f32` values, any strides.
+    F32(MatRef<'a, f32>),
+    /// `f64` values, converted once.
+    F64(MatRef<'a, f64>),
+}
+
+impl<'a> From<MatRef<'a, f32>> for Acts<'a> {
+    fn from(m: MatRef<'a, f32>) -> Self {
+        Acts::F32(m)
+    }
+}
+
+impl<'a> From<MatRef<'a, f64>> for Acts<'a> {
+    fn from(m: MatRef<'a, f64>) -> Self {
+        Acts::F64(m)
+    }
+}
+
+/// Optional extras of [`ValidPgaParams::run_with`]; `Default` is none of them.
+#[derive(Default, Clone, Copy)]
+pub struct PgaExtras<'a> {
+    /// Null bases to use instead of drawing `n_null` from `seed` (`d × k` each).
+    pub null: Option<&'a NullBases>,
+    /// Name of the layer in error messages (default `"activations [N, d]"`).
+    pub label: Option<&'a str>,
+    /// Called once per finished null draw (from worker threads).
+    pub on_draw: Option<&'a (dyn Fn() + Sync)>,
+    /// Several CCR levels sharing one eigendecomposition, one result each, instead of `ccr`.
+    pub ccr_levels: Option<&'a [usize]>,
+}
+
+impl std::fmt::Debug for PgaExtras<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgaExtras")
+            .field("null", &self.null.map(NullBases::len))
+            .field("label", &self.label)
+            .field("on_draw", &self.on_draw.is_some())
+            .field("ccr_levels", &self.ccr_levels)
+            .finish()
+    }
+}
+
+impl PgaParams {
+    /// Validates the parameters (the engine re-checks what depends on the data: `k < d`,
+    /// `ccr < min(N, d)`, finite values).
+    ///
+    /// ```
+    /// use repgeom_metrics::params::PgaParams;
+    /// assert!(PgaParams { n_null: 1, ..PgaParams::default() }.check().is_err());
+    /// assert!(PgaParams::default().check().is_ok());
+    /// ```
+    pub fn check(self) -> Result<ValidPgaParams> {
+        if self.k == 0 {
+            return Err(Error::InvalidOption {
+                name: "k".into(),
+                value: "0".into(),
+                reason: "the readout subspace needs at least one dimension".into(),
+            });
+        }
+        NullParams {
+            n_null: self.n_null,
+            seed: self.seed,
+        }
+        .check()?;
+        if let Some(m) = self.engine.max_pairs
+            && m < 3
+        {
+            return Err(Error::InvalidOption {
+                name: "max_pairs".into(),
+                value: m.to_string(),
+                reason: "at least 3 pairs are needed for a correlation".into(),
+            });
+        }
+        Ok(ValidPgaParams {
+            params: self,
+            par: Par::rayon(0),
+        })
+    }
+}
+
+impl ValidPgaParams {
+    /// The checked parameters.
+    pub fn params(&self) -> &PgaParams {
+        &self.params
+    }
+
+    /// Runs GEMMs and decompositions with `par` (default: the current rayon pool). Results do
+    /// not depend on it.
+    pub fn with_par(mut self, par: Par) -> Self {
+        self.par = par;
+        self
+    }
+
+    /// Subspace PGA of one layer (`N × d`) at CCR-`ccr` against `n_null` random subspaces drawn
+    /// from `seed`.
+    ///
+    /// ```
+    /// use repgeom_linalg::Mat;
+    /// use repgeom_metrics::params::{PgaParams, Readout};
+    ///
+    /// // 40 points in 8 dimensions whose distances live in the first two coordinates.
+    /// let acts = Mat::<f32>::from_fn(40, 8, |i, j| match j {
+    ///     0 => (i as f32 * 0.37).sin(),
+    ///     1 => (i as f32 * 0.11).cos(),
+    ///     _ => 0.01 * ((i * 7 + j * 3) % 5) as f32,
+    /// });
+    /// // The readout basis: the first two coordinate axes.
+    /// let basis = Mat::<f64>::from_fn(8, 2, |i, j| if i == j { 1.0 } else { 0.0 });
+    /// let params = PgaParams { k: 2, ccr: 0, n_null: 20, ..PgaParams::default() }.check()?;
+    /// let r = params.run(acts.as_ref(), Readout::Basis(basis.as_ref()))?;
+    /// assert_eq!((r.n_points, r.d, r.k, r.null_rhos.len()), (40, 8, 2, 20));
+    /// assert!(r.rho_readout > r.null_mean);
+    /// # Ok::<(), repgeom_metrics::Error>(())
+    /// ```
+    pub fn run<'a>(&self, acts: impl Into<Acts<'a>>, readout: Readout<'_>) -> Result<PgaResult> {
+        let mut all = self.run_with(acts, readout, &PgaExtras::default())?;
+        Ok(all.remove(0))
+    }
+
+    /// [`ValidPgaParams::run`] with the optional extras: one result per CCR level (`ccr`
+    /// alone unless `extras.ccr_levels` is given).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use repgeom_linalg::Mat;
+    /// use repgeom_metrics::params::{PgaExtras, PgaParams, Readout};
+    ///
+    /// let acts = Mat::<f64>::from_fn(30, 6, |i, j| ((i * 31 + j * 17) % 11) as f64 - 5.0);
+    /// let w_u = Mat::<f32>::from_fn(50, 6, |i, j| ((i * 13 + j * 7) % 9) as f32 - 4.0);
+    /// let params = PgaParams { k: 2, n_null: 10, ..PgaParams::default() }.check()?;
+    /// let draws = AtomicUsize::new(0);
+    /// let extras = PgaExtras {
+    ///     label: Some("toy layer"),
+    ///     on_draw: Some(&|| {
+    ///         draws.fetch_add(1, Ordering::Relaxed);
+    ///     }),
+    ///     ccr_levels: Some(&[0, 1]),
+    ///     ..PgaExtras::default()
+    /// };
+    /// let rs = params.run_with(acts.as_ref(), Readout::Unembedding(w_u.as_ref()), &extras)?;
+    /// assert_eq!(rs.iter().map(|r| r.ccr).collect::<Vec<_>>(), [0, 1]);
+    /// assert_eq!(draws.load(Ordering::Relaxed), 20);
+    /// # Ok::<(), repgeom_metrics::Error>(())
+    /// ```
+    pub fn run_with<'a>(
+        &self,
+        acts: impl Into<Acts<'a>>,
+        readout: Readout<'_>,
+        extras: &PgaExtras<'_>,
+    ) -> Result<Vec<PgaResult>> {
+        let converted;
+        let acts = match acts.into() {
+            Acts::F32(m) => m,
+            Acts::F64(m) => {
+                converted = repgeom_linalg::to_f32(m);
+                converted.as_ref()
+            }
+        };
+        let (n, d) = (acts.nrows(), acts.ncols());
+        let default_label;
+        let what = match extras.label {
+            Some(l) => l,
+            None => {
+                default_label = format!("activations [{n}, {d}]");
+                &default_label
+            }
+        };
+        let computed;
+        let basis = match readout {
+            Readout::Basis(b) => b,
+            Readout::Unembedding(w) => {
+                computed = self.readout_basis(w, d, what)?;
+                computed.as_ref()
+            }
+        };
+        let drawn;
+        let null = match extras.null {
+            Some(null) => null,
+            None => {
+                drawn = self.null_bases(d, basis.ncols())?;
+                &drawn
+            }
+        };
+        let levels = [self.params.ccr];
+        let ccrs = extras.ccr_levels.unwrap_or(&levels);
+        let engine = EngineOptions {
+            pair_seed: self.params.seed,
+            ..self.params.engine.clone()
+        };
+        pga_ccr_sweep_with(
+            acts,
+            basis,
+            null,
+            ccrs,
+            what,
+            self.par,
+            extras.on_draw.unwrap_or(&|| {}),
+            &engine,
+        )
+    }
+
+    /// The readout basis of `W_U` (`V × d`): its top-`k` right singular vectors, in `f64`, after
+    /// checking that it matches the hidden size `d` of the activations named `what`.
+    pub fn readout_basis(&self, w_u: MatRef<'_, f32>, d: usize, what: &str) -> Result<Mat<f64>> {
+        let k = self.params.k;
+        if w_u.ncols() != d {
+            return Err(Error::ShapeMismatch {
+                what: format!("{what} against the readout"),
+                left: format!("activations d = {d}"),
+                right: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
+            });
+        }
+        if k >= d {
+            return Err(Error::InvalidOption {
+                name: "k".into(),
+                value: k.to_string(),
+                reason: format!("the readout subspace dimension must satisfy 0 < k < d = {d}"),
+            });
+        }
+        if let Some((row, col)) = first_non_finite(w_u) {
+            return Err(Error::NonFinite {
+                what: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
+                row,
+                col,
+            });
+        }
+        Ok(repgeom_linalg::readout_subspace(w_u, k, self.par)?)
+    }
+
+    /// The `n_null` null bases (`d × k`) drawn from `seed`, for reuse across layers.
+    pub fn null_bases(&self, d: usize, k: usize) -> Result<NullBases> {
+        let params = NullParams {
+            n_null: self.params.n_null,
+            seed: self.params.seed,
+        }
+        .check()?;
+        Ok(NullBases::draw(d, k, &params)?)
+    }
+}

@@ -1,0 +1,453 @@
+"""repgeom: how a language model's representation geometry is organised for prediction.
+
+The Rust engine of the ``repgeom`` command line, for NumPy arrays and PyTorch tensors:
+
+- :func:`pga` — Subspace PGA (z-score of the readout subspace of ``W_U`` against random
+  subspaces) per layer, equal to ``repgeom pga`` bit for bit;
+- :func:`metric`, :func:`metrics`, :func:`list_metrics` — the metric registry
+  (``repgeom metrics``);
+- :func:`compare` — cross-model pair metrics (``repgeom compare``);
+- :func:`probe` — linear-probe accuracy per layer (``repgeom probe``);
+- :func:`extract`, :func:`read_activations`, :func:`null_bases` — inputs.
+
+Arrays are read without copying when they hold float32 (any strides, NumPy or DLPack); float16,
+bfloat16 and float64 are converted once. Tensors must be on the CPU. The GIL is released while
+computing, and Ctrl-C interrupts a long call. Errors derive from :class:`repgeom.Error`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from . import _native
+from ._errors import Error, FileNotFoundError, InternalError, InvalidInputError, IOError
+
+__version__ = _native.__version__
+
+__all__ = [
+    "Error",
+    "FileNotFoundError",
+    "IOError",
+    "InternalError",
+    "InvalidInputError",
+    "PgaResult",
+    "PgaResults",
+    "Rows",
+    "compare",
+    "extract",
+    "list_metrics",
+    "metric",
+    "metrics",
+    "null_bases",
+    "pga",
+    "probe",
+    "read_activations",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class PgaResult:
+    """Subspace PGA of one layer at one CCR level.
+
+    Every field of a ``repgeom pga`` output row is an attribute (``layer``, ``n_points``, ``d``,
+    ``k``, ``ccr``, ``rho_readout``, ``null_mean``, ``null_std``, ``z``, ``p_value``,
+    ``n_pairs``, ``rho_se``), plus ``null_rhos`` (every null correlation, in draw order). The
+    fields come from the Rust result type, so fields added there appear here too.
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_fields", dict(fields))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._fields[name]
+        except KeyError:
+            raise AttributeError(f"PgaResult has no field {name!r}; fields: {', '.join(self._fields)}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("PgaResult is read-only")
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(self._fields) | {"to_dict", "fields"})
+
+    @property
+    def fields(self) -> list[str]:
+        """The field names, in the Rust result's order (``layer`` first)."""
+        return list(self._fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as a plain dict (``null_rhos`` as a list)."""
+        return dict(self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PgaResult) and self._fields == other._fields
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        f = self._fields
+        return (
+            f"PgaResult(layer={f.get('layer')}, ccr={f.get('ccr')}, k={f.get('k')}, "
+            f"rho_readout={f.get('rho_readout'):.6f}, z={f.get('z'):.3f}, p_value={f.get('p_value'):.4f})"
+        )
+
+
+class Rows(Sequence[dict]):
+    """A list of result rows (dicts) with DataFrame exports."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self._rows = rows
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._rows[i]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self._rows)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} rows)"
+
+    def to_dicts(self) -> list[dict]:
+        """The rows as a list of dicts."""
+        return [dict(r) for r in self._rows]
+
+    def to_dict(self) -> dict[str, list]:
+        """Column-wise: ``{column: [value per row]}`` (columns in first-seen order)."""
+        columns: dict[str, None] = {}
+        for r in self._rows:
+            columns.update(dict.fromkeys(r))
+        return {c: [r.get(c) for r in self._rows] for c in columns}
+
+    def to_pandas(self):
+        """A pandas DataFrame, one row per result (needs ``pandas``)."""
+        try:
+            import pandas as pd
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("to_pandas() needs pandas: pip install pandas") from e
+        return pd.DataFrame(self.to_dict())
+
+    def to_polars(self):
+        """A polars DataFrame, one row per result (needs ``polars``)."""
+        try:
+            import polars as pl
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("to_polars() needs polars: pip install polars") from e
+        return pl.DataFrame(self.to_dict())
+
+
+class PgaResults(Rows):
+    """Subspace PGA per layer (and CCR level): a sequence of :class:`PgaResult`."""
+
+    def __init__(self, results: list[PgaResult]) -> None:
+        super().__init__([r.to_dict() for r in results])
+        self._results = results
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._results[i]
+
+    def __iter__(self) -> Iterator[PgaResult]:  # type: ignore[override]
+        return iter(self._results)
+
+    def layer(self, layer: int, ccr: Optional[int] = None) -> PgaResult:
+        """The result of one layer (and CCR level, when several were run)."""
+        for r in self._results:
+            if r.layer == layer and (ccr is None or r.ccr == ccr):
+                return r
+        raise KeyError(f"no result for layer {layer}" + ("" if ccr is None else f", ccr {ccr}"))
+
+    def __repr__(self) -> str:
+        body = ",\n  ".join(repr(r) for r in self._results)
+        return f"PgaResults([\n  {body}\n])"
+
+
+def _is_path(x: Any) -> bool:
+    return isinstance(x, (str, os.PathLike))
+
+
+def _ndim(x: Any) -> int:
+    nd = getattr(x, "ndim", None)
+    if nd is None:
+        shape = getattr(x, "shape", None)
+        if shape is None:
+            x = np.asarray(x)
+            return x.ndim
+        return len(shape)
+    return int(nd)
+
+
+def _layers(acts: Any, name: str = "acts") -> list[tuple[int, Any]]:
+    """``[(layer index, [N, d] array)]`` from ``[N, d]``, ``[L, N, d]``, a mapping or a path."""
+    if _is_path(acts):
+        return list(read_activations(acts).items())
+    if isinstance(acts, Mapping):
+        return [(int(k), v) for k, v in acts.items()]
+    if not hasattr(acts, "__dlpack__") and not isinstance(acts, np.ndarray):
+        acts = np.asarray(acts)
+    nd = _ndim(acts)
+    if nd == 2:
+        return [(0, acts)]
+    if nd == 3:
+        return [(i, acts[i]) for i in range(acts.shape[0])]
+    raise InvalidInputError(f"{name}: expected [N, d] or [L, N, d], got shape {tuple(acts.shape)}")
+
+
+def _readout(readout: Any) -> Any:
+    return os.fspath(readout) if isinstance(readout, os.PathLike) else readout
+
+
+def _rows(json_rows: list[str]) -> list[dict]:
+    out = []
+    for text in json_rows:
+        row = json.loads(text)
+        extra = row.pop("extra", None)
+        if isinstance(extra, dict):
+            row.update(extra)
+        out.append(row)
+    return out
+
+
+def pga(
+    acts: Any,
+    readout: Any,
+    *,
+    k: int = 100,
+    n_null: int = 100,
+    ccr: Union[int, Sequence[int]] = 1,
+    seed: int = 0,
+    readout_is_basis: bool = False,
+    null_bases: Any = None,
+    max_pairs: Optional[int] = None,
+    max_memory: Optional[int] = None,
+    progress: Optional[bool] = None,
+    vocab_rows: Optional[int] = None,
+    readout_tensor: Optional[str] = None,
+) -> Union[PgaResult, PgaResults]:
+    """Subspace PGA: is each layer's distance structure preserved better by the readout
+    subspace than by random subspaces? (``repgeom pga``)
+
+    Args:
+        acts: ``[N, d]`` or ``[L, N, d]`` activations (NumPy array, PyTorch CPU tensor or anything
+            with ``__dlpack__``; float16/bfloat16/float32/float64), a ``{layer: [N, d]}`` mapping,
+            or a path to an activation file (``.npy``, ``.npz``, ``.safetensors``).
+        readout: ``W_U`` as a ``[V, d]`` array, a ``d × k`` orthonormal basis (with
+            ``readout_is_basis=True``), or a path to a ``.npy``/``.safetensors`` matrix or a local
+            HuggingFace checkpoint directory.
+        k: readout subspace dimension (top-``k`` right singular vectors of ``W_U``).
+        n_null: number of random subspaces in the null.
+        ccr: principal directions removed first (CCR-c); a list runs a sweep sharing one
+            eigendecomposition.
+        seed: seed of the null draws (and of the pair sample).
+        readout_is_basis: ``readout`` is already the ``d × k`` basis.
+        null_bases: ``[n_null, d, k]`` bases (array or ``.npy`` path) instead of drawing them.
+        max_pairs: estimate every Spearman correlation on this many sampled pairs.
+        max_memory: memory budget of the exact engine in bytes.
+        progress: ``False`` hides the progress bar (shown on terminals only by default).
+        vocab_rows: keep only the first rows of ``W_U`` (padding rows past the vocabulary).
+        readout_tensor: name of the readout tensor in a checkpoint, overriding the default.
+
+    Returns:
+        A :class:`PgaResult` for a single ``[N, d]`` layer and one CCR level, else
+        :class:`PgaResults` (one result per layer and CCR level, with ``to_pandas()``).
+    """
+    layers = _layers(acts)
+    ccrs = [int(ccr)] if isinstance(ccr, (int, np.integer)) else [int(c) for c in ccr]
+    nb = _readout(null_bases)
+    rows = _native.pga(
+        layers,
+        _readout(readout),
+        k=int(k),
+        n_null=int(n_null),
+        ccr=ccrs,
+        seed=int(seed),
+        readout_is_basis=bool(readout_is_basis),
+        null_bases=nb,
+        max_pairs=max_pairs,
+        max_memory=max_memory,
+        progress=progress,
+        vocab_rows=vocab_rows,
+        readout_tensor=readout_tensor,
+    )
+    results = [PgaResult(json.loads(r)) for r in rows]
+    single = not _is_path(acts) and not isinstance(acts, Mapping) and _ndim(acts) == 2 and len(ccrs) == 1
+    return results[0] if single else PgaResults(results)
+
+
+def _configs(names: Any) -> list[str]:
+    out = []
+    for item in names:
+        if isinstance(item, str):
+            out.append(json.dumps({"metric": item}))
+        elif isinstance(item, Mapping):
+            out.append(json.dumps(dict(item)))
+        else:
+            name, options = item
+            out.append(json.dumps({"metric": name, **dict(options)}))
+    return out
+
+
+def list_metrics() -> list[dict]:
+    """The metric registry: every registered per-layer (``kind="layer"``) and pair metric
+    (``kind="pair"``) with its summary, source, options (name, default, help), required inputs
+    and claimed invariances — including metrics registered by other Rust crates linked in.
+    (``repgeom metrics --list``)"""
+    return [json.loads(r) for r in _native.list_metrics()]
+
+
+def metrics(
+    acts: Any,
+    readout: Any = None,
+    names: Optional[Sequence[Any]] = None,
+    *,
+    k: int = 100,
+    n_null: int = 100,
+    seed: int = 0,
+    readout_is_basis: bool = False,
+    progress: Optional[bool] = None,
+) -> Rows:
+    """Registered per-layer metrics as tidy rows (``repgeom metrics``).
+
+    ``names`` items are a metric name, ``(name, {options})`` or ``{"metric": name, ...options}``;
+    ``None`` runs every registered metric (those needing the readout only when one is given).
+    Each row has ``layer``, ``metric``, ``variant``, ``value``, ``null_mean``, ``null_std``,
+    ``p_value`` and the metric's extra columns.
+    """
+    if names is None:
+        names = [
+            m["name"]
+            for m in list_metrics()
+            if m["kind"] == "layer" and (readout is not None or not m["needs_readout"])
+        ]
+    return Rows(
+        _rows(
+            _native.metrics(
+                _layers(acts),
+                _configs(names),
+                _readout(readout),
+                k=int(k),
+                n_null=int(n_null),
+                seed=int(seed),
+                readout_is_basis=bool(readout_is_basis),
+                progress=progress,
+            )
+        )
+    )
+
+
+def metric(name: str, acts: Any, readout: Any = None, *, k: int = 100, n_null: int = 100, seed: int = 0,
+           readout_is_basis: bool = False, progress: Optional[bool] = None, **options: Any) -> Rows:
+    """One registered metric with its options as keyword arguments, e.g.
+    ``repgeom.metric("rankme", acts)`` or ``repgeom.metric("pga", acts, W_U, ccr=[1, 5])``."""
+    return metrics(acts, readout, [(name, options)], k=k, n_null=n_null, seed=seed,
+                   readout_is_basis=readout_is_basis, progress=progress)
+
+
+def compare(
+    a: Any,
+    b: Any,
+    readout_a: Any = None,
+    readout_b: Any = None,
+    metrics: Optional[Sequence[Any]] = None,
+    *,
+    k: int = 100,
+    n_null: int = 100,
+    seed: int = 0,
+    diagonal: bool = False,
+    progress: Optional[bool] = None,
+) -> Rows:
+    """Pair metrics (distance agreement, linear CKA, …) between the layers of two
+    representations of the same inputs (``repgeom compare``): every layer pair, or with
+    ``diagonal=True`` each layer of ``a`` with the layer of ``b`` at the nearest relative depth.
+    Rows carry ``layer`` (of ``a``), ``other_layer`` (of ``b``) and the metric columns."""
+    return Rows(
+        _rows(
+            _native.compare(
+                _layers(a, "a"),
+                _layers(b, "b"),
+                None if metrics is None else _configs(metrics),
+                _readout(readout_a),
+                _readout(readout_b),
+                k=int(k),
+                n_null=int(n_null),
+                seed=int(seed),
+                diagonal=bool(diagonal),
+                progress=progress,
+            )
+        )
+    )
+
+
+def probe(features: Any, labels: Any, *, class_names: Optional[Sequence[str]] = None, **options: Any) -> Rows:
+    """Multinomial logistic probes per layer (``repgeom probe``), stratified split.
+
+    ``labels`` are class indices or class names (one per point). Options are the probe's
+    parameters: ``train_frac`` (0.8), ``folds`` (3), ``grid`` (L2 strengths), ``seed`` (0),
+    ``max_iter`` (100), ``tol``, ``parallel``. One row per layer: ``accuracy``,
+    ``majority_baseline``, ``chosen_l2``, ``n_train``, ``n_test`` and the rest of the report.
+    """
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "iu":
+        values = [int(v) for v in labels]
+        if class_names is None:
+            class_names = [str(i) for i in range(max(values) + 1 if values else 0)]
+    else:
+        names_sorted = sorted({str(v) for v in labels}) if class_names is None else list(class_names)
+        index = {n: i for i, n in enumerate(names_sorted)}
+        try:
+            values = [index[str(v)] for v in labels]
+        except KeyError as e:
+            raise InvalidInputError(f"label {e.args[0]!r} is not in class_names") from None
+        class_names = names_sorted
+    return Rows(_rows(_native.probe(_layers(features, "features"), values, list(class_names), json.dumps(options))))
+
+
+def read_activations(path: PathLike, layers: Optional[Sequence[int]] = None) -> dict[int, np.ndarray]:
+    """Reads an activation file (``.npy`` ``[L, N, d]`` or ``[N, d]``, ``.npz``,
+    ``.safetensors``) as ``{layer: float32 [N, d] array}``, with the layer numbers the command
+    line uses."""
+    out = _native.read_activations(os.fspath(path), None if layers is None else [int(x) for x in layers])
+    return {layer: arr for layer, _tensor, arr in out}
+
+
+def null_bases(d: int, k: int, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` Haar-random ``d × k`` orthonormal bases from ``seed`` as an ``[n, d, k]`` float64
+    array: the bases ``pga`` draws for the same ``(d, k, n_null, seed)``."""
+    return _native.null_bases(int(d), int(k), int(n), int(seed))
+
+
+def extract(
+    model: PathLike,
+    texts: Union[str, Sequence[str]],
+    *,
+    revision: Optional[str] = None,
+    n_points: Optional[int] = 2048,
+    seq_len: int = 256,
+    seed: int = 0,
+    pool: str = "tokens",
+    progress: Optional[bool] = None,
+) -> dict[str, np.ndarray]:
+    """Hidden states of every layer of a local HuggingFace checkpoint directory (GPT-NeoX/Pythia,
+    Llama, OLMo) on ``texts`` (``repgeom extract``): ``{"hidden_states.{i}": float32 [N, d]}`` and
+    ``"positions"`` (``[N, 2]``: sequence, token). ``pool="mean"`` gives one mean per line."""
+    if revision is not None:
+        raise InvalidInputError(
+            "revision: repgeom.extract reads a local checkpoint directory; download the revision first"
+        )
+    text = texts if isinstance(texts, str) else "\n".join(texts)
+    arrays, positions, _metadata = _native.extract(
+        os.fspath(model), text, n_points=n_points, seq_len=int(seq_len), seed=int(seed), pool=pool,
+        progress=progress,
+    )
+    out = {f"hidden_states.{i}": a for i, a in enumerate(arrays)}
+    out["positions"] = np.asarray(positions, dtype=np.int64).reshape(-1, 2)
+    return out

@@ -1,0 +1,961 @@
+//! `repgeom-py` is the native half of the `repgeom` Python package (`repgeom._native`): the
+//! Rust engine behind `repgeom.pga`, `repgeom.metrics`, `repgeom.compare`, `repgeom.probe`,
+//! `repgeom.extract` and friends, built into one abi3 wheel by maturin.
+//!
+//! Its main entry point is [`pga`], which takes NumPy arrays or DLPack tensors, views `f32`
+//! memory in place (any strides) and runs the same library path as `repgeom pga`
+//! ([`repgeom_metrics::params::ValidPgaParams::run_with`]), so the numbers equal the command
+//! line's bit for bit. Key design decisions: results cross the boundary as the JSON of the Rust
+//! result types (serde), so a field added to `PgaResult` or `MetricValue` appears in Python
+//! without a change here; every computation runs on a worker thread with the GIL released
+//! while the calling thread polls for Ctrl-C every 100 ms and cancels at the next null draw;
+//! panics are caught and raised as `repgeom.InternalError`.
+//!
+//! It is not a Python API of its own: argument handling, result classes and DataFrames live in
+//! the pure-Python package (`python/repgeom`), and no numerical code lives here.
+
+mod errors;
+mod input;
+#[cfg(feature = "test-plugin")]
+mod test_plugin;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::prelude::*;
+use repgeom_linalg::{Mat, MatRef, Par};
+use repgeom_metrics::params::{PgaExtras, PgaParams, Readout};
+use repgeom_metrics::pga::EngineOptions;
+use repgeom_metrics::{LayerInput, Metric, PairInput, PairMetric};
+use repgeom_null::NullBases;
+
+use errors::Failure;
+use input::{Keep, Raw, read_array};
+
+/// Raised by `on_draw` to unwind the engine after Ctrl-C.
+struct Cancelled;
+
+/// Runs `f` on a worker thread with the GIL released. The calling thread checks for signals
+/// every 100 ms; on Ctrl-C it sets the flag `f` polls (through its progress callbacks) and
+/// returns the `KeyboardInterrupt` once `f` has unwound. A panic becomes `InternalError`.
+fn run_blocking<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce(&AtomicBool) -> Result<T, Failure> + Send,
+) -> PyResult<T> {
+    let cancel = AtomicBool::new(false);
+    let outcome = py.detach(|| {
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let cancel = &cancel;
+            s.spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(cancel)));
+                let _ = tx.send(r);
+            });
+            let mut interrupt: Option<PyErr> = None;
+            loop {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(r) => break (r, interrupt),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        if interrupt.is_none()
+                            && let Err(e) = Python::attach(|py| py.check_signals())
+                        {
+                            cancel.store(true, Ordering::SeqCst);
+                            interrupt = Some(e);
+                        }
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        break (
+                            Ok(Err(Failure::Panic("worker thread vanished".into()))),
+                            interrupt,
+                        );
+                    }
+                }
+            }
+        })
+    });
+    let result = match outcome {
+        (Ok(r), None) => r,
+        (Ok(Ok(_)), Some(e)) | (Ok(Err(_)), Some(e)) => Err(Failure::Interrupted(e)),
+        (Err(payload), interrupt) => {
+            if payload.downcast_ref::<Cancelled>().is_some() {
+                match interrupt {
+                    Some(e) => Err(Failure::Interrupted(e)),
+                    None => Err(Failure::Panic("cancelled without an interrupt".into())),
+                }
+            } else {
+                let msg = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "a Rust panic".to_owned());
+                Err(Failure::Panic(msg))
+            }
+        }
+    };
+    result.map_err(|e| e.into_py(py))
+}
+
+/// Unwinds out of the engine when Ctrl-C was pressed (called from progress callbacks).
+fn check_cancel(cancel: &AtomicBool) {
+    if cancel.load(Ordering::Relaxed) {
+        std::panic::resume_unwind(Box::new(Cancelled));
+    }
+}
+
+/// A progress bar on stderr: drawn in terminals, hidden elsewhere (notebooks, logs, pipes) or
+/// when `progress` is false.
+fn progress_bar(total: u64, what: &str, progress: Option<bool>) -> indicatif::ProgressBar {
+    if progress == Some(false) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(what.to_string());
+    bar
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
+    serde_json::to_string(value).map_err(|e| Failure::Panic(format!("serialising a result: {e}")))
+}
+
+/// One layer handed in from Python: its index and its 2-D array.
+struct LayerArg<'py> {
+    index: usize,
+    raw: Raw<'py>,
+    what: String,
+}
+
+fn read_layers<'py>(
+    layers: Vec<(usize, Bound<'py, PyAny>)>,
+    name: &str,
+    keep: &mut Keep<'py>,
+) -> Result<Vec<LayerArg<'py>>, Failure> {
+    if layers.is_empty() {
+        return Err(Failure::Invalid(format!("{name}: no layers to analyse")));
+    }
+    let mut out = Vec::with_capacity(layers.len());
+    for (index, obj) in layers {
+        let arr = read_array(&obj, &format!("{name}[{index}]"), keep)?;
+        if arr.shape.len() != 2 {
+            return Err(Failure::Invalid(format!(
+                "{name}[{index}]: expected a 2-D [N, d] layer, got shape {:?}",
+                arr.shape
+            )));
+        }
+        let raw = arr.slice(0);
+        let what = format!("{name}[{index}] [{}, {}]", raw.rows, raw.cols);
+        out.push(LayerArg { index, raw, what });
+    }
+    let d = out[0].raw.cols;
+    if let Some(bad) = out.iter().find(|l| l.raw.cols != d) {
+        return Err(Failure::Invalid(format!(
+            "{name}: layers disagree in hidden size: {} has d = {}, {} has d = {d}",
+            bad.what, bad.raw.cols, out[0].what
+        )));
+    }
+    Ok(out)
+}
+
+/// Where the readout comes from: a file or checkpoint directory, or an array.
+enum ReadoutArg<'py> {
+    Path(PathBuf),
+    Array(Raw<'py>),
+}
+
+fn read_readout_arg<'py>(
+    readout: Option<Bound<'py, PyAny>>,
+    keep: &mut Keep<'py>,
+) -> Result<Option<ReadoutArg<'py>>, Failure> {
+    let Some(obj) = readout else {
+        return Ok(None);
+    };
+    if let Ok(path) = obj.extract::<PathBuf>() {
+        return Ok(Some(ReadoutArg::Path(path)));
+    }
+    let arr = read_array(&obj, "readout", keep)?;
+    if arr.shape.len() != 2 {
+        return Err(Failure::Invalid(format!(
+            "readout: expected W_U [V, d] or a basis [d, k], got shape {:?}",
+            arr.shape
+        )));
+    }
+    Ok(Some(ReadoutArg::Array(arr.slice(0))))
+}
+
+/// Options of the readout, mirroring `repgeom pga`'s flags.
+struct ReadoutSpec<'py> {
+    arg: ReadoutArg<'py>,
+    is_basis: bool,
+    k: usize,
+    vocab_rows: Option<usize>,
+    tensor: Option<String>,
+}
+
+/// The readout basis (`d × k`, f64), with the command line's checks and messages.
+fn readout_basis(
+    spec: &ReadoutSpec<'_>,
+    d: usize,
+    acts: &str,
+    par: Par,
+) -> Result<Mat<f64>, Failure> {
+    let check_basis = |b: Mat<f64>, name: &str| -> Result<Mat<f64>, Failure> {
+        if b.nrows() != d {
+            return Err(Failure::Invalid(format!(
+                "{name}: readout basis has shape [{}, {}], expected [{d}, k] to match the activations' d = {d}",
+                b.nrows(),
+                b.ncols()
+            )));
+        }
+        let dev = repgeom_linalg::orthonormal_basis_check(b.as_ref());
+        if dev > 1e-6 {
+            return Err(Failure::Invalid(format!(
+                "{name}: readout basis columns are not orthonormal (max |BᵀB − I| = {dev:.2e})"
+            )));
+        }
+        Ok(b)
+    };
+    let k = spec.k;
+    let wu_basis = |view: MatRef<'_, f32>, name: &str, tensor: &str| -> Result<Mat<f64>, Failure> {
+        let (rows, cols) = (view.nrows(), view.ncols());
+        if cols != d {
+            return Err(Failure::Invalid(format!(
+                "shape mismatch: activations {acts} have d = {d}, but readout {name} tensor {tensor} is [{rows}, {cols}]"
+            )));
+        }
+        if !(k > 0 && k < d) {
+            return Err(Failure::Invalid(format!(
+                "k = {k} must satisfy 0 < k < d = {d} ({name} tensor {tensor} [{rows}, {cols}])"
+            )));
+        }
+        if let Some((row, col)) = repgeom_linalg::first_non_finite(view) {
+            return Err(Failure::Invalid(format!(
+                "{name} tensor {tensor} [{rows}, {cols}]: non-finite value (NaN or Inf) at row {row}, column {col}"
+            )));
+        }
+        Ok(repgeom_linalg::readout_subspace(view, k, par)?)
+    };
+    match (&spec.arg, spec.is_basis) {
+        (ReadoutArg::Path(path), true) => {
+            let arr = repgeom_io::read_array_f64(path)?;
+            if arr.shape.len() != 2 {
+                return Err(Failure::Invalid(format!(
+                    "{}: readout basis has shape {:?}, expected [{d}, k] to match the activations' d = {d}",
+                    path.display(),
+                    arr.shape
+                )));
+            }
+            let (rows, cols) = (arr.shape[0], arr.shape[1]);
+            let b = Mat::<f64>::from_fn(rows, cols, |i, j| arr.data[i * cols + j]);
+            check_basis(b, &path.display().to_string())
+        }
+        (ReadoutArg::Array(raw), true) => check_basis(raw.to_f64(), "readout"),
+        (ReadoutArg::Path(path), false) => {
+            let opts = repgeom_io::ReadoutOptions {
+                vocab_rows: spec.vocab_rows,
+                tensor: spec.tensor.clone(),
+            };
+            let r = repgeom_io::read_readout(path, &opts)?;
+            let m = &r.matrix;
+            let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
+            wu_basis(view, &path.display().to_string(), &r.tensor)
+        }
+        (ReadoutArg::Array(raw), false) => {
+            let m = raw.to_f32();
+            let rows = spec.vocab_rows.unwrap_or(raw.rows).min(raw.rows);
+            wu_basis(m.as_ref().subrows(0, rows), "readout", "W_U")
+        }
+    }
+}
+
+/// Null bases: drawn from `(n_null, seed)`, read from a `.npy` file, or given as an array.
+enum NullArg<'py> {
+    Draw { n_null: usize, seed: u64 },
+    Path(PathBuf),
+    Array(input::RawNd<'py>),
+}
+
+fn null_bases_for(arg: &NullArg<'_>, d: usize, k: usize, acts: &str) -> Result<NullBases, Failure> {
+    match arg {
+        NullArg::Draw { n_null, seed } => {
+            let params = repgeom_null::NullParams {
+                n_null: *n_null,
+                seed: *seed,
+            }
+            .check()?;
+            NullBases::draw(d, k, &params)
+                .map_err(|e| Failure::Invalid(format!("{e} (hidden size d = {d} of {acts})")))
+        }
+        NullArg::Path(path) => {
+            let arr = repgeom_io::read_array_f64(path)?;
+            NullBases::from_array(&arr.shape, &arr.data, d, k, 1e-6).map_err(|e| {
+                Failure::Invalid(format!("reading null bases from {}: {e}", path.display()))
+            })
+        }
+        NullArg::Array(arr) => {
+            let n = arr.shape[0];
+            let mut data = Vec::with_capacity(arr.shape.iter().product());
+            for i in 0..n {
+                let m = arr.slice(i).to_f64();
+                for r in 0..m.nrows() {
+                    for c in 0..m.ncols() {
+                        data.push(m[(r, c)]);
+                    }
+                }
+            }
+            NullBases::from_array(&arr.shape, &data, d, k, 1e-6)
+                .map_err(|e| Failure::Invalid(format!("null_bases: {e}")))
+        }
+    }
+}
+
+fn read_null_arg<'py>(
+    null_bases: Option<Bound<'py, PyAny>>,
+    n_null: usize,
+    seed: u64,
+    keep: &mut Keep<'py>,
+) -> Result<NullArg<'py>, Failure> {
+    let Some(obj) = null_bases else {
+        return Ok(NullArg::Draw { n_null, seed });
+    };
+    if let Ok(path) = obj.extract::<PathBuf>() {
+        return Ok(NullArg::Path(path));
+    }
+    let arr = read_array(&obj, "null_bases", keep)?;
+    if arr.shape.len() != 3 {
+        return Err(Failure::Invalid(format!(
+            "null_bases: expected an [n_null, d, k] array, got shape {:?}",
+            arr.shape
+        )));
+    }
+    Ok(NullArg::Array(arr))
+}
+
+/// Subspace PGA of each layer; one JSON object (a `PgaResult` plus `layer`) per layer and CCR.
+#[pyfunction]
+#[pyo3(signature = (layers, readout, *, k, n_null, ccr, seed, readout_is_basis, null_bases, max_pairs, max_memory, progress, vocab_rows, readout_tensor))]
+#[allow(clippy::too_many_arguments)]
+fn pga<'py>(
+    py: Python<'py>,
+    layers: Vec<(usize, Bound<'py, PyAny>)>,
+    readout: Bound<'py, PyAny>,
+    k: usize,
+    n_null: usize,
+    ccr: Vec<usize>,
+    seed: u64,
+    readout_is_basis: bool,
+    null_bases: Option<Bound<'py, PyAny>>,
+    max_pairs: Option<usize>,
+    max_memory: Option<u64>,
+    progress: Option<bool>,
+    vocab_rows: Option<usize>,
+    readout_tensor: Option<String>,
+) -> PyResult<Vec<String>> {
+    let mut keep = Keep::new();
+    let prepared = (|| -> Result<_, Failure> {
+        let layers = read_layers(layers, "acts", &mut keep)?;
+        let arg = read_readout_arg(Some(readout), &mut keep)?.expect("readout given");
+        let null = read_null_arg(null_bases, n_null, seed, &mut keep)?;
+        Ok((layers, arg, null))
+    })();
+    let (layers, arg, null) = prepared.map_err(|e| e.into_py(py))?;
+    if ccr.is_empty() {
+        return Err(Failure::Invalid("ccr: give at least one CCR level".into()).into_py(py));
+    }
+    let spec = ReadoutSpec {
+        arg,
+        is_basis: readout_is_basis,
+        k,
+        vocab_rows,
+        tensor: readout_tensor,
+    };
+    run_blocking(py, move |cancel| {
+        let params = PgaParams {
+            k,
+            ccr: ccr[0],
+            n_null: n_null.max(2),
+            seed,
+            engine: EngineOptions {
+                max_memory,
+                max_pairs,
+                pair_seed: seed,
+            },
+        }
+        .check()?;
+        let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
+        let basis = readout_basis(&spec, d, &first, Par::rayon(0))?;
+        let null = null_bases_for(&null, d, basis.ncols(), &first)?;
+        let total = (layers.len() * ccr.len() * null.len()) as u64;
+        let bar = progress_bar(total, "pga", progress);
+        let on_draw = || {
+            check_cancel(cancel);
+            bar.inc(1);
+        };
+        let mut out = Vec::new();
+        for layer in &layers {
+            bar.set_message(format!("layer {}", layer.index));
+            let acts = layer.raw.to_f32();
+            let extras = PgaExtras {
+                null: Some(&null),
+                label: Some(&layer.what),
+                on_draw: Some(&on_draw),
+                ccr_levels: Some(&ccr),
+            };
+            let results =
+                params.run_with(acts.as_ref(), Readout::Basis(basis.as_ref()), &extras)?;
+            for r in &results {
+                out.push(with_layer(layer.index, to_json(r)?));
+            }
+        }
+        bar.finish_and_clear();
+        Ok(out)
+    })
+}
+
+/// `{"layer": i, ...rest}` from the JSON object `rest`.
+fn with_layer(layer: usize, json: String) -> String {
+    match json.strip_prefix('{') {
+        Some("}") => format!("{{\"layer\":{layer}}}"),
+        Some(rest) => format!("{{\"layer\":{layer},{rest}"),
+        None => json,
+    }
+}
+
+/// Parses metric configurations (`{"metric": name, ...options}` JSON) with the registry's
+/// messages for unknown names and bad options.
+fn parse_configs<T: ?Sized>(
+    configs: &[String],
+    lookup: impl Fn(&str) -> repgeom_metrics::Result<Box<T>>,
+) -> Result<Vec<Box<T>>, Failure>
+where
+    Box<T>: for<'de> serde::Deserialize<'de>,
+{
+    configs
+        .iter()
+        .map(|c| {
+            let value: serde_json::Value = serde_json::from_str(c)
+                .map_err(|e| Failure::Invalid(format!("metric options {c}: {e}")))?;
+            let name = value
+                .get("metric")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let default = lookup(&name)?;
+            if value.as_object().is_some_and(|o| o.len() == 1) {
+                return Ok(default);
+            }
+            serde_json::from_value(value)
+                .map_err(|e| Failure::Invalid(format!("options of metric {name}: {e}")))
+        })
+        .collect()
+}
+
+/// Registered per-layer metrics on each layer; one JSON object (a `MetricValue` plus `layer`)
+/// per value.
+#[pyfunction]
+#[pyo3(signature = (layers, configs, readout, *, k, n_null, seed, readout_is_basis, progress))]
+#[allow(clippy::too_many_arguments)]
+fn metrics<'py>(
+    py: Python<'py>,
+    layers: Vec<(usize, Bound<'py, PyAny>)>,
+    configs: Vec<String>,
+    readout: Option<Bound<'py, PyAny>>,
+    k: usize,
+    n_null: usize,
+    seed: u64,
+    readout_is_basis: bool,
+    progress: Option<bool>,
+) -> PyResult<Vec<String>> {
+    let mut keep = Keep::new();
+    let prepared = (|| -> Result<_, Failure> {
+        let metrics = parse_configs::<dyn Metric>(&configs, repgeom_metrics::metric)?;
+        for m in &metrics {
+            m.check()?;
+        }
+        let layers = read_layers(layers, "acts", &mut keep)?;
+        let arg = read_readout_arg(readout, &mut keep)?;
+        Ok((metrics, layers, arg))
+    })();
+    let (metrics, layers, arg) = prepared.map_err(|e| e.into_py(py))?;
+    run_blocking(py, move |cancel| {
+        if metrics.is_empty() {
+            return Err(Failure::Invalid(
+                "no metrics chosen: name one or more (see repgeom.list_metrics())".into(),
+            ));
+        }
+        let needs_readout: Vec<&str> = metrics
+            .iter()
+            .filter(|m| m.info().needs_readout)
+            .map(|m| m.info().name)
+            .collect();
+        let needs_null = metrics.iter().any(|m| m.info().needs_null);
+        let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
+        let basis = match (arg, needs_readout.is_empty()) {
+            (_, true) => None,
+            (None, false) => {
+                let verb = if needs_readout.len() == 1 {
+                    "needs"
+                } else {
+                    "need"
+                };
+                return Err(Failure::Invalid(format!(
+                    "{} {verb} the readout: pass readout=W_U",
+                    needs_readout.join(", ")
+                )));
+            }
+            (Some(arg), false) => Some(readout_basis(
+                &ReadoutSpec {
+                    arg,
+                    is_basis: readout_is_basis,
+                    k,
+                    vocab_rows: None,
+                    tensor: None,
+                },
+                d,
+                &first,
+                Par::rayon(0),
+            )?),
+        };
+        let null = if needs_null {
+            let k = basis.as_ref().map_or(k, |b| b.ncols());
+            Some(null_bases_for(
+                &NullArg::Draw { n_null, seed },
+                d,
+                k,
+                &first,
+            )?)
+        } else {
+            None
+        };
+        let bar = progress_bar((layers.len() * metrics.len()) as u64, "metrics", progress);
+        let mut out = Vec::new();
+        for layer in &layers {
+            let acts = layer.raw.to_f32();
+            let mut input = LayerInput::new(acts.as_ref(), layer.what.clone(), Par::rayon(0))?;
+            if let Some(b) = &basis {
+                input = input.with_readout(b.as_ref())?;
+            }
+            if let Some(n) = &null {
+                input = input.with_null(n)?;
+            }
+            for metric in &metrics {
+                check_cancel(cancel);
+                bar.set_message(format!("layer {} {}", layer.index, metric.info().name));
+                for v in metric.compute(&input)? {
+                    out.push(with_layer(layer.index, to_json(&v)?));
+                }
+                bar.inc(1);
+            }
+        }
+        bar.finish_and_clear();
+        Ok(out)
+    })
+}
+
+/// Pair metrics between the layers of two representations of the same inputs.
+#[pyfunction]
+#[pyo3(signature = (a, b, configs, readout_a, readout_b, *, k, n_null, seed, diagonal, progress))]
+#[allow(clippy::too_many_arguments)]
+fn compare<'py>(
+    py: Python<'py>,
+    a: Vec<(usize, Bound<'py, PyAny>)>,
+    b: Vec<(usize, Bound<'py, PyAny>)>,
+    configs: Option<Vec<String>>,
+    readout_a: Option<Bound<'py, PyAny>>,
+    readout_b: Option<Bound<'py, PyAny>>,
+    k: usize,
+    n_null: usize,
+    seed: u64,
+    diagonal: bool,
+    progress: Option<bool>,
+) -> PyResult<Vec<String>> {
+    let mut keep = Keep::new();
+    let prepared = (|| -> Result<_, Failure> {
+        let metrics = match &configs {
+            Some(c) => parse_configs::<dyn PairMetric>(c, repgeom_metrics::pair_metric)?,
+            None => repgeom_metrics::all_pair_metrics(),
+        };
+        for m in &metrics {
+            m.check()?;
+        }
+        let la = read_layers(a, "a", &mut keep)?;
+        let lb = read_layers(b, "b", &mut keep)?;
+        let ra = read_readout_arg(readout_a, &mut keep)?;
+        let rb = read_readout_arg(readout_b, &mut keep)?;
+        Ok((metrics, la, lb, ra, rb))
+    })();
+    let (metrics, la, lb, ra, rb) = prepared.map_err(|e| e.into_py(py))?;
+    run_blocking(py, move |cancel| {
+        if metrics.is_empty() {
+            return Err(Failure::Invalid("no pair metrics chosen".into()));
+        }
+        let wants = |m: &dyn PairMetric, option: &str| {
+            repgeom_metrics::options_of(m)
+                .get(option)
+                .is_none_or(|v| v.as_bool() != Some(false))
+        };
+        let needs_readout = metrics
+            .iter()
+            .any(|m| m.info().needs_readout && wants(m.as_ref(), "readout"));
+        let needs_null = metrics
+            .iter()
+            .any(|m| m.info().needs_null && wants(m.as_ref(), "random"));
+        let side = |layers: &[LayerArg<'_>],
+                    readout: Option<ReadoutArg<'_>>,
+                    seed: u64|
+         -> Result<(Option<Mat<f64>>, Option<NullBases>), Failure> {
+            let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
+            let basis = if needs_readout {
+                let arg = readout.ok_or_else(|| {
+                    Failure::Invalid(
+                        "distance_spearman's readout variant needs both readouts: pass readout_a and readout_b \
+                         (or choose metrics=[('distance_spearman', {'readout': False, 'random': False})])"
+                            .into(),
+                    )
+                })?;
+                Some(readout_basis(
+                    &ReadoutSpec {
+                        arg,
+                        is_basis: false,
+                        k,
+                        vocab_rows: None,
+                        tensor: None,
+                    },
+                    d,
+                    &first,
+                    Par::rayon(0),
+                )?)
+            } else {
+                None
+            };
+            let null = if needs_null {
+                Some(null_bases_for(
+                    &NullArg::Draw { n_null, seed },
+                    d,
+                    k,
+                    &first,
+                )?)
+            } else {
+                None
+            };
+            Ok((basis, null))
+        };
+        let (basis_a, null_a) = side(&la, ra, seed)?;
+        let (basis_b, null_b) = side(&lb, rb, seed.wrapping_add(1))?;
+        let pairs = layer_pairs(la.len(), lb.len(), diagonal);
+        let bar = progress_bar((pairs.len() * metrics.len()) as u64, "compare", progress);
+        let mut out = Vec::new();
+        for &(i, j) in &pairs {
+            let (xa, xb) = (la[i].raw.to_f32(), lb[j].raw.to_f32());
+            for metric in &metrics {
+                check_cancel(cancel);
+                let mut ia = LayerInput::new(xa.as_ref(), la[i].what.clone(), Par::rayon(0))?;
+                if let Some(b) = &basis_a {
+                    ia = ia.with_readout(b.as_ref())?;
+                }
+                if let Some(n) = &null_a {
+                    ia = ia.with_null(n)?;
+                }
+                let mut ib = LayerInput::new(xb.as_ref(), lb[j].what.clone(), Par::rayon(0))?;
+                if let Some(b) = &basis_b {
+                    ib = ib.with_readout(b.as_ref())?;
+                }
+                if let Some(n) = &null_b {
+                    ib = ib.with_null(n)?;
+                }
+                let pair = PairInput::new(ia, ib)?;
+                for v in metric.compute(&pair)? {
+                    let json = with_layer(lb[j].index, to_json(&v)?);
+                    out.push(json.replacen(
+                        "{\"layer\"",
+                        &format!("{{\"layer\":{},\"other_layer\"", la[i].index),
+                        1,
+                    ));
+                }
+                bar.inc(1);
+            }
+        }
+        bar.finish_and_clear();
+        Ok(out)
+    })
+}
+
+/// Index pairs into two layer lists: all of them, or each layer of A with the layer of B at
+/// the nearest relative depth (as `repgeom compare --diagonal`).
+fn layer_pairs(len_a: usize, len_b: usize, diagonal: bool) -> Vec<(usize, usize)> {
+    if !diagonal {
+        return (0..len_a)
+            .flat_map(|i| (0..len_b).map(move |j| (i, j)))
+            .collect();
+    }
+    (0..len_a)
+        .map(|i| {
+            let j = if len_a <= 1 {
+                0
+            } else {
+                ((i as f64) * (len_b - 1) as f64 / (len_a - 1) as f64).round() as usize
+            };
+            (i, j)
+        })
+        .collect()
+}
+
+/// The metric registry: one JSON object per registered metric (per-layer and pair).
+#[pyfunction]
+fn list_metrics() -> PyResult<Vec<String>> {
+    let describe =
+        |kind: &str,
+         info: repgeom_metrics::MetricInfo,
+         defaults: std::collections::BTreeMap<String, serde_json::Value>| {
+            let options: Vec<serde_json::Value> = info
+                .options
+                .iter()
+                .map(|o| {
+                    serde_json::json!({
+                        "name": o.name,
+                        "default": defaults.get(o.name).cloned().unwrap_or(serde_json::Value::Null),
+                        "help": o.help,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": info.name,
+                "kind": kind,
+                "summary": info.summary,
+                "source": info.source,
+                "options": options,
+                "needs_readout": info.needs_readout,
+                "needs_null": info.needs_null,
+                "rotation_invariant": info.rotation_invariant,
+            })
+            .to_string()
+        };
+    let mut out = Vec::new();
+    for m in repgeom_metrics::all_metrics() {
+        out.push(describe("layer", m.info(), repgeom_metrics::options_of(&m)));
+    }
+    for m in repgeom_metrics::all_pair_metrics() {
+        out.push(describe("pair", m.info(), repgeom_metrics::options_of(&m)));
+    }
+    Ok(out)
+}
+
+/// Reads an activation file: `(layer, tensor name, [N, d] float32 array)` per layer.
+#[pyfunction]
+#[pyo3(signature = (path, layers=None))]
+fn read_activations<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    layers: Option<Vec<usize>>,
+) -> PyResult<Vec<(usize, String, Bound<'py, PyAny>)>> {
+    let acts = run_blocking(py, move |_| {
+        Ok(repgeom_io::read_activations(&path, layers.as_deref())?)
+    })?;
+    acts.layers
+        .into_iter()
+        .map(|l| {
+            let (rows, cols) = (l.acts.rows, l.acts.cols);
+            let arr = PyArray1::from_vec(py, l.acts.data).reshape([rows, cols])?;
+            Ok((l.layer, l.tensor, arr.into_any()))
+        })
+        .collect()
+}
+
+/// `n` Haar-random `d × k` bases from `seed`, as an `[n, d, k]` float64 array (the bases
+/// `repgeom pga --save-null-bases` writes for the same arguments).
+#[pyfunction]
+fn null_bases<'py>(
+    py: Python<'py>,
+    d: usize,
+    k: usize,
+    n: usize,
+    seed: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (shape, data) = run_blocking(py, move |_| {
+        let params = repgeom_null::NullParams { n_null: n, seed }.check()?;
+        Ok(NullBases::draw(d, k, &params)?.to_array())
+    })?;
+    Ok(PyArray1::from_vec(py, data).reshape(shape)?.into_any())
+}
+
+/// Linear probes per layer: one JSON object (a `LayerProbe`) per layer.
+#[pyfunction]
+#[pyo3(signature = (layers, labels, class_names, options))]
+fn probe<'py>(
+    py: Python<'py>,
+    layers: Vec<(usize, Bound<'py, PyAny>)>,
+    labels: Vec<usize>,
+    class_names: Vec<String>,
+    options: String,
+) -> PyResult<Vec<String>> {
+    let mut keep = Keep::new();
+    let layers = read_layers(layers, "features", &mut keep).map_err(|e| e.into_py(py))?;
+    run_blocking(py, move |cancel| {
+        let mut value: serde_json::Value = serde_json::from_str(&options)
+            .map_err(|e| Failure::Invalid(format!("probe options: {e}")))?;
+        let defaults = serde_json::to_value(repgeom_probe::ProbeParams::default())
+            .map_err(|e| Failure::Panic(e.to_string()))?;
+        if let (Some(obj), Some(def)) = (value.as_object_mut(), defaults.as_object()) {
+            for key in obj.keys() {
+                if !def.contains_key(key) {
+                    let known: Vec<&str> = def.keys().map(String::as_str).collect();
+                    return Err(Failure::Invalid(format!(
+                        "unknown probe option {key:?}; known options: {}",
+                        known.join(", ")
+                    )));
+                }
+            }
+        }
+        let params: repgeom_probe::ProbeParams = serde_json::from_value(value.take())
+            .map_err(|e| Failure::Invalid(format!("probe options: {e}")))?;
+        let params = params.check()?;
+        let labels = repgeom_probe::Labels::new(labels, class_names)?;
+        let plan = params.plan(labels, &repgeom_probe::Split::Stratified)?;
+        let mut out = Vec::new();
+        for l in &layers {
+            check_cancel(cancel);
+            let m = l.raw.to_f32();
+            let view = m.as_ref();
+            let data: Vec<f32> = (0..view.nrows())
+                .flat_map(|i| (0..view.ncols()).map(move |j| view[(i, j)]))
+                .collect();
+            let f = repgeom_probe::Features::new(l.index, l.raw.rows, l.raw.cols, &data)?;
+            out.push(to_json(&plan.probe_layer(l.index, f)?)?);
+        }
+        Ok(out)
+    })
+}
+
+#[cfg(feature = "extract")]
+/// Hidden states of a local checkpoint on `text`: `(layer, [N, d] float32 array)` per layer,
+/// the token positions and the metadata `repgeom extract` writes.
+#[pyfunction]
+#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn extract<'py>(
+    py: Python<'py>,
+    model: PathBuf,
+    text: String,
+    n_points: Option<usize>,
+    seq_len: usize,
+    seed: u64,
+    pool: String,
+    progress: Option<bool>,
+) -> PyResult<(
+    Vec<Bound<'py, PyAny>>,
+    Vec<(usize, usize)>,
+    Vec<(String, String)>,
+)> {
+    let pool = match pool.as_str() {
+        "tokens" => repgeom_extract::Pool::Tokens,
+        "mean" => repgeom_extract::Pool::Mean,
+        other => {
+            return Err(Failure::Invalid(format!(
+                "pool = {other:?}: expected \"tokens\" or \"mean\""
+            ))
+            .into_py(py));
+        }
+    };
+    let ex = run_blocking(py, move |cancel| {
+        if !model.exists() {
+            return Err(Failure::NotFound(format!(
+                "{}: no such checkpoint directory (repgeom.extract reads a local HuggingFace checkpoint: config.json, tokenizer.json, *.safetensors)",
+                model.display()
+            )));
+        }
+        let params = repgeom_extract::ExtractParams {
+            n_points,
+            seq_len,
+            seed,
+            pool,
+            ..repgeom_extract::ExtractParams::default()
+        }
+        .check()?;
+        let bar = progress_bar(0, "extract", progress);
+        let ex = repgeom_extract::extract(&model, &text, &params, &mut |p| {
+            check_cancel(cancel);
+            bar.set_length(p.sequences_total as u64);
+            bar.set_position(p.sequences_done as u64);
+        })?;
+        bar.finish_and_clear();
+        Ok(ex)
+    })?;
+    let d = ex.hidden_size;
+    let n = ex.n_points;
+    let arrays = ex
+        .hidden_states
+        .into_iter()
+        .map(|h| Ok(PyArray1::from_vec(py, h).reshape([n, d])?.into_any()))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((arrays, ex.positions, ex.metadata.into_iter().collect()))
+}
+
+/// How an input reaches the engine: `(address of element (0, 0), copied?, dtype)`. Used by the
+/// tests to check that arrays are not copied.
+#[pyfunction]
+fn input_info(obj: &Bound<'_, PyAny>) -> PyResult<(usize, bool, &'static str)> {
+    let py = obj.py();
+    let mut keep = Keep::new();
+    let arr = read_array(obj, "input", &mut keep).map_err(|e| e.into_py(py))?;
+    let raw = arr.slice(0);
+    let m = raw.to_f32();
+    let addr = if m.copied() {
+        m.as_ref().as_ptr() as usize
+    } else {
+        raw.addr()
+    };
+    Ok((addr, m.copied(), arr.elem().name()))
+}
+
+/// Raises a Rust panic (for the test of `InternalError`).
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
+    run_blocking(py, |_| -> Result<(), Failure> {
+        panic!("deliberate panic for the test suite")
+    })
+}
+
+/// Cargo features this module was built with.
+#[pyfunction]
+fn build_features() -> Vec<&'static str> {
+    let mut f = Vec::new();
+    if cfg!(feature = "example-plugin") {
+        f.push("example-plugin");
+    }
+    if cfg!(feature = "test-plugin") {
+        f.push("test-plugin");
+    }
+    f
+}
+
+/// Keeps the example plugin crate linked, so its metric registers.
+#[cfg(feature = "example-plugin")]
+#[allow(dead_code)]
+fn link_example_plugin() -> custom_metric::ParticipationRatio {
+    custom_metric::ParticipationRatio::default()
+}
+
+/// The `repgeom._native` extension module.
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(pga, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(compare, m)?)?;
+    m.add_function(wrap_pyfunction!(list_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(read_activations, m)?)?;
+    m.add_function(wrap_pyfunction!(null_bases, m)?)?;
+    m.add_function(wrap_pyfunction!(probe, m)?)?;
+    #[cfg(feature = "extract")]
+    m.add_function(wrap_pyfunction!(extract, m)?)?;
+    m.add_function(wrap_pyfunction!(input_info, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(build_features, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,123 @@
+"""Every error class, with the command line's messages; Ctrl-C; the registry and plugins."""
+
+import builtins
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import repgeom
+from repgeom import _native
+from conftest import PGA, ROOT, run_cli
+
+
+def test_error_hierarchy():
+    assert issubclass(repgeom.InvalidInputError, builtins.ValueError)
+    assert issubclass(repgeom.FileNotFoundError, builtins.FileNotFoundError)
+    assert issubclass(repgeom.IOError, builtins.OSError)
+    for cls in [repgeom.InvalidInputError, repgeom.FileNotFoundError, repgeom.IOError, repgeom.InternalError]:
+        assert issubclass(cls, repgeom.Error)
+
+
+def test_missing_file_carries_the_cli_message(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(repgeom.FileNotFoundError) as e:
+        repgeom.pga("fixtures/pga/nope.npy", "fixtures/pga/readout.npy", k=8, progress=False)
+    cli = run_cli("pga", "--acts", "fixtures/pga/nope.npy", "--readout", "fixtures/pga/readout.npy", check=False)
+    assert cli.returncode != 0
+    assert str(e.value) in cli.stderr
+
+
+def test_bad_k_carries_the_cli_message(acts, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(repgeom.InvalidInputError) as e:
+        repgeom.pga(acts, "fixtures/pga/readout.npy", k=64, progress=False)
+    cli = run_cli("pga", "--acts", "fixtures/pga/acts.npy", "--readout", "fixtures/pga/readout.npy", "-k", "64", check=False)
+    tail = str(e.value).split(" (", 1)[1]  # the activations are named differently; the readout part matches
+    assert "k = 64 must satisfy 0 < k < d = 64" in str(e.value) and tail in cli.stderr
+
+
+def test_value_errors(acts, readout):
+    bad = acts[0].copy()
+    bad[5, 3] = np.nan
+    with pytest.raises(ValueError, match=r"non-finite value \(NaN or Inf\) at row 5, column 3"):
+        repgeom.pga(bad, readout, k=8, progress=False)
+    with pytest.raises(repgeom.InvalidInputError, match="shape mismatch"):
+        repgeom.pga(acts[0][:, :32], readout, k=8, progress=False)
+    with pytest.raises(repgeom.InvalidInputError, match="not numeric"):
+        repgeom.pga(np.array([["a", "b"]] * 5), readout, k=8, progress=False)
+    with pytest.raises(repgeom.InvalidInputError, match="unknown metric \"nope\"; known metrics: .*rankme"):
+        repgeom.metric("nope", acts)
+    with pytest.raises(repgeom.InvalidInputError, match="options of metric rankme"):
+        repgeom.metric("rankme", acts, no_such_option=1)
+
+
+def test_io_error_for_a_directory(tmp_path):
+    d = tmp_path / "dir.npy"
+    d.mkdir()
+    with pytest.raises(repgeom.IOError):
+        repgeom.read_activations(d)
+
+
+def test_panics_become_internal_error():
+    with pytest.raises(repgeom.InternalError, match="deliberate panic"):
+        _native._panic_for_tests()
+
+
+def test_ctrl_c_interrupts_a_long_call():
+    script = textwrap.dedent(
+        """
+        import sys, numpy as np, repgeom
+        rng = np.random.default_rng(0)
+        acts = rng.standard_normal((3000, 128)).astype(np.float32)
+        w = rng.standard_normal((300, 128)).astype(np.float32)
+        print("started", flush=True)
+        repgeom.pga(acts, w, k=16, n_null=2000, progress=False)
+        print("finished", flush=True)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "started"
+    import time
+
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)  # the full run would take many minutes
+    assert "KeyboardInterrupt" in err and "finished" not in out, err
+
+
+def test_registry_lists_metrics_with_options_and_sources():
+    listed = {m["name"]: m for m in repgeom.list_metrics()}
+    assert {"pga", "rankme", "cka_linear"} <= set(listed)
+    pga = listed["pga"]
+    assert pga["kind"] == "layer" and pga["needs_readout"] and pga["source"]
+    assert pga["options"][0]["name"] == "ccr" and pga["options"][0]["default"] == [1]
+    assert listed["cka_linear"]["kind"] == "pair"
+
+
+def test_rust_plugin_metric_shows_up():
+    """A metric registered in another Rust crate linked into the module joins the registry."""
+    features = _native.build_features()
+    if not {"example-plugin", "test-plugin"} & set(features):
+        if os.environ.get("REPGEOM_REQUIRE_PLUGIN"):
+            pytest.fail("built without a plugin feature, but REPGEOM_REQUIRE_PLUGIN is set")
+        pytest.skip("build with `--features test-plugin` (or example-plugin) to link a plugin metric")
+    listed = {m["name"]: m for m in repgeom.list_metrics()}
+    acts = np.load(PGA / "acts.npy")
+    if "test-plugin" in features:
+        m = listed["test_plugin_mean_norm"]
+        assert m["kind"] == "layer" and m["options"] == [
+            {"name": "center", "default": False, "help": "centre over points first (variant centred)"}
+        ]
+        rows = repgeom.metric("test_plugin_mean_norm", acts[0])
+        assert rows[0]["value"] == pytest.approx(np.linalg.norm(acts[0].astype(np.float64), axis=1).mean(), rel=1e-12)
+        centred = repgeom.metric("test_plugin_mean_norm", acts[0], center=True)
+        assert centred[0]["variant"] == "centred"
+    if "example-plugin" in features:
+        assert listed["participation_ratio"]["options"][0]["name"] == "normalize"
+        rows = repgeom.metric("participation_ratio", acts[0], normalize=True)
+        assert rows[0]["variant"] == "normalized" and 0 < rows[0]["value"] <= 1

@@ -1,0 +1,145 @@
+"""repgeom.pga equals `repgeom pga --format json` bit for bit on the committed fixtures."""
+
+import numpy as np
+import pytest
+
+import repgeom
+from conftest import PGA, ROOT, cli_rows, run_cli
+
+ACTS = "fixtures/pga/acts.npy"
+READOUT = "fixtures/pga/readout.npy"
+NULL = "fixtures/pga/null_bases.npy"
+
+
+def check(py_results, cli: list[dict]) -> None:
+    """Every field of every CLI row equals the Python result's attribute exactly."""
+    assert len(py_results) == len(cli)
+    for r, row in zip(py_results, cli):
+        for key, value in row.items():
+            got = getattr(r, key)
+            if key == "rho_se" and got is None:
+                got = 0.0  # the CLI writes 0 for an exact run's missing standard error
+            assert got == value, f"{key}: python {got!r} != cli {value!r}"
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def test_supplied_null_and_ccr_sweep_match_the_cli(acts, readout, null):
+    cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "8", "--null-bases", NULL, "--ccr", "0,1,3")
+    py = repgeom.pga(acts, readout, k=8, null_bases=null, ccr=[0, 1, 3], progress=False)
+    check(py, cli)
+    # Paths in, as on the command line, give the same results.
+    check(repgeom.pga(PGA / "acts.npy", PGA / "readout.npy", k=8, null_bases=PGA / "null_bases.npy",
+                      ccr=[0, 1, 3], progress=False), cli)
+
+
+def test_drawn_null_matches_the_cli(acts, readout):
+    cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "8", "--n-null", "12", "--seed", "7")
+    py = repgeom.pga(acts, readout, k=8, n_null=12, seed=7, progress=False)
+    check(py, cli)
+    assert [r.layer for r in py] == [0, 1, 2]
+
+
+def test_sampled_pairs_match_the_cli(acts, readout):
+    cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "8", "--n-null", "10", "--max-pairs", "5000")
+    py = repgeom.pga(acts, readout, k=8, n_null=10, max_pairs=5000, progress=False)
+    check(py, cli)
+    assert all(r.n_pairs == 5000 and r.rho_se > 0 for r in py)
+
+
+def test_one_layer_gives_one_result(acts, readout):
+    cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "8", "--n-null", "10", "--layers", "1")
+    r = repgeom.pga(acts[1], readout, k=8, n_null=10, progress=False)
+    assert isinstance(r, repgeom.PgaResult)
+    # A lone [N, d] array is layer 0; the numbers are those of the file's layer 1.
+    cli[0]["layer"] = 0
+    check([r], cli)
+
+
+def test_null_bases_equal_the_cli_saved_bases(tmp_path):
+    out = tmp_path / "null.npy"
+    cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "8", "--n-null", "5", "--seed", "3",
+             "--save-null-bases", str(out))
+    assert np.array_equal(repgeom.null_bases(64, 8, 5, seed=3), np.load(out))
+
+
+def test_read_activations_keeps_the_cli_layer_numbers(acts):
+    layers = repgeom.read_activations(PGA / "acts.npy", layers=[0, 2])
+    assert list(layers) == [0, 2]
+    assert np.array_equal(layers[2], acts[2])
+
+
+def test_metrics_match_the_cli(acts):
+    cli = cli_rows("metrics", "--acts", ACTS, "--metric", "rankme", "--metric", "isotropy")
+    py = repgeom.metrics(acts, names=["rankme", "isotropy"], progress=False)
+    assert len(py) == len(cli)
+    for got, row in zip(py, cli):
+        assert (got["layer"], got["metric"], got["variant"]) == (row["layer"], row["metric"], row["variant"])
+        assert got["value"] == row["value"]
+
+
+def test_metric_with_options_and_dataframe(acts, readout):
+    rows = repgeom.metric("pga", acts, readout, k=8, n_null=10, ccr=[0, 1], progress=False)
+    assert {(r["metric"], r["variant"]) for r in rows} >= {("pga_z", "ccr0"), ("pga_z", "ccr1")}
+    pd = pytest.importorskip("pandas")
+    df = rows.to_pandas()
+    assert isinstance(df, pd.DataFrame) and len(df) == len(rows)
+
+
+def test_pga_results_to_dict_and_dataframes(acts, readout, null):
+    res = repgeom.pga(acts, readout, k=8, null_bases=null, progress=False)
+    d = res[0].to_dict()
+    for col in ["layer", "n_points", "d", "k", "ccr", "rho_readout", "null_mean", "null_std", "z", "p_value",
+                "null_rhos", "n_pairs", "rho_se"]:
+        assert col in d
+    assert res.layer(2).layer == 2
+    columns = res.to_dict()
+    assert columns["layer"] == [0, 1, 2]
+    pd = pytest.importorskip("pandas")
+    df = res.to_pandas()
+    assert list(df["layer"]) == [0, 1, 2] and df["z"].tolist() == [r.z for r in res]
+
+
+def test_compare_diagonal(acts):
+    rows = repgeom.compare(acts, acts[::-1].copy(), metrics=["cka_linear"], diagonal=True, progress=False)
+    assert [(r["layer"], r["other_layer"]) for r in rows] == [(0, 0), (1, 1), (2, 2)]
+    # Layer 1 is compared with itself (the middle of the reversed stack): CKA 1.
+    assert abs(rows[1]["value"] - 1.0) < 1e-9
+
+
+def test_probe_separable_classes():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(["cat", "dog"], 60)
+    x = rng.standard_normal((120, 16)).astype(np.float32)
+    x[:60, 0] += 6.0
+    rows = repgeom.probe(x, labels, folds=2, seed=1)
+    assert len(rows) == 1 and rows[0]["accuracy"] == 1.0
+
+
+def test_extract_matches_the_cli(tmp_path):
+    if not hasattr(repgeom._native, "extract"):
+        pytest.skip("built without the extract feature")
+    text = "The quick brown fox jumps over the lazy dog. " * 20
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text)
+    out = tmp_path / "acts.safetensors"
+    model = "fixtures/extract/gptneox_parallel"
+    run_cli("extract", "--model", model, "--text", str(corpus), "--n-points", "24", "--seq-len", "16",
+             "--seed", "2", "--out", str(out))
+    got = repgeom.extract(PGA.parents[1] / "extract" / "gptneox_parallel", text, n_points=24, seq_len=16, seed=2,
+                          progress=False)
+    want = repgeom.read_activations(out)
+    assert len(want) == len([k for k in got if k.startswith("hidden_states.")])
+    for layer, arr in want.items():
+        assert np.array_equal(got[f"hidden_states.{layer}"], arr)
+    assert got["positions"].shape == (24, 2)
+
+
+def test_extract_missing_checkpoint():
+    if not hasattr(repgeom._native, "extract"):
+        pytest.skip("built without the extract feature")
+    with pytest.raises(repgeom.FileNotFoundError, match="no-such-model"):
+        repgeom.extract("no-such-model", "some text", progress=False)
