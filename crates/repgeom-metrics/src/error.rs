@@ -2,6 +2,10 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The caller's progress callback stopped the run (internal: the engine turns it back into
+    /// the callback's own panic, so callers never see this value).
+    #[error("cancelled by the progress callback")]
+    Cancelled,
     /// Input activations or readout contain NaN or infinity.
     #[error("{what}: non-finite value (NaN or Inf) at row {row}, column {col}")]
     NonFinite {

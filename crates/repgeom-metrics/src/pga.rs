@@ -776,18 +776,36 @@ fn over_draws<S: Send>(
     init: impl Fn() -> S + Sync + Send,
     rho: impl Fn(MatRef<'_, f32>, &mut S) -> Result<f64> + Sync + Send,
 ) -> Result<Vec<f64>> {
+    // A panic in `on_draw` (how a front end cancels, e.g. on Ctrl-C) must stop the other
+    // workers too: rayon would otherwise finish every remaining draw before propagating it. The
+    // payload is parked, the draw turns into an error (which stops `collect` early), and the
+    // original panic resumes once the workers are done.
+    let parked: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>> = Default::default();
     let one = |scratch: &mut S, q: &Mat<f32>| {
         let r = rho(q.as_ref(), scratch);
-        on_draw();
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(on_draw)) {
+            let mut slot = parked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            slot.get_or_insert(payload);
+            return Err(Error::Cancelled);
+        }
         r
     };
-    match par {
+    let out = match par {
         Par::Seq => {
             let mut scratch = init();
             null.iter().map(|q| one(&mut scratch, q)).collect()
         }
         _ => null.par_iter().map_init(&init, one).collect(),
+    };
+    let payload = parked
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(payload) = payload {
+        std::panic::resume_unwind(payload);
     }
+    out
 }
 
 /// Per-worker buffers: the radix-sort words (two `u64` per pair).

