@@ -1,4 +1,4 @@
-//! The study's eight figures, built from a [`ResultsTable`] alone.
+//! The study's nine figures, built from a [`ResultsTable`] alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -174,7 +174,7 @@ impl Figure {
 pub type FigureFn = fn(&ResultsTable, &FigureOptions) -> Result<Figure>;
 
 /// All figures in order: (name, function).
-pub const ALL_FIGURES: [(&str, FigureFn); 8] = [
+pub const ALL_FIGURES: [(&str, FigureFn); 9] = [
     ("fig1_pga_z_by_layer", fig1_pga_z_by_layer),
     ("fig2_pga_z_heatmap", fig2_pga_z_heatmap),
     ("fig3_ccr_ablation", fig3_ccr_ablation),
@@ -183,6 +183,7 @@ pub const ALL_FIGURES: [(&str, FigureFn); 8] = [
     ("fig6_val_loss", fig6_val_loss),
     ("fig7_cross_model", fig7_cross_model),
     ("fig8_probe_vs_pga", fig8_probe_vs_pga),
+    ("fig9_k_sensitivity", fig9_k_sensitivity),
 ];
 
 /// Builds every figure; each entry is the figure or the reason it could not be drawn.
@@ -470,6 +471,7 @@ fn plot(o: &FigureOptions, title: &str, cols: usize, panels: Vec<Panel>) -> Plot
         legend: Vec::new(),
         colorbar: None,
         footnote: None,
+        synthetic: false,
     }
 }
 
@@ -517,7 +519,7 @@ pub fn fig1_pga_z_by_layer(table: &ResultsTable, opts: &FigureOptions) -> Result
             "linear"
         }
     );
-    Figure::new(name, caption, p)
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
 }
 
 /// Figure 2: PGA z over checkpoints × layers, one heat map per model, diverging colours centred
@@ -597,7 +599,7 @@ pub fn fig2_pga_z_heatmap(table: &ResultsTable, opts: &FigureOptions) -> Result<
          model; colours diverge at z = 0 and saturate at |z| = {}; grey cells have no data.",
         crate::plot::tick_label(vmax)
     );
-    Figure::new(name, caption, p)
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
 }
 
 fn format_step(s: u64) -> String {
@@ -711,7 +713,7 @@ pub fn fig3_ccr_ablation(table: &ResultsTable, opts: &FigureOptions) -> Result<F
         variants.join(", "),
         models.len()
     );
-    Figure::new(name, caption, p)
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
 }
 
 /// Figure 4: share of the top principal directions inside the readout subspace per layer,
@@ -794,7 +796,7 @@ pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Resu
             "k".to_owned()
         }
     );
-    Figure::new(name, caption, p)
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
 }
 
 /// The variant to show for a metric: `""`, then `full`, then the alphabetically first.
@@ -934,7 +936,7 @@ pub fn fig5_spectral_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Resul
          isotropy and condition number (log scale), sharing relative depth on x. {}.",
         size_note(&models, o)
     );
-    Figure::new(name, caption, p)
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
 }
 
 /// Figure 6: validation loss over training checkpoints, small vs large models.
@@ -1021,7 +1023,7 @@ pub fn fig6_val_loss(table: &ResultsTable, opts: &FigureOptions) -> Result<Figur
          PGA z collapses.",
         size_note(&models, o)
     );
-    Figure::new(name, caption, p)
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
 }
 
 /// Figure 7: cross-model distance agreement (Spearman of pairwise distances) in the full space,
@@ -1036,10 +1038,23 @@ pub fn fig7_cross_model(table: &ResultsTable, opts: &FigureOptions) -> Result<Fi
     if rows.is_empty() {
         return Err(no_data(name, "distance_spearman (with other_model)", None));
     }
-    let mut pairs: BTreeMap<(String, String), Vec<&Row>> = BTreeMap::new();
+    // Panels in order of width (the first model's d, then the other's; names break ties),
+    // not by name: "pythia-1b" would otherwise sort before "pythia-160m".
+    let width_of: BTreeMap<&str, u32> = table
+        .rows()
+        .iter()
+        .map(|r| (r.model.as_str(), r.d))
+        .collect();
+    let d_of = |m: &str| width_of.get(m).copied().unwrap_or(u32::MAX);
+    let mut pairs: BTreeMap<(u32, u32, String, String), Vec<&Row>> = BTreeMap::new();
     for r in &rows {
         pairs
-            .entry((r.model.clone(), r.other_model.clone()))
+            .entry((
+                r.d,
+                d_of(&r.other_model),
+                r.model.clone(),
+                r.other_model.clone(),
+            ))
             .or_default()
             .push(r);
     }
@@ -1049,7 +1064,7 @@ pub fn fig7_cross_model(table: &ResultsTable, opts: &FigureOptions) -> Result<Fi
         ("random", "random subspaces (± 1 sd)", RGBColor(0, 100, 180)),
     ];
     let mut panels = Vec::new();
-    for ((a, b), prs) in &pairs {
+    for ((_, _, a, b), prs) in &pairs {
         let fin = final_rows(prs);
         let fr: Vec<&Row> = fin.values().flatten().copied().collect();
         let mut series = Vec::new();
@@ -1116,7 +1131,7 @@ pub fn fig7_cross_model(table: &ResultsTable, opts: &FigureOptions) -> Result<Fi
          depth of the first model), in the full space, in each model's readout subspace, and in random \
          subspaces (mean ± 1 sd); {n} model pair(s)."
     );
-    Figure::new(name, caption, p)
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
 }
 
 /// Figure 8: linear-probe accuracy per layer beside PGA z (two stacked panels, shared x).
@@ -1175,5 +1190,146 @@ pub fn fig8_probe_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Result<F
          layer's features, both at each model's final checkpoint. {}.",
         size_note(&models, o)
     );
-    Figure::new(name, caption, p)
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
+}
+
+/// The readout dimension `k` of a PGA row: the `k<N>` token of its variant (`ccr1_k50`, as
+/// written by runs that sweep several k), else the model's configured k
+/// ([`FigureOptions::readout_k_by_model`], then [`FigureOptions::readout_k`]).
+fn pga_row_k(r: &Row, o: &FigureOptions) -> u32 {
+    r.variant
+        .split(['_', '/', ':'])
+        .find_map(|t| t.strip_prefix('k').and_then(|n| n.parse::<u32>().ok()))
+        .unwrap_or_else(|| {
+            o.readout_k_by_model
+                .get(&r.model)
+                .copied()
+                .unwrap_or(o.readout_k)
+        })
+}
+
+/// Whether a PGA variant is `base` itself or `base` at some k (`ccr1`, `ccr1_k50`).
+fn is_variant_at_some_k(variant: &str, base: &str) -> bool {
+    variant == base
+        || variant
+            .strip_prefix(base)
+            .and_then(|rest| rest.strip_prefix('_'))
+            .is_some_and(|t| t.starts_with('k'))
+}
+
+/// Figure 9: sensitivity of PGA z to the readout dimension: z against k/d per model at its
+/// final checkpoint, at the last layer and as the median over layers. Drawn only when some
+/// model has PGA rows at two or more k; otherwise skipped with a note.
+pub fn fig9_k_sensitivity(table: &ResultsTable, opts: &FigureOptions) -> Result<Figure> {
+    let o = opts.check()?;
+    let name = "fig9_k_sensitivity";
+    let v = o.pga_variant.as_str();
+    let rows: Vec<&Row> = select(table, "pga_z", None)
+        .into_iter()
+        .filter(|r| is_variant_at_some_k(&r.variant, v))
+        .collect();
+    let fin = final_rows(&rows);
+    // model -> k -> rows of the final checkpoint.
+    let mut by_k: BTreeMap<&str, BTreeMap<u32, Vec<&Row>>> = BTreeMap::new();
+    for (model, rs) in &fin {
+        for r in rs {
+            by_k.entry(model.as_str())
+                .or_default()
+                .entry(pga_row_k(r, o))
+                .or_default()
+                .push(r);
+        }
+    }
+    by_k.retain(|_, ks| ks.len() >= 2);
+    if by_k.is_empty() {
+        return Err(Error::NoData {
+            figure: name.to_owned(),
+            metric: "pga_z".to_owned(),
+            variant_note: format!(
+                ", variant {v}, at two or more k per model (this table has one k per model)"
+            ),
+        });
+    }
+    let models = model_infos(
+        rows.iter()
+            .copied()
+            .filter(|r| by_k.contains_key(r.model.as_str())),
+    );
+    let strokes = model_strokes(&models, o);
+    let median = |mut xs: Vec<f64>| -> Option<f64> {
+        xs.retain(|x| x.is_finite());
+        if xs.is_empty() {
+            return None;
+        }
+        xs.sort_by(f64::total_cmp);
+        let m = xs.len() / 2;
+        Some(if xs.len() % 2 == 1 {
+            xs[m]
+        } else {
+            0.5 * (xs[m - 1] + xs[m])
+        })
+    };
+    let mut last = Vec::new();
+    let mut mid = Vec::new();
+    let mut all_z = Vec::new();
+    for m in &models {
+        let ks = &by_k[m.model.as_str()];
+        let mut pl = Vec::new();
+        let mut pm = Vec::new();
+        for (&k, rs) in ks {
+            let x = f64::from(k) / f64::from(m.d);
+            if let Some(r) = rs.iter().max_by_key(|r| r.layer)
+                && r.value.is_finite()
+            {
+                pl.push((x, r.value));
+            }
+            if let Some(z) = median(rs.iter().map(|r| r.value).collect()) {
+                pm.push((x, z));
+            }
+            all_z.extend(rs.iter().map(|r| r.value));
+        }
+        let series = |points| Series {
+            label: model_label(m),
+            stroke: strokes[&m.model],
+            points,
+            yerr: Vec::new(),
+        };
+        last.push(series(pl));
+        mid.push(series(pm));
+    }
+    let scale = z_scale(o, all_z.iter().copied());
+    let panel = |title: &str, series| {
+        let (hlines, band) = z_refs(o);
+        Panel::Lines(LinePanel {
+            title: title.to_owned(),
+            x_label: "k / d (readout dimension over width)".to_owned(),
+            y_label: z_label(scale),
+            x_scale: Scale::Linear,
+            y_scale: scale,
+            y_range: None,
+            x_range: None,
+            series,
+            hlines,
+            band,
+            inline_legend: false,
+        })
+    };
+    let n_bad = all_z.iter().filter(|z| !z.is_finite()).count();
+    let mut p = plot(
+        o,
+        "Sensitivity of PGA z to the readout dimension k",
+        2,
+        vec![panel("last layer", last), panel("median over layers", mid)],
+    );
+    p.legend_title = "model".to_owned();
+    p.legend = model_legend(&models, &strokes);
+    p.legend.push(band_entry(o));
+    p.footnote = footnote(vec![size_note(&models, o), nonfinite_note(n_bad)]);
+    let caption = format!(
+        "PGA z ({v}) against k/d at each model's final checkpoint, for the models measured at two or \
+         more readout dimensions k: left at the last layer, right the median over layers. z is only \
+         comparable across widths at equal k/d. {}.",
+        size_note(&models, o)
+    );
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
 }

@@ -31,7 +31,7 @@ pub use error::{Error, Result};
 pub use figures::{
     ALL_FIGURES, Figure, FigureFn, FigureOptions, ZScale, all_figures, fig1_pga_z_by_layer,
     fig2_pga_z_heatmap, fig3_ccr_ablation, fig4_pc_readout_share, fig5_spectral_vs_pga,
-    fig6_val_loss, fig7_cross_model, fig8_probe_vs_pga,
+    fig6_val_loss, fig7_cross_model, fig8_probe_vs_pga, fig9_k_sensitivity,
 };
 pub use html::{index_html, index_html_with_notes};
 pub use report::{ReportFiles, write_report};

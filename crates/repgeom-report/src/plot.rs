@@ -287,6 +287,23 @@ pub(crate) struct Plot {
     pub(crate) legend: Vec<LegendEntry>,
     pub(crate) colorbar: Option<ColorBar>,
     pub(crate) footnote: Option<String>,
+    /// Draw the SYNTHETIC DATA banner across the top (the rows are synthetic).
+    pub(crate) synthetic: bool,
+}
+
+/// The banner text drawn on every figure built from synthetic rows.
+pub(crate) const SYNTHETIC_BANNER: &str =
+    "SYNTHETIC DATA: these results come from synthetic inputs, not real models";
+
+/// Height of the banner strip in pixels.
+const BANNER_H: u32 = 44;
+
+impl Plot {
+    /// Marks the plot as drawn from synthetic rows (or not).
+    pub(crate) fn with_synthetic(mut self, synthetic: bool) -> Self {
+        self.synthetic = synthetic;
+        self
+    }
 }
 
 type DResult<T> = std::result::Result<T, String>;
@@ -368,6 +385,30 @@ pub(crate) fn render<DB: DrawingBackend>(
 ) -> DResult<()> {
     root.fill(&WHITE).map_err(e2s)?;
     let (w, h) = root.dim_in_pixel();
+    // The banner takes a strip above the title, so a synthetic figure keeps its layout.
+    let (banner, root) = if plot.synthetic {
+        let (a, b) = root.split_vertically(BANNER_H);
+        (Some(a), b)
+    } else {
+        (None, root.clone())
+    };
+    let h = if plot.synthetic {
+        h.saturating_sub(BANNER_H)
+    } else {
+        h
+    };
+    if let Some(banner) = &banner {
+        banner.fill(&RGBColor(187, 0, 0)).map_err(e2s)?;
+        banner
+            .draw_text(
+                SYNTHETIC_BANNER,
+                &TextStyle::from((FONT, 24.0, FontStyle::Bold).into_font())
+                    .color(&WHITE)
+                    .pos(Pos::new(HPos::Center, VPos::Center)),
+                (w as i32 / 2, BANNER_H as i32 / 2),
+            )
+            .map_err(e2s)?;
+    }
     let (top, rest) = root.split_vertically(54);
     top.draw_text(
         &plot.title,
@@ -393,7 +434,7 @@ pub(crate) fn render<DB: DrawingBackend>(
         )
         .map_err(e2s)?;
     }
-    let side_w = side_width(plot, root);
+    let side_w = side_width(plot, &root);
     let (main, side) = if side_w > 0 {
         let (a, b) = rest.split_horizontally(w.saturating_sub(side_w));
         (a, Some(b))

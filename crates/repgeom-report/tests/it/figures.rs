@@ -59,9 +59,16 @@ fn check(name: &str, table: &ResultsTable, opts: &FigureOptions) -> Figure {
 #[test]
 fn every_figure_structure() {
     let t = fixture();
+    let t9 = with_k_sweep(&t);
     let o = FigureOptions::default();
     for (name, _) in ALL_FIGURES {
-        let fig = check(name, &t, &o);
+        // The fixture has one k per model; the k-sensitivity figure needs a k sweep.
+        let table = if name == "fig9_k_sensitivity" {
+            &t9
+        } else {
+            &t
+        };
+        let fig = check(name, table, &o);
         let texts = svg_texts(&fig.svg);
         assert!(texts.contains(&fig.title), "{name}: title missing");
         // for looking at the figures by eye: REPGEOM_REPORT_DUMP=/some/dir cargo test -p repgeom-report
@@ -189,4 +196,130 @@ fn non_finite_values_are_skipped_and_counted() {
     let row = s.rows.iter().find(|r| r.model == "pythia-2.8b").unwrap();
     assert!(row.peak.0.is_finite() && row.min.0.is_finite());
     assert_ne!(row.peak.1, 5);
+}
+
+/// The fixture plus PGA rows at k = 25, 50 and 200 (variants `ccr1_k<k>`) for two models at
+/// their final checkpoint: z grows with k/d, faster for the larger model.
+fn with_k_sweep(t: &ResultsTable) -> ResultsTable {
+    let mut rows = t.rows().to_vec();
+    let extra: Vec<Row> = t
+        .rows()
+        .iter()
+        .filter(|r| {
+            r.metric == "pga_z"
+                && r.variant == "ccr1"
+                && r.step == Some(143000)
+                && r.model != "pythia-410m"
+        })
+        .flat_map(|r| {
+            [25u32, 50, 200].map(|k| {
+                let mut x = r.clone();
+                x.variant = format!("ccr1_k{k}");
+                x.value = r.value * (f64::from(k) / 100.0).sqrt() + f64::from(r.d) / 1000.0;
+                x
+            })
+        })
+        .collect();
+    rows.extend(extra);
+    ResultsTable::new(rows).unwrap()
+}
+
+/// The RGB pixel at `(x, y)` of a PNG written by `Figure::png`.
+fn pixel(png: &[u8], x: usize, y: usize) -> [u8; 3] {
+    let mut reader = png::Decoder::new(std::io::Cursor::new(png))
+        .read_info()
+        .unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let i = (y * info.width as usize + x) * 3;
+    [buf[i], buf[i + 1], buf[i + 2]]
+}
+
+#[test]
+fn every_figure_file_of_synthetic_rows_carries_the_banner() {
+    let t = with_k_sweep(&fixture());
+    assert!(t.any_synthetic());
+    let real = ResultsTable::new(
+        t.rows()
+            .iter()
+            .cloned()
+            .map(|r| r.with_synthetic(false))
+            .collect(),
+    )
+    .unwrap();
+    let banner = "SYNTHETIC DATA: these results come from synthetic inputs, not real models";
+    let o = FigureOptions::default();
+    for (name, f) in ALL_FIGURES {
+        let fig = f(&t, &o).unwrap();
+        assert!(
+            svg_texts(&fig.svg).iter().any(|s| s == banner),
+            "{name}: SVG"
+        );
+        // The PNG's top strip is the red banner; without synthetic rows it is white.
+        let png = fig.png().unwrap();
+        assert_eq!(pixel(&png, 5, 5), [187, 0, 0], "{name}: PNG banner");
+        let plain = f(&real, &o).unwrap();
+        assert!(
+            !plain.svg.contains("SYNTHETIC"),
+            "{name}: real rows, no banner"
+        );
+        assert_eq!(
+            pixel(&plain.png().unwrap(), 5, 5),
+            [255, 255, 255],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn fig7_panels_sort_by_width_not_name() {
+    // Names sort "a-wide" < "m-mid" < "z-narrow"; widths the other way round.
+    let models = [("a-wide", 2048u32), ("m-mid", 1024), ("z-narrow", 512)];
+    let mut rows = Vec::new();
+    for (m, d) in models {
+        rows.push(Row::new(m, "f", d, 0, 2, "rankme", "", 1.0));
+    }
+    for (a, da) in models {
+        for (b, _) in models.iter().filter(|(b, _)| *b != a) {
+            for layer in 0..2 {
+                rows.push(
+                    Row::new(a, "f", da, layer, 2, "distance_spearman", "readout", 0.5)
+                        .with_other_model(*b),
+                );
+            }
+        }
+    }
+    let t = ResultsTable::new(rows).unwrap();
+    let f = repgeom_report::fig7_cross_model(&t, &FigureOptions::default()).unwrap();
+    let titles: Vec<String> = svg_texts(&f.svg)
+        .into_iter()
+        .filter(|s| s.contains(" vs "))
+        .collect();
+    assert_eq!(
+        titles,
+        [
+            "z-narrow vs m-mid",
+            "z-narrow vs a-wide",
+            "m-mid vs z-narrow",
+            "m-mid vs a-wide",
+            "a-wide vs z-narrow",
+            "a-wide vs m-mid",
+        ]
+    );
+}
+
+#[test]
+fn fig9_is_drawn_only_with_several_k_per_model() {
+    let o = FigureOptions::default();
+    let e = repgeom_report::fig9_k_sensitivity(&fixture(), &o).unwrap_err();
+    assert!(matches!(e, Error::NoData { .. }), "{e}");
+    assert!(e.to_string().contains("two or more k per model"), "{e}");
+    let f = repgeom_report::fig9_k_sensitivity(&with_k_sweep(&fixture()), &o).unwrap();
+    let texts = svg_texts(&f.svg);
+    // Only the two swept models are drawn; pythia-410m has one k.
+    assert!(texts.iter().any(|t| t == "pythia-70m (d=512)"));
+    assert!(texts.iter().any(|t| t == "pythia-2.8b (d=2560)"));
+    assert!(!texts.iter().any(|t| t.contains("pythia-410m")));
+    // One line per model in each of the two panels.
+    assert!(f.svg.matches("<polyline").count() >= 4, "{}", structure(&f));
 }
