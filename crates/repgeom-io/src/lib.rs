@@ -90,3 +90,44 @@ pub fn first_non_finite(values: &[f32]) -> Option<usize> {
 pub fn read_safetensors_metadata(path: &Path) -> Result<BTreeMap<String, String>> {
     Ok(st::StFile::open(path)?.metadata())
 }
+
+/// The sequence each of the `n` points of an activation file came from, read from the
+/// `positions` metadata that `repgeom extract` writes (a JSON list of `[sequence, position]`
+/// pairs, one per point). `Ok(None)` when the file records none (not a `.safetensors` file, or
+/// no `positions` entry): callers that resample sequences then fall back to points and say so.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("acts.npy");
+/// repgeom_io::write_npy_f32(&path, &[3, 2], &[0.0; 6]).unwrap();
+/// assert_eq!(repgeom_io::read_sequence_ids(&path, 3).unwrap(), None);
+/// ```
+pub fn read_sequence_ids(path: &Path, n: usize) -> Result<Option<Vec<usize>>> {
+    let is_st = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+    if !is_st {
+        return Ok(None);
+    }
+    let Some(text) = read_safetensors_metadata(path)?.remove("positions") else {
+        return Ok(None);
+    };
+    let pos: Vec<[usize; 2]> = serde_json::from_str(&text).map_err(|e| {
+        Error::format(
+            path,
+            "safetensors",
+            format!("metadata `positions` is not a JSON list of [sequence, position] pairs: {e}"),
+        )
+    })?;
+    if pos.len() != n {
+        return Err(Error::format(
+            path,
+            "safetensors",
+            format!(
+                "metadata `positions` has {} entries but the activations have {n} points",
+                pos.len()
+            ),
+        ));
+    }
+    Ok(Some(pos.iter().map(|p| p[0]).collect()))
+}

@@ -44,7 +44,7 @@ impl PairMetric for DistanceSpearman {
         MetricInfo {
             name: "distance_spearman",
             summary: "Spearman of two models' pairwise cosine distances: full space, own readout subspaces, random subspaces",
-            source: "representational similarity analysis (Kriegeskorte et al. 2008); readout/random variants per repgeom SPEC",
+            source: "representational similarity analysis (Kriegeskorte et al. 2008); readout/random variants as in repgeom's docs/metrics.md",
             options: &[
                 OptionDoc {
                     name: "ccr",

@@ -48,7 +48,7 @@ pub enum Error {
     },
     /// The exact engine does not fit in the memory budget.
     #[error(
-        "{what}: exact PGA over {pairs} pairs needs about {needed} bytes with one worker, over the budget of {budget} bytes; raise --max-memory or estimate on sampled pairs with --max-pairs"
+        "{what}: exact PGA over {pairs} pairs needs about {needed} bytes with one worker, over the budget of {budget} bytes; raise the budget (--max-memory; manifest max_memory) or estimate on sampled pairs (--max-pairs; manifest max_pairs)"
     )]
     MemoryBudget {
         /// Which layer.

@@ -39,7 +39,7 @@ impl PgaSpectrum {
         MetricInfo {
             name: "pga_spectrum",
             summary: "Subspace PGA against spectrum-matched random subspaces (rows pga_z and rho_readout, variant ccrC_spectrum)",
-            source: "repgeom SPEC (Subspace PGA) with repgeom's spectrum-matched null (docs/pga.md)",
+            source: "Subspace PGA (repgeom's docs/pga.md) with repgeom's spectrum-matched null (docs/pga.md)",
             options: &[
                 OptionDoc {
                     name: "ccr",

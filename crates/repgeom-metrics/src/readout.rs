@@ -4,12 +4,17 @@
 use repgeom_linalg::{principal_directions, project};
 use serde::{Deserialize, Serialize};
 
-use crate::pga::{EngineOptions, pga_ccr_sweep_with};
+use crate::pga::{
+    BootstrapOptions, BootstrapUnit, EngineOptions, bootstrap_ci, pga_ccr_sweep_with,
+};
 use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
 use crate::{Error, Result};
 
-/// Subspace PGA (this project's SPEC): z of the readout's distance preservation against random
-/// subspaces, at one or several CCR levels sharing one eigendecomposition.
+/// Subspace PGA (defined in docs/pga.md): z of the readout's distance preservation against
+/// random subspaces, at one or several CCR levels sharing one eigendecomposition.
+///
+/// The engine's limits (`max_pairs`, `max_memory`) and the sequence bootstrap are options of the
+/// metric, so a study manifest or a Python call reaches everything `repgeom pga` does.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Pga {
@@ -17,6 +22,16 @@ pub struct Pga {
     pub ccr: Vec<usize>,
     /// Pairwise distance: `cosine` (default) or `euclidean`.
     pub distance: crate::pga::Distance,
+    /// Estimate each Spearman correlation on a seeded sample of this many pairs (`None`: all).
+    pub max_pairs: Option<usize>,
+    /// Seed of the pair sample.
+    pub pair_seed: u64,
+    /// Bytes the engine may use (`None`: unlimited); fewer null draws then run at once.
+    pub max_memory: Option<u64>,
+    /// Percentile bootstrap over sequences (points when the input has no sequence ids), with
+    /// the null bases held fixed: rows `pga_z_lo`, `pga_z_hi`, `rho_readout_lo`,
+    /// `rho_readout_hi`. Off when `None`.
+    pub bootstrap: Option<BootstrapOptions>,
 }
 
 impl Default for Pga {
@@ -24,6 +39,22 @@ impl Default for Pga {
         Self {
             ccr: vec![1],
             distance: crate::pga::Distance::Cosine,
+            max_pairs: None,
+            pair_seed: 0,
+            max_memory: None,
+            bootstrap: None,
+        }
+    }
+}
+
+impl Pga {
+    /// The engine settings these options ask for.
+    pub fn engine(&self) -> EngineOptions {
+        EngineOptions {
+            max_memory: self.max_memory,
+            max_pairs: self.max_pairs,
+            pair_seed: self.pair_seed,
+            distance: self.distance,
         }
     }
 }
@@ -33,8 +64,8 @@ impl Metric for Pga {
     fn info(&self) -> MetricInfo {
         MetricInfo {
             name: "pga",
-            summary: "Subspace PGA: z of readout vs random-subspace distance preservation (rows pga_z, rho_readout, pga_p_two_sided, pga_p_lower, pga_z_se)",
-            source: "repgeom SPEC (Subspace predictive geometric alignment); CCR after Mu & Viswanath (2018)",
+            summary: "Subspace PGA: z of readout vs random-subspace distance preservation (rows pga_z, rho_readout, pga_p_two_sided, pga_p_lower, pga_z_se; with bootstrap also pga_z_lo/hi, rho_readout_lo/hi)",
+            source: "Subspace predictive geometric alignment as defined in repgeom's docs/pga.md; CCR after Mu & Viswanath (2018)",
             options: &[
                 OptionDoc {
                     name: "ccr",
@@ -43,6 +74,22 @@ impl Metric for Pga {
                 OptionDoc {
                     name: "distance",
                     help: "\"cosine\" (default) or \"euclidean\" pairwise distances",
+                },
+                OptionDoc {
+                    name: "max_pairs",
+                    help: "estimate each Spearman correlation on a seeded sample of this many pairs (default: all pairs)",
+                },
+                OptionDoc {
+                    name: "pair_seed",
+                    help: "seed of the pair sample (default 0)",
+                },
+                OptionDoc {
+                    name: "max_memory",
+                    help: "bytes the engine may use; fewer null draws run at once (default: unlimited)",
+                },
+                OptionDoc {
+                    name: "bootstrap",
+                    help: "{ replicates = B, seed = S, level = 0.95 }: percentile interval over sequences, null bases fixed (default off)",
                 },
             ],
             needs_readout: true,
@@ -84,12 +131,23 @@ impl Metric for Pga {
             input.what(),
             input.par(),
             &|| {},
-            &EngineOptions {
-                distance: self.distance,
-                ..EngineOptions::default()
-            },
+            &self.engine(),
         )?;
-        let mut out = Vec::with_capacity(2 * results.len());
+        let cis = match &self.bootstrap {
+            Some(boot) => Some(bootstrap_ci(
+                input.acts(),
+                basis,
+                null,
+                &self.ccr,
+                input.sequences(),
+                input.what(),
+                input.par(),
+                &self.engine(),
+                boot,
+            )?),
+            None => None,
+        };
+        let mut out = Vec::with_capacity(7 * results.len());
         for r in &results {
             let variant = format!("ccr{}", r.ccr);
             let summary = repgeom_null::NullSummary {
@@ -116,9 +174,30 @@ impl Metric for Pga {
             out.push(MetricValue::new("pga_p_two_sided", &variant, r.p_two_sided));
             out.push(MetricValue::new("pga_p_lower", &variant, r.p_lower));
             out.push(MetricValue::new("pga_z_se", &variant, r.z_se));
+            if let Some(ci) = cis.as_ref().map(|c| c[out_index(&self.ccr, r.ccr)]) {
+                let by_sequence = f64::from(u8::from(ci.unit == BootstrapUnit::Sequences));
+                for (name, v) in [
+                    ("pga_z_lo", ci.z_lo),
+                    ("pga_z_hi", ci.z_hi),
+                    ("rho_readout_lo", ci.rho_lo),
+                    ("rho_readout_hi", ci.rho_hi),
+                ] {
+                    out.push(
+                        MetricValue::new(name, &variant, v)
+                            .with_extra("bootstrap_replicates", ci.replicates as f64)
+                            .with_extra("bootstrap_level", ci.level)
+                            .with_extra("bootstrap_by_sequence", by_sequence),
+                    );
+                }
+            }
         }
         Ok(out)
     }
+}
+
+/// Position of CCR level `ccr` in `levels` (the sweep returns one result per level, in order).
+fn out_index(levels: &[usize], ccr: usize) -> usize {
+    levels.iter().position(|&c| c == ccr).unwrap_or(0)
 }
 
 /// PC alignment: for each of the top-`m` principal directions $u_j$ of the centred layer, the
@@ -142,7 +221,7 @@ impl Metric for PcReadoutShare {
         MetricInfo {
             name: "pc_readout_share",
             summary: "share of each top principal direction lying in the readout subspace (random: k/d)",
-            source: "repgeom SPEC (PC alignment companion measurement)",
+            source: "PC alignment as defined in repgeom's docs/pga.md (companion to Subspace PGA)",
             options: &[OptionDoc {
                 name: "m",
                 help: "number of top principal directions (variants pc1..pcm)",

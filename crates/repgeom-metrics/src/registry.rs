@@ -137,6 +137,7 @@ pub struct LayerInput<'a> {
     acts: MatRef<'a, f32>,
     readout_basis: Option<MatRef<'a, f64>>,
     null: Option<&'a NullBases>,
+    sequences: Option<&'a [usize]>,
     what: String,
     par: Par,
     centred: OnceLock<Mat<f64>>,
@@ -178,6 +179,7 @@ impl<'a> LayerInput<'a> {
             acts,
             readout_basis: None,
             null: None,
+            sequences: None,
             what,
             par,
             centred: OnceLock::new(),
@@ -240,6 +242,25 @@ impl<'a> LayerInput<'a> {
         }
         self.null = Some(null);
         Ok(self)
+    }
+
+    /// Attaches the sequence each point came from (`N` ids, e.g. from
+    /// `repgeom_io::read_sequence_ids`), so that resampling metrics resample whole sequences.
+    pub fn with_sequences(mut self, ids: &'a [usize]) -> Result<Self> {
+        if ids.len() != self.acts.nrows() {
+            return Err(Error::ShapeMismatch {
+                what: format!("{}: sequence ids", self.what),
+                left: format!("{} sequence ids", ids.len()),
+                right: format!("{} points", self.acts.nrows()),
+            });
+        }
+        self.sequences = Some(ids);
+        Ok(self)
+    }
+
+    /// The sequence of each point, when attached with [`Self::with_sequences`].
+    pub fn sequences(&self) -> Option<&'a [usize]> {
+        self.sequences
     }
 
     /// The activations (`N × d`, `f32`).

@@ -70,6 +70,23 @@ pub struct Analysis {
     pub readout_fold_norm: bool,
     /// Centre `W_U`'s rows (subtract the mean over the vocabulary) before its SVD.
     pub readout_center: bool,
+    /// k-sensitivity: at each model's final checkpoint, PGA (first CCR level) again at
+    /// `k = round(f·d)` for each fraction `f` here (variants `ccrC_kK`; a `k` equal to the
+    /// model's own is not recomputed). Feeds figure 9 (z against k/d). Empty: off.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub k_sensitivity: Vec<f64>,
+    /// Percentile bootstrap of PGA's `rho_readout` and `z` with this many replicates (seeded by
+    /// `seed`), resampling sequences when the activation file records them (`positions`), else
+    /// points; the null bases are held fixed. Off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<usize>,
+    /// Estimate PGA's Spearman correlations on a seeded sample of this many pairs (default:
+    /// all pairs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pairs: Option<usize>,
+    /// Bytes one PGA unit may use; fewer null draws then run at once (default: unlimited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_memory: Option<u64>,
 }
 
 impl Analysis {
@@ -111,6 +128,10 @@ impl Default for Analysis {
             distance: repgeom_linalg::Distance::Cosine,
             readout_fold_norm: false,
             readout_center: false,
+            k_sensitivity: Vec::new(),
+            bootstrap: None,
+            max_pairs: None,
+            max_memory: None,
         }
     }
 }
@@ -304,7 +325,11 @@ impl Manifest {
             .collect();
         Self {
             title: "built-in synthetic study (SYNTHETIC DATA, not a real model)".into(),
-            analysis: Analysis::default(),
+            analysis: Analysis {
+                // Figure 9: z against k/d around the zoo's own k = d/8.
+                k_sensitivity: vec![1.0 / 32.0, 1.0 / 16.0, 1.0 / 4.0],
+                ..Analysis::default()
+            },
             report: ReportSettings {
                 small_max_d: spec.detour_max_width as u32,
                 large_min_d: 256,
@@ -344,6 +369,29 @@ impl Manifest {
             return Err(bad(
                 "analysis.readout_fold_norm",
                 "synthetic models have no final norm to fold; use it with checkpoint directories only".into(),
+            ));
+        }
+        if let Some(f) = a
+            .k_sensitivity
+            .iter()
+            .find(|f| !(f.is_finite() && **f > 0.0 && **f < 1.0))
+        {
+            return Err(bad(
+                "analysis.k_sensitivity",
+                format!("{f} must lie strictly between 0 and 1 (k = round(f · d))"),
+            ));
+        }
+        if a.bootstrap.is_some_and(|b| b < 2) {
+            return Err(bad(
+                "analysis.bootstrap",
+                "needs at least 2 replicates for an interval (1000 or more for a stable 95% one)"
+                    .into(),
+            ));
+        }
+        if a.max_pairs.is_some_and(|p| p < 2) {
+            return Err(bad(
+                "analysis.max_pairs",
+                "a Spearman correlation needs at least 2 pairs".into(),
             ));
         }
         if a.n_null < 2 {

@@ -15,6 +15,14 @@ pub enum UnitKind {
         /// CCR levels (they share one eigendecomposition).
         ccr: Vec<usize>,
     },
+    /// Subspace PGA at one CCR level with a readout dimension `k` other than the model's
+    /// (k-sensitivity; rows as `Pga`, variants `ccrC_kK`).
+    PgaK {
+        /// CCR level.
+        ccr: usize,
+        /// Readout subspace dimension.
+        k: usize,
+    },
     /// Share of the top-`m` principal directions in the readout subspace.
     PcShare {
         /// Number of principal directions.
@@ -50,6 +58,7 @@ impl UnitKind {
                         .join("+")
                 )
             }
+            Self::PgaK { ccr, k } => format!("pga-ccr{ccr}-k{k}"),
             Self::PcShare { m } => format!("pcshare{m}"),
             Self::Spectral { metric } => metric.clone(),
             Self::Probe => "probe".into(),
@@ -137,6 +146,20 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    /// The readout dimensions of the k-sensitivity units: `round(f·d)` for each fraction,
+    /// kept when `0 < k < d` and different from the model's own `k`, ascending and distinct.
+    pub fn sensitivity_ks(&self, fractions: &[f64]) -> Vec<usize> {
+        let d = self.d as usize;
+        let mut ks: Vec<usize> = fractions
+            .iter()
+            .map(|f| (f * self.d as f64).round() as usize)
+            .filter(|&k| k > 0 && k < d && k != self.k)
+            .collect();
+        ks.sort_unstable();
+        ks.dedup();
+        ks
+    }
+
     /// The final checkpoint (largest step; no step counts as latest).
     pub fn final_checkpoint(&self) -> &CheckpointInfo {
         self.checkpoints
@@ -173,7 +196,10 @@ pub struct Study {
     pub units: Vec<PlannedUnit>,
 }
 
-const FORMAT: u32 = 1;
+/// Version of what a unit writes. Bump it whenever a unit kind's rows change (new metrics,
+/// new tails), so that a resumed sweep recomputes instead of mixing old part files with new
+/// ones. 2: PGA's tails and z_se, probe intervals and the control task.
+const FORMAT: u32 = 2;
 
 /// Most units a plan may hold (a study of 10 models x 150 checkpoints x 40 layers plans about
 /// 60 000): bounds memory and planning time for a manifest with a huge checkpoint list.
@@ -276,6 +302,9 @@ impl Study {
                     }
                 }
                 if ci == last {
+                    for k in m.sensitivity_ks(&a.k_sensitivity) {
+                        kinds.push(UnitKind::PgaK { ccr: a.ccr[0], k });
+                    }
                     for [x, y] in &manifest.pairs {
                         if *x == m.label {
                             kinds.push(UnitKind::Cross { other: y.clone() });
@@ -343,7 +372,9 @@ impl Study {
     }
 
     /// SHA-256 over the canonical JSON of what determines the unit's numbers: the format
-    /// version, the unit, `n_null`, the seed, and each involved model's source, `k` and layers.
+    /// version, the unit, `n_null`, the seed, each involved model's source, `k` and layers, and
+    /// the analysis options that change numbers or rows (distance, readout options, pair
+    /// sampling, bootstrap).
     pub fn config_hash(&self, unit: &Unit) -> String {
         #[derive(Serialize)]
         struct Key<'a> {
@@ -359,6 +390,10 @@ impl Study {
             readout_fold_norm: bool,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             readout_center: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            max_pairs: Option<usize>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            bootstrap: Option<usize>,
         }
         fn is_cosine(d: &repgeom_linalg::Distance) -> bool {
             *d == repgeom_linalg::Distance::Cosine
@@ -388,6 +423,10 @@ impl Study {
             distance: a.distance,
             readout_fold_norm: a.readout_fold_norm,
             readout_center: a.readout_center,
+            // Pair sampling changes the numbers; the bootstrap adds rows. (`max_memory` only
+            // changes how many draws run at once, never a number, so it is not part of it.)
+            max_pairs: a.max_pairs,
+            bootstrap: a.bootstrap,
         };
         let json = serde_json::to_string(&key).expect("plain data serialises");
         hex(&Sha256::digest(json.as_bytes()))

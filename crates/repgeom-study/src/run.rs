@@ -34,6 +34,9 @@ struct ModelCtx {
     basis: Mat<f64>,
     null: NullBases,
     labels: Option<Vec<usize>>,
+    /// The readout basis with as many columns as the largest k-sensitivity `k` (its leading
+    /// columns serve every smaller `k`), and a null per such `k`. Empty without k-sensitivity.
+    sensitivity: Option<(Mat<f64>, BTreeMap<usize, NullBases>)>,
 }
 
 /// Loads and caches model data. Nothing cached changes a number: every unit's rows depend only
@@ -150,16 +153,51 @@ impl<'s> Loader<'s> {
             }
             .check()?,
         )?;
+        let ks = m.sensitivity_ks(&a.k_sensitivity);
+        let sensitivity = match ks.last() {
+            Some(&kmax) => {
+                let wide = repgeom_linalg::readout_subspace(readout.as_ref(), kmax, Par::Seq)?;
+                let mut nulls = BTreeMap::new();
+                for &k in &ks {
+                    let params = NullParams {
+                        n_null: a.n_null,
+                        seed: a.seed,
+                    }
+                    .check()?;
+                    nulls.insert(k, NullBases::draw(m.d as usize, k, &params)?);
+                }
+                Some((wide, nulls))
+            }
+            None => None,
+        };
         let ctx = Arc::new(ModelCtx {
             basis,
             null,
             labels,
+            sensitivity,
         });
         self.models
             .lock()
             .expect("no panics while locked")
             .insert(m.label.clone(), ctx.clone());
         Ok(ctx)
+    }
+
+    /// The sequence of each of the `n` points of model `m` at checkpoint `ckpt`, when its
+    /// activation file records them (`None` for synthetic models, whose points are independent
+    /// draws, and for files without `positions` metadata).
+    fn sequences(&self, m: &ModelInfo, ckpt: &str, n: usize) -> Result<Option<Vec<usize>>> {
+        match &m.source {
+            ModelSource::Synthetic { .. } => Ok(None),
+            ModelSource::Files(spec) => {
+                let c = spec
+                    .checkpoints
+                    .iter()
+                    .find(|c| c.name == ckpt)
+                    .expect("planned checkpoint");
+                Ok(repgeom_io::read_sequence_ids(&c.activations, n)?)
+            }
+        }
     }
 
     /// The given layers of model `m` at checkpoint `ckpt`, as `N × d` matrices.
@@ -238,9 +276,14 @@ pub fn run_units(
         needed.sort_unstable();
         needed.dedup();
         let layers = loader.layers(m, &ckpt, &needed)?;
+        let sequences = match (study.manifest.analysis.bootstrap, layers.values().next()) {
+            (Some(_), Some(first)) => loader.sequences(m, &ckpt, first.nrows())?,
+            _ => None,
+        };
         units.par_iter().try_for_each(|u| -> Result<()> {
             let t = Instant::now();
-            let rows = compute_unit(study, &loader, m, &ctx, &layers[&u.unit.layer], &u.unit)?;
+            let acts = &layers[&u.unit.layer];
+            let rows = compute_unit(study, &loader, m, &ctx, acts, sequences.as_deref(), &u.unit)?;
             write_part(dir, u, &rows)?;
             on_done(&UnitDone {
                 unit: u,
@@ -279,6 +322,7 @@ fn compute_unit(
     m: &ModelInfo,
     ctx: &ModelCtx,
     acts: &Mat<f32>,
+    sequences: Option<&[usize]>,
     u: &Unit,
 ) -> Result<Vec<Row>> {
     let a = &study.manifest.analysis;
@@ -290,11 +334,47 @@ fn compute_unit(
             .with_null(&ctx.null)?)
     };
     let values = match &u.kind {
-        UnitKind::Pga { ccr } => Pga {
-            ccr: ccr.clone(),
-            distance: a.distance,
+        UnitKind::Pga { ccr } => {
+            let mut layer = input()?;
+            if let Some(ids) = sequences {
+                layer = layer.with_sequences(ids)?;
+            }
+            Pga {
+                ccr: ccr.clone(),
+                distance: a.distance,
+                max_pairs: a.max_pairs,
+                pair_seed: a.seed,
+                max_memory: a.max_memory,
+                bootstrap: a
+                    .bootstrap
+                    .map(|replicates| repgeom_metrics::pga::BootstrapOptions {
+                        replicates,
+                        seed: a.seed,
+                        level: 0.95,
+                    }),
+            }
+            .compute(&layer)?
         }
-        .compute(&input()?)?,
+        UnitKind::PgaK { ccr, k } => {
+            let (wide, nulls) = ctx.sensitivity.as_ref().expect("planned k-sensitivity");
+            let basis = wide.as_ref().subcols(0, *k);
+            let layer = LayerInput::new(acts.as_ref(), what.clone(), Par::Seq)?
+                .with_readout(basis)?
+                .with_null(&nulls[k])?;
+            let mut values = Pga {
+                ccr: vec![*ccr],
+                distance: a.distance,
+                max_pairs: a.max_pairs,
+                pair_seed: a.seed,
+                max_memory: a.max_memory,
+                bootstrap: None,
+            }
+            .compute(&layer)?;
+            for v in &mut values {
+                v.variant = format!("{}_k{k}", v.variant);
+            }
+            values
+        }
         UnitKind::PcShare { m } => PcReadoutShare { m: *m }.compute(&input()?)?,
         UnitKind::Spectral { metric } => repgeom_metrics::metric(metric)?.compute(&input()?)?,
         UnitKind::ValLoss => {
@@ -338,10 +418,26 @@ fn compute_unit(
             }
             let p =
                 plan.probe_layer(u.layer, repgeom_probe::Features::new(u.layer, n, d, &data)?)?;
-            vec![
+            // Tidy rows: the Wilson interval, whether the fit converged, and the random-label
+            // control task (Hewitt & Liang 2019) with the selectivity over it.
+            let flag = |b: bool| f64::from(u8::from(b));
+            let mut v = vec![
                 MetricValue::new("probe_accuracy", "", p.accuracy),
                 MetricValue::new("majority_baseline", "", p.majority_baseline),
-            ]
+                MetricValue::new("probe_accuracy_lo", "", p.accuracy_ci.0),
+                MetricValue::new("probe_accuracy_hi", "", p.accuracy_ci.1),
+                MetricValue::new("probe_converged", "", flag(p.converged)),
+            ];
+            if let (Some(c), Some(sel)) = (&p.control, p.selectivity()) {
+                v.push(MetricValue::new("probe_control_accuracy", "", c.accuracy));
+                v.push(MetricValue::new("probe_selectivity", "", sel));
+                v.push(MetricValue::new(
+                    "probe_control_converged",
+                    "",
+                    flag(c.converged),
+                ));
+            }
+            v
         }
         UnitKind::Cross { other } => {
             let o = study.model(other).expect("checked pair");

@@ -25,9 +25,10 @@ fn plan_is_deterministic_and_ids_unique() {
     assert_eq!(a.units, b.units);
     let ids: std::collections::BTreeSet<_> = a.units.iter().map(|u| &u.id).collect();
     check(ids.len() == a.units.len(), "unit ids are unique");
-    // 2 models x 3 layers: non-final checkpoint pga only; final: pga, pcshare, 4 spectral, probe;
-    // val_loss per checkpoint; cross for the d64 model at its final checkpoint.
-    let per_model = 3 + 3 * 7 + 2;
+    // 2 models x 3 layers: non-final checkpoint pga only; final: pga, pcshare, 4 spectral, probe,
+    // and 3 k-sensitivity units (k = d/32, d/16, d/4 beside the zoo's d/8); val_loss per
+    // checkpoint; cross for the d64 model at its final checkpoint.
+    let per_model = 3 + 3 * 10 + 2;
     assert_eq!(a.units.len(), 2 * per_model + 3);
 }
 
@@ -52,6 +53,100 @@ fn hash_changes_only_with_what_matters() {
             .all(|(x, y)| x.config_hash != y.config_hash),
         "n_null changes every hash",
     );
+    let mut m = small();
+    m.analysis.max_memory = Some(1 << 20);
+    let d = Study::new(m, "t").unwrap();
+    assert_eq!(a.units, d.units, "a memory budget never changes a number");
+    let mut m = small();
+    m.analysis.max_pairs = Some(500);
+    let e = Study::new(m, "t").unwrap();
+    check(
+        a.units
+            .iter()
+            .zip(&e.units)
+            .all(|(x, y)| x.config_hash != y.config_hash),
+        "pair sampling changes every hash",
+    );
+}
+
+/// The PGA units honour the manifest's engine options: a memory budget with room for one
+/// draw at a time gives the same numbers, one below a single draw fails with a message that
+/// suggests `max_pairs`, and pair sampling changes the numbers. (Before, sweep units called
+/// the engine without the budget or the pair sample.)
+#[test]
+fn pga_units_use_the_engine_options() {
+    let pga_units = |s: &Study| -> Vec<crate::PlannedUnit> {
+        s.units
+            .iter()
+            .filter(|u| matches!(u.unit.kind, crate::UnitKind::Pga { .. }))
+            .filter(|u| u.unit.model == "synthetic-d64" && u.unit.checkpoint == "step100")
+            .cloned()
+            .collect()
+    };
+    let run = |m: Manifest| -> Result<Vec<repgeom_report::Row>, String> {
+        let s = Study::new(m, "t").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let todo = pga_units(&s);
+        assert!(
+            !todo.is_empty(),
+            "the plan has PGA units of synthetic-d64 at step100"
+        );
+        std::fs::create_dir_all(crate::parts_dir(dir.path())).unwrap();
+        crate::run_units(&s, &todo, dir.path(), &|_| {}).map_err(|e| e.to_string())?;
+        let mut files: Vec<_> = std::fs::read_dir(crate::parts_dir(dir.path()))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), todo.len(), "one part file per unit");
+        Ok(files
+            .iter()
+            .flat_map(|p| crate::read_part(p).unwrap().rows)
+            .collect())
+    };
+    let base = run(small()).unwrap();
+    // N = 64 points of width 64 and the zoo's k = d/8 = 8: room for exactly one draw.
+    let est = repgeom_metrics::pga::memory_estimate(64, 64, 8);
+    let mut m = small();
+    m.analysis.max_memory = Some(est.peak(1));
+    assert_eq!(
+        run(m).unwrap(),
+        base,
+        "one draw at a time changes no number"
+    );
+    let mut m = small();
+    m.analysis.max_memory = Some(est.shared);
+    let err = run(m).unwrap_err();
+    check(
+        err.contains("max_pairs"),
+        &format!("a budget below one draw fails and suggests max_pairs: {err}"),
+    );
+    let mut m = small();
+    m.analysis.max_pairs = Some(300);
+    check(run(m).unwrap() != base, "pair sampling changes the numbers");
+    // The bootstrap adds its interval rows and leaves the others as they were.
+    let mut m = small();
+    m.analysis.bootstrap = Some(20);
+    let boot = run(m).unwrap();
+    let plain: Vec<_> = boot
+        .iter()
+        .filter(|r| !r.metric.ends_with("_lo") && !r.metric.ends_with("_hi"))
+        .cloned()
+        .collect();
+    assert_eq!(plain, base, "the bootstrap changes no other row");
+    let value = |metric: &str, layer: u32| {
+        boot.iter()
+            .find(|r| r.metric == metric && r.layer == layer && r.variant == "ccr1")
+            .unwrap_or_else(|| panic!("row {metric} at layer {layer}"))
+            .value
+    };
+    for layer in 0..3 {
+        check(
+            value("pga_z_lo", layer) <= value("pga_z_hi", layer)
+                && value("rho_readout_lo", layer) <= value("rho_readout_hi", layer),
+            "each interval is ordered",
+        );
+    }
 }
 
 #[test]

@@ -353,15 +353,8 @@ fn null_bases(args: &PgaArgs, d: usize, k: usize) -> anyhow::Result<NullBases> {
 /// (`[sequence, position]` per point). `None`, with a warning, when the file has none: the
 /// bootstrap then resamples points.
 fn sequence_ids(path: &std::path::Path, n: usize) -> anyhow::Result<Option<Vec<usize>>> {
-    let is_st = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
-    let positions = if is_st {
-        repgeom_io::read_safetensors_metadata(path)?.remove("positions")
-    } else {
-        None
-    };
-    let Some(text) = positions else {
+    let ids = repgeom_io::read_sequence_ids(path, n)?;
+    if ids.is_none() {
         // Printed even with --quiet (which hides progress bars only): it qualifies the result.
         #[allow(clippy::print_stderr)] // user-facing warning about the bootstrap unit
         {
@@ -370,21 +363,8 @@ fn sequence_ids(path: &std::path::Path, n: usize) -> anyhow::Result<Option<Vec<u
                 path.display()
             );
         }
-        return Ok(None);
-    };
-    let pos: Vec<[usize; 2]> = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: metadata `positions` is not a JSON list of [sequence, position] pairs",
-            path.display()
-        )
-    })?;
-    anyhow::ensure!(
-        pos.len() == n,
-        "{}: metadata `positions` has {} entries but the activations have {n} points",
-        path.display(),
-        pos.len()
-    );
-    Ok(Some(pos.iter().map(|p| p[0]).collect()))
+    }
+    Ok(ids)
 }
 
 /// `--save-null-rhos`: one CSV line per null draw.

@@ -173,6 +173,7 @@ fn dry_run(
         println!("{}{}", u.id, if done_mark { "  (done)" } else { "" });
         let key = match &u.unit.kind {
             UnitKind::Pga { .. } => "pga",
+            UnitKind::PgaK { .. } => "pga_k",
             UnitKind::PcShare { .. } => "pc_share",
             UnitKind::Spectral { .. } => "spectral",
             UnitKind::Probe => "probe",
@@ -182,6 +183,7 @@ fn dry_run(
         *kinds.entry(key.to_owned()).or_default() += 1;
         rankings += match &u.unit.kind {
             UnitKind::Pga { ccr } => (ccr.len() * (a.n_null + 1)) as u64,
+            UnitKind::PgaK { .. } => (a.n_null + 1) as u64,
             UnitKind::Cross { .. } => (a.n_null + 3) as u64,
             _ => 0,
         };
