@@ -106,6 +106,24 @@ impl From<repgeom_extract::Error> for Failure {
     }
 }
 
+impl From<repgeom_hub::Error> for Failure {
+    fn from(e: repgeom_hub::Error) -> Self {
+        use repgeom_hub::Error as E;
+        let msg = e.to_string();
+        match &e {
+            E::ModelNotFound { .. }
+            | E::RevisionNotFound { .. }
+            | E::FileNotFound { .. }
+            | E::NoSafetensors { .. }
+            | E::NoWeights { .. }
+            | E::Offline { .. } => Failure::NotFound(msg),
+            E::Io { source, .. } => io_kind(source, msg),
+            E::Network { .. } | E::Http { .. } | E::Download { .. } => Failure::Os(msg),
+            _ => Failure::Invalid(msg),
+        }
+    }
+}
+
 impl From<PyErr> for Failure {
     fn from(e: PyErr) -> Self {
         Failure::Py(e)

@@ -195,6 +195,47 @@ struct ReadoutSpec<'py> {
     k: usize,
     vocab_rows: Option<usize>,
     tensor: Option<String>,
+    /// Hub revision when the path is a hub model id (`org/name`).
+    revision: Option<String>,
+    progress: Option<bool>,
+}
+
+/// A model reference: an existing local path is used as it is; anything else must be a hub
+/// model id `org/name`, resolved in the HuggingFace cache at `revision` (default `main`),
+/// downloading only the files `need` names (the same cache and rules as `repgeom --model`).
+fn resolve_model(
+    reference: &std::path::Path,
+    revision: Option<&str>,
+    need: &repgeom_hub::Files,
+    progress: Option<bool>,
+) -> Result<PathBuf, Failure> {
+    if reference.exists() {
+        if let Some(r) = revision {
+            return Err(Failure::Invalid(format!(
+                "revision = {r:?} with the local path {}: a revision selects a checkpoint of a hub model id (`org/name`)",
+                reference.display()
+            )));
+        }
+        return Ok(reference.to_path_buf());
+    }
+    let id = reference.to_string_lossy();
+    // Only `org/name`: a bare word is far more often a mistyped local path than one of the
+    // hub's few legacy ids without an organisation.
+    if id.matches('/').count() != 1 || repgeom_hub::check_id(&id).is_err() {
+        return Err(Failure::NotFound(format!(
+            "{}: no such file or directory (nor a hub model id `org/name`)",
+            reference.display()
+        )));
+    }
+    let hub = repgeom_hub::Hub::from_env();
+    let bar = progress_bar(0, "download", progress);
+    let snap = hub.snapshot(&id, revision.unwrap_or("main"), need, &mut |p| {
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+        bar.set_message(p.file.to_owned());
+    })?;
+    bar.finish_and_clear();
+    Ok(snap.dir)
 }
 
 /// The readout basis (`d × k`, f64), with the command line's checks and messages.
@@ -240,6 +281,14 @@ fn readout_basis(
         }
         Ok(repgeom_linalg::readout_subspace(view, k, par)?)
     };
+    if let (Some(r), true) = (
+        &spec.revision,
+        spec.is_basis || matches!(spec.arg, ReadoutArg::Array(_)),
+    ) {
+        return Err(Failure::Invalid(format!(
+            "revision = {r:?}: a revision selects a checkpoint of a hub model id; the readout here is an array or a basis"
+        )));
+    }
     match (&spec.arg, spec.is_basis) {
         (ReadoutArg::Path(path), true) => {
             let arr = repgeom_io::read_array_f64(path)?;
@@ -260,6 +309,12 @@ fn readout_basis(
                 vocab_rows: spec.vocab_rows,
                 tensor: spec.tensor.clone(),
             };
+            let path = &resolve_model(
+                path,
+                spec.revision.as_deref(),
+                &repgeom_hub::Files::Readout,
+                spec.progress,
+            )?;
             let r = repgeom_io::read_readout(path, &opts)?;
             let m = &r.matrix;
             let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
@@ -338,7 +393,7 @@ fn read_null_arg<'py>(
 
 /// Subspace PGA of each layer; one JSON object (a `PgaResult` plus `layer`) per layer and CCR.
 #[pyfunction]
-#[pyo3(signature = (layers, readout, *, k, n_null, ccr, seed, readout_is_basis, null_bases, max_pairs, max_memory, progress, vocab_rows, readout_tensor))]
+#[pyo3(signature = (layers, readout, *, k, n_null, ccr, seed, readout_is_basis, null_bases, max_pairs, max_memory, progress, vocab_rows, readout_tensor, revision=None))]
 #[allow(clippy::too_many_arguments)]
 fn pga<'py>(
     py: Python<'py>,
@@ -355,6 +410,7 @@ fn pga<'py>(
     progress: Option<bool>,
     vocab_rows: Option<usize>,
     readout_tensor: Option<String>,
+    revision: Option<String>,
 ) -> PyResult<Vec<String>> {
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
@@ -373,6 +429,8 @@ fn pga<'py>(
         k,
         vocab_rows,
         tensor: readout_tensor,
+        revision,
+        progress,
     };
     run_blocking(py, move |cancel| {
         let params = PgaParams {
@@ -461,7 +519,7 @@ where
 /// Registered per-layer metrics on each layer; one JSON object (a `MetricValue` plus `layer`)
 /// per value.
 #[pyfunction]
-#[pyo3(signature = (layers, configs, readout, *, k, n_null, seed, readout_is_basis, progress))]
+#[pyo3(signature = (layers, configs, readout, *, k, n_null, seed, readout_is_basis, progress, revision=None))]
 #[allow(clippy::too_many_arguments)]
 fn metrics<'py>(
     py: Python<'py>,
@@ -473,6 +531,7 @@ fn metrics<'py>(
     seed: u64,
     readout_is_basis: bool,
     progress: Option<bool>,
+    revision: Option<String>,
 ) -> PyResult<Vec<String>> {
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
@@ -518,6 +577,8 @@ fn metrics<'py>(
                     k,
                     vocab_rows: None,
                     tensor: None,
+                    revision: revision.clone(),
+                    progress,
                 },
                 d,
                 &first,
@@ -628,6 +689,8 @@ fn compare<'py>(
                         k,
                         vocab_rows: None,
                         tensor: None,
+                        revision: None,
+                        progress,
                     },
                     d,
                     &first,
@@ -838,7 +901,7 @@ fn probe<'py>(
 /// Hidden states of a local checkpoint on `text`: `(layer, [N, d] float32 array)` per layer,
 /// the token positions and the metadata `repgeom extract` writes.
 #[pyfunction]
-#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress))]
+#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress, revision=None))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn extract<'py>(
     py: Python<'py>,
@@ -849,6 +912,7 @@ fn extract<'py>(
     seed: u64,
     pool: String,
     progress: Option<bool>,
+    revision: Option<String>,
 ) -> PyResult<(
     Vec<Bound<'py, PyAny>>,
     Vec<(usize, usize)>,
@@ -865,12 +929,12 @@ fn extract<'py>(
         }
     };
     let ex = run_blocking(py, move |cancel| {
-        if !model.exists() {
-            return Err(Failure::NotFound(format!(
-                "{}: no such checkpoint directory (repgeom.extract reads a local HuggingFace checkpoint: config.json, tokenizer.json, *.safetensors)",
-                model.display()
-            )));
-        }
+        let model = resolve_model(
+            &model,
+            revision.as_deref(),
+            &repgeom_hub::Files::Full,
+            progress,
+        )?;
         let params = repgeom_extract::ExtractParams {
             n_points,
             seq_len,

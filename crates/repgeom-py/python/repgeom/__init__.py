@@ -232,6 +232,7 @@ def pga(
     progress: Optional[bool] = None,
     vocab_rows: Optional[int] = None,
     readout_tensor: Optional[str] = None,
+    revision: Optional[str] = None,
 ) -> Union[PgaResult, PgaResults]:
     """Subspace PGA: is each layer's distance structure preserved better by the readout
     subspace than by random subspaces? (``repgeom pga``)
@@ -241,8 +242,9 @@ def pga(
             with ``__dlpack__``; float16/bfloat16/float32/float64), a ``{layer: [N, d]}`` mapping,
             or a path to an activation file (``.npy``, ``.npz``, ``.safetensors``).
         readout: ``W_U`` as a ``[V, d]`` array, a ``d × k`` orthonormal basis (with
-            ``readout_is_basis=True``), or a path to a ``.npy``/``.safetensors`` matrix or a local
-            HuggingFace checkpoint directory.
+            ``readout_is_basis=True``), a path to a ``.npy``/``.safetensors`` matrix or a local
+            HuggingFace checkpoint directory, or a hub model id ``"org/name"`` (resolved in the
+            HuggingFace cache, downloading only the readout's shard when missing).
         k: readout subspace dimension (top-``k`` right singular vectors of ``W_U``).
         n_null: number of random subspaces in the null.
         ccr: principal directions removed first (CCR-c); a list runs a sweep sharing one
@@ -255,6 +257,8 @@ def pga(
         progress: ``False`` hides the progress bar (shown on terminals only by default).
         vocab_rows: keep only the first rows of ``W_U`` (padding rows past the vocabulary).
         readout_tensor: name of the readout tensor in a checkpoint, overriding the default.
+        revision: with a hub model id, the branch, tag or commit (e.g. ``"step3000"``;
+            default ``"main"``).
 
     Returns:
         A :class:`PgaResult` for a single ``[N, d]`` layer and one CCR level, else
@@ -277,6 +281,7 @@ def pga(
         progress=progress,
         vocab_rows=vocab_rows,
         readout_tensor=readout_tensor,
+        revision=revision,
     )
     results = [PgaResult(json.loads(r)) for r in rows]
     single = not _is_path(acts) and not isinstance(acts, Mapping) and _ndim(acts) == 2 and len(ccrs) == 1
@@ -314,8 +319,11 @@ def metrics(
     seed: int = 0,
     readout_is_basis: bool = False,
     progress: Optional[bool] = None,
+    revision: Optional[str] = None,
 ) -> Rows:
     """Registered per-layer metrics as tidy rows (``repgeom metrics``).
+
+    ``readout`` is as in :func:`pga` (array, path, or hub model id at ``revision``).
 
     ``names`` items are a metric name, ``(name, {options})`` or ``{"metric": name, ...options}``;
     ``None`` runs every registered metric (those needing the readout only when one is given).
@@ -339,17 +347,19 @@ def metrics(
                 seed=int(seed),
                 readout_is_basis=bool(readout_is_basis),
                 progress=progress,
+                revision=revision,
             )
         )
     )
 
 
 def metric(name: str, acts: Any, readout: Any = None, *, k: int = 100, n_null: int = 100, seed: int = 0,
-           readout_is_basis: bool = False, progress: Optional[bool] = None, **options: Any) -> Rows:
+           readout_is_basis: bool = False, progress: Optional[bool] = None,
+           revision: Optional[str] = None, **options: Any) -> Rows:
     """One registered metric with its options as keyword arguments, e.g.
     ``repgeom.metric("rankme", acts)`` or ``repgeom.metric("pga", acts, W_U, ccr=[1, 5])``."""
     return metrics(acts, readout, [(name, options)], k=k, n_null=n_null, seed=seed,
-                   readout_is_basis=readout_is_basis, progress=progress)
+                   readout_is_basis=readout_is_basis, progress=progress, revision=revision)
 
 
 def compare(
@@ -436,17 +446,16 @@ def extract(
     pool: str = "tokens",
     progress: Optional[bool] = None,
 ) -> dict[str, np.ndarray]:
-    """Hidden states of every layer of a local HuggingFace checkpoint directory (GPT-NeoX/Pythia,
-    Llama, OLMo) on ``texts`` (``repgeom extract``): ``{"hidden_states.{i}": float32 [N, d]}`` and
-    ``"positions"`` (``[N, 2]``: sequence, token). ``pool="mean"`` gives one mean per line."""
-    if revision is not None:
-        raise InvalidInputError(
-            "revision: repgeom.extract reads a local checkpoint directory; download the revision first"
-        )
+    """Hidden states of every layer of a HuggingFace checkpoint (``repgeom extract``): a local
+    directory or a hub model id ``"org/name"`` at ``revision`` (e.g. ``"step3000"``; default
+    ``"main"``), resolved in the HuggingFace cache and downloaded when missing. Families: those of
+    ``repgeom extract`` (GPT-NeoX/Pythia, GPT-2, Llama, Mistral, Qwen2, OLMo, OLMo-2, Phi, Gemma,
+    Gemma-2). Returns ``{"hidden_states.{i}": float32 [N, d]}`` and ``"positions"`` (``[N, 2]``:
+    sequence, token) on ``texts``. ``pool="mean"`` gives one mean per line."""
     text = texts if isinstance(texts, str) else "\n".join(texts)
     arrays, positions, _metadata = _native.extract(
         os.fspath(model), text, n_points=n_points, seq_len=int(seq_len), seed=int(seed), pool=pool,
-        progress=progress,
+        progress=progress, revision=revision,
     )
     out = {f"hidden_states.{i}": a for i, a in enumerate(arrays)}
     out["positions"] = np.asarray(positions, dtype=np.int64).reshape(-1, 2)

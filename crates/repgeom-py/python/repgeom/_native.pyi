@@ -21,6 +21,7 @@ def pga(
     progress: Optional[bool],
     vocab_rows: Optional[int],
     readout_tensor: Optional[str],
+    revision: Optional[str] = None,
 ) -> list[str]: ...
 def metrics(
     layers: Sequence[tuple[int, Any]],
@@ -32,6 +33,7 @@ def metrics(
     seed: int,
     readout_is_basis: bool,
     progress: Optional[bool],
+    revision: Optional[str] = None,
 ) -> list[str]: ...
 def compare(
     a: Sequence[tuple[int, Any]],
@@ -59,6 +61,7 @@ def extract(
     seed: int,
     pool: str,
     progress: Optional[bool],
+    revision: Optional[str] = None,
 ) -> tuple[list[np.ndarray], list[tuple[int, int]], list[tuple[str, str]]]: ...
 def input_info(obj: Any) -> tuple[int, bool, str]: ...
 def _panic_for_tests() -> None: ...
