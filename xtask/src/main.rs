@@ -9,6 +9,9 @@
 //!   directory and fail if the committed `docs/figures/` differ (SVGs, `results.csv`,
 //!   `summary.md`).
 //! - `cargo xtask bench [NAME...]`: `cargo bench --workspace` (or the named benches).
+//! - `cargo xtask validate`: every check CI runs, cheapest first: `cargo fmt --check`,
+//!   `cargo clippy --workspace --all-targets -D warnings`, `cargo test --workspace` (the
+//!   README's test command) and `paper --check`; stops at the first failure.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool reports on its streams
 
 use std::path::{Path, PathBuf};
@@ -23,7 +26,8 @@ const USAGE: &str = "usage:
   cargo xtask paper --check        # fail if committed docs/figures/ are stale
   cargo xtask bench [BENCH...]     # cargo bench --workspace, or only the named benches
   cargo xtask bench scaling [--quick]  # PGA time and peak memory against N and d, with growth exponents
-  cargo xtask bench extract        # extraction tokens/s (Pythia-70M shape) beside transformers";
+  cargo xtask bench extract        # extraction tokens/s (Pythia-70M shape) beside transformers
+  cargo xtask validate             # fmt --check, clippy -D warnings, cargo test --workspace, paper --check";
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -40,12 +44,51 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("paper") => paper(&args[1..]),
         Some("bench") => bench(&args[1..]),
+        Some("validate") => validate(),
         Some("-h" | "--help") | None => {
             println!("{USAGE}");
             Ok(())
         }
         Some(other) => bail!("unknown task {other:?}\n{USAGE}"),
     }
+}
+
+/// `cargo xtask validate`: CI's checks, cheapest first, stopping at the first failure.
+fn validate() -> anyhow::Result<()> {
+    let steps: [(&str, &[&str]); 4] = [
+        ("format", &["fmt", "--all", "--check"]),
+        (
+            "lints",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+        ("tests", &["test", "--workspace"]),
+        ("figures", &["xtask", "paper", "--check"]),
+    ];
+    for (what, args) in steps {
+        let t = Instant::now();
+        eprintln!("validate: {what}: cargo {}", args.join(" "));
+        let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+            .current_dir(root())
+            .args(args)
+            .status()
+            .with_context(|| format!("validate: could not run cargo {}", args.join(" ")))?;
+        if !status.success() {
+            bail!(
+                "validate: {what} failed (cargo {}: {status})",
+                args.join(" ")
+            );
+        }
+        eprintln!("validate: {what} ok ({:.0} s)", t.elapsed().as_secs_f64());
+    }
+    eprintln!("validate: all checks passed");
+    Ok(())
 }
 
 /// The workspace root (xtask lives one level below it).

@@ -5,34 +5,16 @@
 //! `cargo run --release -p repgeom-metrics --example pair_timing -- N D_A D_B`
 #![allow(clippy::print_stdout)] // a measurement tool prints its measurement
 
+mod common;
+
 use std::time::Instant;
 
+use common::{arg, peak_rss};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 use repgeom_linalg::{Mat, Par};
 use repgeom_metrics::{LayerInput, PairInput, PairMetric};
-
-fn arg(i: usize, default: usize) -> usize {
-    std::env::args()
-        .nth(i)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Peak resident set size of this process (VmHWM), in bytes.
-fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|kb| kb.parse::<u64>().ok())
-            })
-        })
-        .map_or(0, |kb| kb * 1024)
-}
 
 fn main() {
     let (n, da, db) = (arg(1, 10_000), arg(2, 256), arg(3, 384));

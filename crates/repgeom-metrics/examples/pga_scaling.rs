@@ -5,8 +5,11 @@
 //! `cargo run --release -p repgeom-metrics --example pga_scaling -- N D [K] [N_NULL] [MAX_MEMORY_BYTES]`
 #![allow(clippy::print_stdout)] // a measurement tool prints its measurement
 
+mod common;
+
 use std::time::Instant;
 
+use common::{arg, peak_rss};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -14,31 +17,10 @@ use repgeom_linalg::{Mat, Par};
 use repgeom_metrics::pga::{EngineOptions, pga_ccr_sweep_with};
 use repgeom_null::{NullBases, NullParams};
 
-fn arg(i: usize, default: u64) -> u64 {
-    std::env::args()
-        .nth(i)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Peak resident set size of this process (VmHWM), in bytes.
-fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|kb| kb.parse::<u64>().ok())
-            })
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 fn main() {
-    let (n, d) = (arg(1, 2048) as usize, arg(2, 2048) as usize);
-    let k = arg(3, 100) as usize;
-    let n_null = arg(4, 100) as usize;
+    let (n, d): (usize, usize) = (arg(1, 2048), arg(2, 2048));
+    let k: usize = arg(3, 100);
+    let n_null: usize = arg(4, 100);
     let max_memory = std::env::args().nth(5).and_then(|s| s.parse().ok());
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let r = 32;
