@@ -195,9 +195,13 @@ impl<'s> Loader<'s> {
                         // The readout of the final checkpoint's revision (else `main`).
                         let fin = m.final_checkpoint();
                         let rev = fin.revision.as_deref().unwrap_or("main");
-                        self.hub()
-                            .snapshot(id, rev, &repgeom_hub::Files::Readout, &mut |_| {})?
-                            .dir
+                        // Folding the final norm's gain needs its shard too.
+                        let need = if self.study.manifest.analysis.readout_fold_norm {
+                            repgeom_hub::Files::Full
+                        } else {
+                            repgeom_hub::Files::Readout
+                        };
+                        self.hub().snapshot(id, rev, &need, &mut |_| {})?.dir
                     }
                     (None, None) => unreachable!("checked: hub or readout"),
                 };

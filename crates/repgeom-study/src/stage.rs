@@ -442,4 +442,3 @@ pub(crate) fn probe_features(
     Ok((path, labels))
 }
 
-use std::io::Write as _;

@@ -28,7 +28,12 @@ impl ModelSource {
             );
             return Ok(ModelSource::Local(path.to_path_buf()));
         }
-        if repgeom_hub::check_id(spec).is_err() || !spec.contains('/') {
+        // A missing path that looks like a file (a tensor extension) is a typo, never a
+        // reason to ask the hub.
+        let file_like = [".npy", ".npz", ".safetensors", ".json", ".csv", ".txt"]
+            .iter()
+            .any(|ext| spec.ends_with(ext));
+        if file_like || repgeom_hub::check_id(spec).is_err() || spec.matches('/').count() != 1 {
             anyhow::bail!("{spec}: no such file or directory, and not a hub model id (org/name)");
         }
         Ok(ModelSource::Hub {

@@ -205,6 +205,26 @@ fn extract_and_pga_take_a_hub_id_and_revision() {
         cache2.path(),
     );
     assert_eq!(from_hub, from_dir);
+    // metrics: --readout takes the hub id and --revision the same way.
+    let metrics = |readout: &[&str]| {
+        let mut args = vec![
+            "metrics",
+            "--acts",
+            by_dir.to_str().unwrap(),
+            "--metric",
+            "pc_readout_share",
+            "-k",
+            "4",
+        ];
+        args.extend(readout);
+        ok(&repgeom_hub(&hub, cache2.path(), &args, &[]))
+            .stdout
+            .clone()
+    };
+    assert_eq!(
+        metrics(&["--readout", "test-org/tiny-neox", "--revision", "step1000"]),
+        metrics(&["--readout", "fixtures/extract/gptneox_parallel"])
+    );
     let snaps = cache2.path().join("models--test-org--tiny-neox/snapshots");
     let commit = std::fs::read_dir(&snaps)
         .unwrap()
