@@ -77,7 +77,7 @@ fn default_seq_len() -> usize {
     256
 }
 fn default_batch_size() -> usize {
-    1
+    repgeom_extract::DEFAULT_BATCH_SIZE
 }
 fn default_val_fraction() -> f64 {
     0.1

@@ -43,6 +43,9 @@ pub enum UnitKind {
         /// The other model's label.
         other: String,
     },
+    /// The weights hash of a hub checkpoint (one `weights_sha256` row on the model's first
+    /// analysed layer: the hash as its variant, the parameter count as its value).
+    Weights,
 }
 
 impl UnitKind {
@@ -64,6 +67,7 @@ impl UnitKind {
             Self::Probe => "probe".into(),
             Self::ValLoss => "val_loss".into(),
             Self::Cross { other } => format!("cross-{other}"),
+            Self::Weights => "weights".into(),
         }
     }
 }
@@ -380,6 +384,14 @@ impl Study {
                         checkpoint: c.name.clone(),
                         layer: m.layers[0],
                         kind: UnitKind::ValLoss,
+                    });
+                }
+                if c.revision.is_some() {
+                    units.push(Unit {
+                        model: m.label.clone(),
+                        checkpoint: c.name.clone(),
+                        layer: m.layers[0],
+                        kind: UnitKind::Weights,
                     });
                 }
             }

@@ -410,7 +410,18 @@ pub fn run_units(
                 let (rec, snap) = loader
                     .audited_snapshot(m, &ckpt)?
                     .expect("extracted checkpoints are audited");
-                let (path, labels) = stage::probe_features(p, dir, spec, &rec, &snap)?;
+                let (path, labels) = stage::probe_features(
+                    p,
+                    dir,
+                    spec,
+                    &rec,
+                    &snap,
+                    study
+                        .manifest
+                        .extract
+                        .as_ref()
+                        .map_or(repgeom_extract::DEFAULT_BATCH_SIZE, |e| e.batch_size),
+                )?;
                 let mut out = BTreeMap::new();
                 for la in repgeom_io::read_activations(&path, Some(&needed))?.layers {
                     let mx = la.acts;
@@ -544,6 +555,11 @@ fn compute_unit(
                 .into_iter()
                 .collect()
         }
+        UnitKind::Weights => loader
+            .audit(m, &u.checkpoint)?
+            .map(|r| MetricValue::new("weights_sha256", &r.weights_sha256, r.parameters as f64))
+            .into_iter()
+            .collect(),
         UnitKind::Probe => {
             let (acts, labels) = match probe {
                 Some((features, labels)) => (features, labels.to_vec()),

@@ -196,7 +196,8 @@ pub fn read_checkpoint_records(dir: &Path) -> Result<Vec<CheckpointRecord>> {
 }
 
 fn settings(e: &ExtractSpec) -> serde_json::Value {
-    // batch_size changes speed only, never a number: it is not part of the key.
+    // batch_size changes the speed (and the numbers at most by f32 rounding): not part of
+    // the key, so a rerun with another batch size reuses the cache.
     serde_json::json!({
         "n_points": e.n_points,
         "seq_len": e.seq_len,
@@ -324,7 +325,6 @@ pub(crate) fn extract(
     }
     let extractor = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
     let (points_text, val_text) = split_text(&text, e);
-    #[allow(clippy::needless_update)] // fields newer repgeom-extract versions add keep defaults
     let params = ExtractParams {
         seq_len: e.seq_len,
         n_points: Some(e.n_points),
@@ -332,6 +332,7 @@ pub(crate) fn extract(
         skip_first: true,
         pool: Pool::Tokens,
         loss: false,
+        batch_size: e.batch_size,
         ..Default::default()
     }
     .check()
@@ -341,7 +342,6 @@ pub(crate) fn extract(
         .map_err(|err| fail(&e.text, err.to_string()))?;
     let (val_loss, val_tokens) = match &val_text {
         Some(v) => {
-            #[allow(clippy::needless_update)]
             let lp = ExtractParams {
                 seq_len: e.seq_len,
                 n_points: Some(1),
@@ -349,6 +349,7 @@ pub(crate) fn extract(
                 skip_first: true,
                 pool: Pool::Tokens,
                 loss: true,
+                batch_size: e.batch_size,
                 ..Default::default()
             }
             .check()
@@ -390,6 +391,7 @@ pub(crate) fn probe_features(
     model: &ModelSpec,
     rec: &CheckpointRecord,
     snapshot: &Path,
+    batch_size: usize,
 ) -> Result<(PathBuf, Vec<usize>)> {
     let fail = |file: &Path, reason: String| Error::Extract {
         model: model.label.clone(),
@@ -416,7 +418,6 @@ pub(crate) fn probe_features(
         return Ok((path, labels));
     }
     let extractor = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
-    #[allow(clippy::needless_update)]
     let params = ExtractParams {
         seq_len: p.seq_len,
         n_points: None,
@@ -424,6 +425,7 @@ pub(crate) fn probe_features(
         skip_first: true,
         pool: Pool::Mean,
         loss: false,
+        batch_size: batch_size.max(1),
         ..Default::default()
     }
     .check()
@@ -441,4 +443,3 @@ pub(crate) fn probe_features(
         .map_err(|err| fail(&path, err.to_string()))?;
     Ok((path, labels))
 }
-

@@ -437,8 +437,9 @@ fn load_basis(args: &PgaArgs, d: usize, k: usize, ctx: &Context) -> anyhow::Resu
     } else {
         repgeom_hub::Files::Readout
     };
-    let resolved = super::hub::ModelSource::parse(&path.to_string_lossy(), args.revision.as_deref())?
-        .resolve(&need, ctx)?;
+    let resolved =
+        super::hub::ModelSource::parse(&path.to_string_lossy(), args.revision.as_deref())?
+            .resolve(&need, ctx)?;
     let path = resolved.as_path();
     let mut readout = repgeom_io::read_readout(
         path,

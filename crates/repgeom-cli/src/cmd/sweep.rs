@@ -234,6 +234,7 @@ fn dry_run(
             UnitKind::Probe => "probe",
             UnitKind::ValLoss => "val_loss",
             UnitKind::Cross { .. } => "cross",
+            UnitKind::Weights => "weights",
         };
         *kinds.entry(key.to_owned()).or_default() += 1;
         rankings += match &u.unit.kind {

@@ -394,6 +394,19 @@ fn study_from_model_names_end_to_end() {
     let csv = read(work.join("results.csv"));
     let losses: Vec<&str> = csv.lines().filter(|l| l.contains(",val_loss,")).collect();
     assert_eq!(losses.len(), 6, "{losses:?}");
+    // Each hub checkpoint's weights hash is in the rows (variant: the hash; value: parameters).
+    let hashes: Vec<&str> = csv
+        .lines()
+        .filter(|l| l.contains(",weights_sha256,"))
+        .collect();
+    assert_eq!(hashes.len(), 6, "{hashes:?}");
+    // tiny-neox step2000 and step3000: the same weights, the same hash.
+    let dup_hash = "29f7b18176d20888c7b5f50f16dce68b213f652ee3a723b2db5d738c97334833";
+    assert_eq!(
+        hashes.iter().filter(|l| l.contains(dup_hash)).count(),
+        2,
+        "{hashes:?}"
+    );
     let probes = csv
         .lines()
         .filter(|l| l.contains(",probe_accuracy,"))
@@ -421,7 +434,9 @@ fn study_from_model_names_end_to_end() {
     let out = tmp.path().join("out");
     let files =
         repgeom_report::write_report(&out, &table, &repgeom_study::figure_options(&study)).unwrap();
-    assert!(out.join("index.html").is_file());
+    let dup = "model tiny-neox checkpoint step3000 has the same weights as checkpoint step2000";
+    assert!(read(out.join("summary.md")).contains(dup));
+    assert!(read(out.join("index.html")).contains(dup));
     assert!(
         files
             .files
