@@ -417,7 +417,33 @@ fn study_from_model_names_end_to_end() {
         "probe rows at each model's final checkpoint, every layer"
     );
 
-    // A single-process run gives the same table, byte for byte, reusing the hub cache.
+    // Rerun in the same directory: every unit is done and nothing is extracted again.
+    let cached = |dir: &Path| -> Vec<(String, std::time::SystemTime)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir.join("activations"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().to_string(),
+                    e.metadata().unwrap().modified().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = cached(&work);
+    ok(&repgeom_hub(
+        &hub,
+        cache.path(),
+        &["sweep", "--manifest", ms, "--out", ws],
+        &[],
+    ));
+    assert_eq!(cached(&work), before);
+
+    // A single-process run gives the same table, byte for byte, reusing the hub cache: no
+    // file is downloaded again.
+    hub.clear_requests();
     let work1 = tmp.path().join("work1");
     ok(&repgeom_hub(
         &hub,
@@ -426,6 +452,12 @@ fn study_from_model_names_end_to_end() {
         &[],
     ));
     assert_eq!(csv, read(work1.join("results.csv")));
+    let downloads: Vec<String> = hub
+        .requests()
+        .into_iter()
+        .filter(|r| r.contains("/resolve/"))
+        .collect();
+    assert!(downloads.is_empty(), "{downloads:?}");
 
     // The figures and report from the merged table, as `cargo xtask paper --manifest` makes them.
     let study = repgeom_study::Study::new(repgeom_study::Manifest::load(&m).unwrap(), ms).unwrap();
@@ -443,4 +475,50 @@ fn study_from_model_names_end_to_end() {
             .iter()
             .any(|f| f.to_string_lossy().ends_with(".svg"))
     );
+}
+
+/// Bad input in a study from model names: each error names the model, the revision and the
+/// file, and leaves no activation file behind.
+#[test]
+fn study_from_model_names_bad_input() {
+    let hub = study_hub();
+    let cache = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |edit: &dyn Fn(String) -> String| {
+        let m = tmp.path().join("study.toml");
+        std::fs::write(&m, edit(manifest(&root()))).unwrap();
+        let work = tmp.path().join("work");
+        let _ = std::fs::remove_dir_all(&work);
+        let r = repgeom_hub(
+            &hub,
+            cache.path(),
+            &[
+                "sweep",
+                "--manifest",
+                m.to_str().unwrap(),
+                "--out",
+                work.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        let acts = std::fs::read_dir(work.join("activations"))
+            .map(|d| {
+                d.filter(|e| {
+                    let n = e.as_ref().unwrap().file_name();
+                    let n = n.to_string_lossy();
+                    n.ends_with(".safetensors") || n.ends_with(".json")
+                })
+                .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(acts, 0, "no activation file after a failed extraction");
+        r.stderr
+            .replace(&*root().to_string_lossy(), "<root>")
+            .replace(&*cache.path().to_string_lossy(), "<cache>")
+            .replace(hub.endpoint(), "<hub>")
+    };
+    let too_short = run(&|m| m.replace("n_points = 48", "n_points = 100000"));
+    let no_revision = run(&|m| m.replacen("revision = \"step1000\"", "revision = \"step9999\"", 1));
+    insta::assert_snapshot!("bad_input", format!("{too_short}{no_revision}"));
 }
