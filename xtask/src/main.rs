@@ -184,6 +184,12 @@ fn produce(study: &Study, work: &Path, out: &Path) -> anyhow::Result<()> {
             work.display(),
             s.computed
         );
+        for d in &s.duplicates {
+            println!(
+                "paper: warning: model {} checkpoint {} (revision {}) has the same weights as checkpoint {}",
+                d.model, d.checkpoint, d.revision, d.duplicate_of
+            );
+        }
     };
     let on_done = |u: &UnitDone<'_>| {
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;

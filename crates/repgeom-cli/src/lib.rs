@@ -42,8 +42,10 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Linear probes per layer: test accuracy, macro-F1 and the chosen L2 strength.
     Probe(cmd::probe::ProbeArgs),
-    /// Extract hidden states from a HuggingFace checkpoint directory (GPT-NeoX, Llama-style).
+    /// Extract hidden states from a HuggingFace checkpoint (directory or hub id; GPT-NeoX, Llama-style).
     Extract(cmd::extract::ExtractArgs),
+    /// Audit a hub model's revisions: commit, weights hash, parameters, duplicates.
+    Checkpoints(cmd::checkpoints::CheckpointsArgs),
     /// Run a study manifest as resumable, shardable units (`sweep merge DIR` collects the parts).
     Sweep(cmd::sweep::SweepArgs),
 }
@@ -80,6 +82,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probe(args) => cmd::probe::run(args),
         Command::Extract(args) => cmd::extract::run(args, &ctx),
         Command::Sweep(args) => cmd::sweep::run(args, &ctx),
+        Command::Checkpoints(args) => cmd::checkpoints::run(args, &ctx),
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -23,7 +23,13 @@ pub struct Checkpoint {
     /// Whether the output embedding is tied to the input embedding: `tie_word_embeddings`
     /// (or hf_olmo's `weight_tying`); HuggingFace's default, `true`, when neither is present.
     pub tie_word_embeddings: bool,
-    shards: Vec<StFile>,
+    /// Mapped shards; `None` for a shard the index lists but that is absent (only with
+    /// [`open_checkpoint_partial`]).
+    shards: Vec<Option<StFile>>,
+    /// Path of each shard, mapped or not.
+    shard_paths: Vec<PathBuf>,
+    /// `model.safetensors.index.json`, when the checkpoint is sharded.
+    index_path: Option<PathBuf>,
     /// Tensor name -> index into `shards`.
     index: BTreeMap<String, usize>,
 }
@@ -31,6 +37,18 @@ pub struct Checkpoint {
 /// Opens a checkpoint directory: reads `config.json`, then maps `model.safetensors.index.json`'s
 /// shards, or `model.safetensors`, or every `*.safetensors` file in the directory.
 pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
+    open(dir, true)
+}
+
+/// Like [`open_checkpoint`], but a shard that the index lists and that is absent from the
+/// directory is tolerated: its tensors are known by name (so the choice between an output and
+/// a tied input embedding is the same as with every shard present), and reading one is a
+/// [`Error::MissingShard`]. This opens a hub snapshot holding only the readout's shard.
+pub fn open_checkpoint_partial(dir: &Path) -> Result<Checkpoint> {
+    open(dir, false)
+}
+
+fn open(dir: &Path, strict: bool) -> Result<Checkpoint> {
     let fail = |reason: String| Error::Checkpoint {
         dir: dir.to_path_buf(),
         reason,
@@ -68,9 +86,11 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
         .unwrap_or(true);
 
     let index_path = dir.join("model.safetensors.index.json");
-    let mut shards = Vec::new();
+    let mut shards: Vec<Option<StFile>> = Vec::new();
+    let mut shard_paths = Vec::new();
     let mut index = BTreeMap::new();
-    if index_path.is_file() {
+    let sharded = index_path.is_file();
+    if sharded {
         let js = read_json(&index_path)?;
         let map = js
             .get("weight_map")
@@ -89,24 +109,35 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
         for (i, f) in names.iter().enumerate() {
             files.insert(f.clone(), i);
             let p = dir.join(f);
-            if Path::new(f).components().count() != 1 || !p.is_file() {
-                return Err(Error::MissingShard {
-                    index: index_path.clone(),
-                    shard: f.clone(),
-                });
+            let missing = Error::MissingShard {
+                index: index_path.clone(),
+                shard: f.clone(),
+            };
+            if Path::new(f).components().count() != 1 {
+                return Err(missing);
             }
-            shards.push(StFile::open(&p)?);
+            if !p.is_file() {
+                if strict {
+                    return Err(missing);
+                }
+                shards.push(None);
+            } else {
+                shards.push(Some(StFile::open(&p)?));
+            }
+            shard_paths.push(p);
         }
         for (name, v) in map {
             let f = v.as_str().unwrap_or_default();
             let i = files[f];
-            if !shards[i].has(name) {
+            if let Some(shard) = &shards[i]
+                && !shard.has(name)
+            {
                 return Err(Error::MissingTensor {
-                    file: shards[i].path.clone(),
+                    file: shard.path.clone(),
                     tensor: name.clone(),
                     available: format!(
                         "the index lists it in this shard, which holds: {}",
-                        list_names(&shards[i].names())
+                        list_names(&shard.names())
                     ),
                 });
             }
@@ -140,12 +171,13 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
                 if let Some(prev) = index.insert(n.clone(), i) {
                     return Err(fail(format!(
                         "tensor `{n}` appears in both {} and {}",
-                        shards[prev].path.display(),
+                        shard_paths[prev].display(),
                         f.path.display()
                     )));
                 }
             }
-            shards.push(f);
+            shard_paths.push(f.path.clone());
+            shards.push(Some(f));
         }
     }
     Ok(Checkpoint {
@@ -155,6 +187,8 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
         model_type,
         tie_word_embeddings,
         shards,
+        shard_paths,
+        index_path: sharded.then_some(index_path),
         index,
     })
 }
@@ -177,12 +211,12 @@ impl Checkpoint {
 
     /// The shape of a tensor, if present.
     pub fn tensor_shape(&self, name: &str) -> Option<Vec<usize>> {
-        self.shards[*self.index.get(name)?].shape(name)
+        self.shards[*self.index.get(name)?].as_ref()?.shape(name)
     }
 
     /// The shard file holding a tensor, if present.
     pub fn tensor_file(&self, name: &str) -> Option<&Path> {
-        Some(&self.shards[*self.index.get(name)?].path)
+        Some(&self.shard_paths[*self.index.get(name)?])
     }
 
     /// Reads one tensor as f32 (from f32, f16, bf16 or f64), C order; returns (shape, data).
@@ -192,7 +226,16 @@ impl Checkpoint {
             tensor: name.to_string(),
             available: list_names(&self.tensor_names()),
         })?;
-        let shard = &self.shards[i];
+        let Some(shard) = &self.shards[i] else {
+            return Err(Error::MissingShard {
+                index: self.index_path.clone().unwrap_or_else(|| self.dir.clone()),
+                shard: self.shard_paths[i]
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned(),
+            });
+        };
         let t = shard.tensor(name)?;
         let data = t.to_f32(&shard.path)?;
         Ok((t.shape, data))

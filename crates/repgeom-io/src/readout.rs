@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use crate::activations::extension;
-use crate::checkpoint::{Checkpoint, open_checkpoint, read_json};
+use crate::checkpoint::{Checkpoint, open_checkpoint_partial, read_json};
 use crate::st::{StFile, list_names};
 use crate::{Error, Matrix, Result, mmap, npy};
 
@@ -51,7 +51,7 @@ const TIED_NAMES: &[&str] = &[
 pub fn read_readout(path: &Path, opts: &ReadoutOptions) -> Result<Readout> {
     let mut notes = Vec::new();
     let (tensor, shape, data, tokenizer_rows) = if path.is_dir() {
-        let ck = open_checkpoint(path)?;
+        let ck = open_checkpoint_partial(path)?;
         let (name, note) = choose_tensor(&ck, opts)?;
         notes.extend(note);
         let (shape, data) = ck.read_tensor_f32(&name)?;
@@ -282,7 +282,7 @@ pub fn read_final_norm_gain(dir: &Path) -> Result<(String, Vec<f32>)> {
                     .into(),
         });
     }
-    let ck = open_checkpoint(dir)?;
+    let ck = open_checkpoint_partial(dir)?;
     let Some(name) = FINAL_NORM_NAMES.iter().find(|n| ck.has_tensor(n)) else {
         return Err(Error::MissingTensor {
             file: dir.to_path_buf(),

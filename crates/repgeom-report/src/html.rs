@@ -78,11 +78,19 @@ pub fn index_html_with_notes(
         s.push_str("</table>\n");
         if let Some(legend) = md
             .lines()
-            .rev()
-            .find(|l| !l.is_empty() && !l.starts_with('|'))
+            .skip_while(|l| !l.starts_with('|'))
+            .skip_while(|l| l.starts_with('|'))
+            .find(|l| !l.is_empty())
         {
             let _ = writeln!(s, "<p>{}</p>", esc(legend));
         }
+    }
+    if !summary.duplicates.is_empty() {
+        s.push_str("<h2>Duplicate checkpoints</h2>\n<p class=\"notes\">The same weights under two names: their rows repeat the other's.</p>\n<ul class=\"notes\">\n");
+        for d in &summary.duplicates {
+            let _ = writeln!(s, "<li>{}</li>", esc(&d.line()));
+        }
+        s.push_str("</ul>\n");
     }
     s.push_str("<h2>Figures</h2>\n");
     for f in figures {

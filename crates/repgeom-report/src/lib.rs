@@ -36,7 +36,8 @@ pub use figures::{
 pub use html::{index_html, index_html_with_notes};
 pub use report::{ReportFiles, write_report};
 pub use summary::{
-    CcrEffect, SummaryOptions, SummaryRow, SummaryTable, layer_ranges, summary, summary_with,
+    CcrEffect, DuplicateCheckpoint, SummaryOptions, SummaryRow, SummaryTable, layer_ranges,
+    summary, summary_with,
 };
 pub use table::{
     Column, ResultsTable, Row, TableFormat, format_number, format_table, relative_depth,

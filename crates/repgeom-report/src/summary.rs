@@ -87,6 +87,47 @@ pub struct SummaryTable {
     pub collapse_rule: String,
     /// The q threshold of the collapse-zone rule.
     pub collapse_q: f64,
+    /// Checkpoints whose weights equal an earlier checkpoint's of the same model (from the
+    /// `weights_sha256` rows of a study of hub revisions; empty without them).
+    pub duplicates: Vec<DuplicateCheckpoint>,
+}
+
+/// A checkpoint that serves the same weights as an earlier one of its model: the hub
+/// publishes one model under two names, so its rows repeat the other's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateCheckpoint {
+    /// The model.
+    pub model: String,
+    /// The checkpoint.
+    pub checkpoint: String,
+    /// The earliest checkpoint (by step, then name) with the same weights.
+    pub duplicate_of: String,
+    /// The shared weights hash.
+    pub weights_sha256: String,
+}
+
+/// Duplicate checkpoints from the `weights_sha256` rows (variant: the hash).
+fn duplicate_checkpoints(table: &ResultsTable) -> Vec<DuplicateCheckpoint> {
+    let mut by_model: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in table.rows().iter().filter(|r| r.metric == "weights_sha256") {
+        by_model.entry(&r.model).or_default().push(r);
+    }
+    let mut out = Vec::new();
+    for rows in by_model.values_mut() {
+        rows.sort_by(|a, b| (a.step, &a.checkpoint).cmp(&(b.step, &b.checkpoint)));
+        rows.dedup_by(|a, b| a.checkpoint == b.checkpoint);
+        for (i, r) in rows.iter().enumerate() {
+            if let Some(first) = rows[..i].iter().find(|o| o.variant == r.variant) {
+                out.push(DuplicateCheckpoint {
+                    model: r.model.clone(),
+                    checkpoint: r.checkpoint.clone(),
+                    duplicate_of: first.checkpoint.clone(),
+                    weights_sha256: r.variant.clone(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Benjamini–Hochberg q-values (adjusted p) of one family, in input order (NaN stays NaN
@@ -249,6 +290,7 @@ pub fn summary_with(table: &ResultsTable, opts: &SummaryOptions) -> SummaryTable
     rows.sort_by(|a, b| (a.d, &a.model).cmp(&(b.d, &b.model)));
     SummaryTable {
         rows,
+        duplicates: duplicate_checkpoints(table),
         pga_variant: opts.pga_variant.clone(),
         synthetic: table.any_synthetic(),
         collapse_q: opts.collapse_q,
@@ -336,6 +378,16 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+impl DuplicateCheckpoint {
+    /// One line naming the model, both checkpoints and the hash.
+    pub fn line(&self) -> String {
+        format!(
+            "model {} checkpoint {} has the same weights as checkpoint {} (weights_sha256 {})",
+            self.model, self.checkpoint, self.duplicate_of, self.weights_sha256
+        )
+    }
+}
+
 impl SummaryTable {
     /// A markdown table with a short legend of the definitions.
     pub fn to_markdown(&self) -> String {
@@ -363,6 +415,12 @@ impl SummaryTable {
             v = self.pga_variant,
             rule = self.collapse_rule
         );
+        if !self.duplicates.is_empty() {
+            s.push_str("\nDuplicate checkpoints (the same weights under two names; their rows repeat the other's):\n\n");
+            for d in &self.duplicates {
+                let _ = writeln!(s, "- {}", d.line());
+            }
+        }
         s
     }
 

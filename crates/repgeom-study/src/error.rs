@@ -115,6 +115,22 @@ pub enum Error {
     /// Generating the synthetic study failed.
     #[error(transparent)]
     Synth(Box<repgeom_synth::Error>),
+    /// Resolving or downloading a hub checkpoint failed (the message names model, revision
+    /// and file).
+    #[error(transparent)]
+    Hub(Box<repgeom_hub::Error>),
+    /// Extracting activations of a hub checkpoint failed.
+    #[error("model {model} revision {revision}: extraction from {}: {reason}", file.display())]
+    Extract {
+        /// The model label.
+        model: String,
+        /// The hub revision.
+        revision: String,
+        /// The input file (corpus or labelled texts).
+        file: PathBuf,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// Result with this crate's [`Error`].
@@ -153,6 +169,12 @@ impl From<repgeom_probe::Error> for Error {
 impl From<repgeom_report::Error> for Error {
     fn from(e: repgeom_report::Error) -> Self {
         Self::Report(Box::new(e))
+    }
+}
+
+impl From<repgeom_hub::Error> for Error {
+    fn from(e: repgeom_hub::Error) -> Self {
+        Self::Hub(Box::new(e))
     }
 }
 

@@ -23,13 +23,15 @@ mod manifest;
 mod parts;
 mod plan;
 mod run;
+mod stage;
 
 #[cfg(test)]
 mod tests;
 
 pub use error::{Error, Result};
 pub use manifest::{
-    Analysis, BUILTIN, CheckpointSpec, FullAt, Manifest, ModelSpec, ReportSettings, SyntheticSpec,
+    Analysis, BUILTIN, CheckpointSpec, ExtractSpec, FullAt, Manifest, ModelSpec, ProbeSpec,
+    ReportSettings, SyntheticSpec,
 };
 pub use parts::{
     MergeReport, PART_FORMAT, PLAN_FORMAT, Part, PlanFile, is_done, merge, part_path, parts_dir,
@@ -40,6 +42,9 @@ pub use plan::{
     shard_from_env, unit_id,
 };
 pub use run::{Loader, UnitDone, run_units};
+pub use stage::{
+    CheckpointRecord, Duplicate, checkpoint_record_path, duplicates, read_checkpoint_records,
+};
 
 /// Figure options for a study: its small/large width classes and `k`.
 pub fn figure_options(study: &Study) -> repgeom_report::FigureOptions {
@@ -68,6 +73,10 @@ pub struct SweepStats {
     pub skipped: usize,
     /// Units computed now.
     pub computed: usize,
+    /// Hub checkpoints of this shard, resolved and hashed (plan order).
+    pub checkpoints: Vec<CheckpointRecord>,
+    /// Checkpoints among them whose weights equal an earlier checkpoint's of the same model.
+    pub duplicates: Vec<Duplicate>,
 }
 
 /// Writes the plan, then computes every unit of shard `shard = (i, n)` (all when `None`) whose
@@ -85,13 +94,53 @@ pub fn sweep(
         None => study.units.clone(),
     };
     let todo: Vec<PlannedUnit> = mine.iter().filter(|u| !is_done(dir, u)).cloned().collect();
+    // Resolve and hash this shard's hub checkpoints first, so duplicates are known (and
+    // reported) before any time is spent on them.
+    let loader = Loader::with_dir(study, dir);
+    let mut checkpoints = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for u in &mine {
+        if seen.insert((u.unit.model.clone(), u.unit.checkpoint.clone())) {
+            let m = study.model(&u.unit.model).expect("planned model");
+            if let Some(r) = loader.audit(m, &u.unit.checkpoint)? {
+                checkpoints.push(r);
+            }
+        }
+    }
+    // Extraction is sharded too: of the hub checkpoints this shard's pending units need, shard
+    // i extracts those at positions i mod n (plan order) first, so the tasks of an array start
+    // on different checkpoints; a checkpoint another task is extracting is waited for (a lock
+    // per cache key) and then reused, never extracted twice.
+    let mut hub_ckpts: Vec<(String, String)> = Vec::new();
+    for u in &study.units {
+        let key = (u.unit.model.clone(), u.unit.checkpoint.clone());
+        let is_hub = study
+            .model(&key.0)
+            .and_then(|m| m.checkpoint(&key.1))
+            .is_some_and(|c| c.revision.is_some());
+        if is_hub && !hub_ckpts.contains(&key) {
+            hub_ckpts.push(key);
+        }
+    }
+    let pending: std::collections::BTreeSet<(String, String)> = todo
+        .iter()
+        .map(|u| (u.unit.model.clone(), u.unit.checkpoint.clone()))
+        .collect();
+    let (i, n) = shard_of.unwrap_or((0, 1));
     let stats = SweepStats {
         planned: study.units.len(),
         in_shard: mine.len(),
         skipped: mine.len() - todo.len(),
         computed: todo.len(),
+        duplicates: duplicates(&checkpoints),
+        checkpoints,
     };
     on_start(&stats);
+    for (m, c) in hub_ckpts.iter().skip(i).step_by(n) {
+        if pending.contains(&(m.clone(), c.clone())) {
+            loader.extracted(study.model(m).expect("planned model"), c)?;
+        }
+    }
     run_units(study, &todo, dir, on_done)?;
     Ok(stats)
 }

@@ -36,6 +36,77 @@ pub struct Manifest {
     /// Cross-model pairs `[a, b]` (model labels; both need the same points).
     #[serde(default)]
     pub pairs: Vec<[String; 2]>,
+    /// How activations of checkpoints given by hub `revision` are extracted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extract: Option<ExtractSpec>,
+    /// Labelled texts whose mean-pooled features feed the probes of hub models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeSpec>,
+}
+
+/// The `[extract]` table: activations of hub checkpoints, computed inside the study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractSpec {
+    /// UTF-8 corpus; split into sequences of `seq_len` tokens.
+    pub text: PathBuf,
+    /// Token positions sampled per checkpoint (the points N).
+    #[serde(default = "default_n_points")]
+    pub n_points: usize,
+    /// Tokens per sequence.
+    #[serde(default = "default_seq_len")]
+    pub seq_len: usize,
+    /// Seed of the position sampler.
+    #[serde(default)]
+    pub seed: u64,
+    /// Sequences per forward pass (speed only: results do not depend on it).
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+    /// Compute each checkpoint's validation loss on the held-out end of the text.
+    #[serde(default)]
+    pub loss: bool,
+    /// Share of the text's lines, at its end, held out for the loss (never sampled as points).
+    #[serde(default = "default_val_fraction")]
+    pub val_fraction: f64,
+}
+
+fn default_n_points() -> usize {
+    2048
+}
+fn default_seq_len() -> usize {
+    256
+}
+fn default_batch_size() -> usize {
+    repgeom_extract::DEFAULT_BATCH_SIZE
+}
+fn default_val_fraction() -> f64 {
+    0.1
+}
+
+/// The `[probe]` table: labelled texts for the probes of hub models.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeSpec {
+    /// CSV of labelled texts: the AG News layout (no header; class 1-4, title, description;
+    /// the text is title and description joined by a space), or a CSV with a header naming
+    /// `label_column` and `text_column`.
+    pub labels: PathBuf,
+    /// Label column of a CSV with a header (default: the AG News layout).
+    #[serde(default)]
+    pub label_column: Option<String>,
+    /// Text column of a CSV with a header.
+    #[serde(default)]
+    pub text_column: Option<String>,
+    /// Use only the first rows (default: all).
+    #[serde(default)]
+    pub n_examples: Option<usize>,
+    /// Most tokens kept of each text.
+    #[serde(default = "default_probe_seq_len")]
+    pub seq_len: usize,
+}
+
+fn default_probe_seq_len() -> usize {
+    128
 }
 
 /// Analysis settings.
@@ -178,8 +249,13 @@ pub struct ModelSpec {
     /// Readout subspace dimension for this model (default: `analysis.k`).
     #[serde(default)]
     pub k: Option<usize>,
-    /// `W_U` source: `.npy`/`.safetensors` file or checkpoint directory.
-    pub readout: PathBuf,
+    /// HuggingFace Hub model id (`org/name`): the readout and, for checkpoints with a
+    /// `revision`, the activations come from its revisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<String>,
+    /// `W_U` source: `.npy`/`.safetensors` file or checkpoint directory (without `hub`).
+    #[serde(default)]
+    pub readout: Option<PathBuf>,
     /// Tensor name inside `readout` (default: chosen by architecture).
     #[serde(default)]
     pub readout_tensor: Option<String>,
@@ -212,9 +288,14 @@ pub struct CheckpointSpec {
     /// Training step, if known.
     #[serde(default)]
     pub step: Option<u64>,
-    /// Activation file (`.npy`, `.npz`, `.safetensors`).
-    pub activations: PathBuf,
-    /// Validation loss at this checkpoint.
+    /// Hub revision (branch such as `step3000`, tag or commit) of the model's `hub` id:
+    /// its activations are extracted as the `[extract]` table says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Activation file (`.npy`, `.npz`, `.safetensors`), when not extracted from `revision`.
+    #[serde(default)]
+    pub activations: Option<PathBuf>,
+    /// Validation loss at this checkpoint (typed in; `[extract] loss = true` computes it).
     #[serde(default)]
     pub val_loss: Option<f64>,
 }
@@ -297,13 +378,23 @@ impl Manifest {
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         for model in &mut m.models {
-            resolve(base, &mut model.readout);
+            if let Some(r) = &mut model.readout {
+                resolve(base, r);
+            }
             if let Some(l) = &mut model.labels {
                 resolve(base, l);
             }
             for c in &mut model.checkpoints {
-                resolve(base, &mut c.activations);
+                if let Some(a) = &mut c.activations {
+                    resolve(base, a);
+                }
             }
+        }
+        if let Some(e) = &mut m.extract {
+            resolve(base, &mut e.text);
+        }
+        if let Some(p) = &mut m.probe {
+            resolve(base, &mut p.labels);
         }
         Ok(m)
     }
@@ -337,6 +428,8 @@ impl Manifest {
             models: Vec::new(),
             synthetic: Some(spec),
             pairs,
+            extract: None,
+            probe: None,
         }
     }
 
@@ -474,6 +567,30 @@ impl Manifest {
             if m.k == Some(0) {
                 return Err(bad(&place, "k must be positive".into()));
             }
+            match (&m.hub, &m.readout) {
+                (Some(_), Some(_)) => {
+                    return Err(bad(
+                        &place,
+                        "gives both `hub` and `readout`: the readout comes from the hub model"
+                            .into(),
+                    ));
+                }
+                (None, None) => {
+                    return Err(bad(
+                        &place,
+                        "needs `hub = \"org/name\"` or `readout = \"path\"`".into(),
+                    ));
+                }
+                (Some(id), None) => {
+                    if !id.contains('/') || repgeom_hub::check_id(id).is_err() {
+                        return Err(bad(
+                            &place,
+                            format!("hub = {id:?} is not a hub model id (org/name)"),
+                        ));
+                    }
+                }
+                (None, Some(_)) => {}
+            }
             if m.checkpoints.is_empty() {
                 return Err(bad(
                     &place,
@@ -486,6 +603,49 @@ impl Manifest {
                     return Err(bad(
                         &place,
                         format!("checkpoint name {:?} used twice", c.name),
+                    ));
+                }
+                let cp = format!("checkpoint {:?}", c.name);
+                match (&c.revision, &c.activations) {
+                    (Some(_), Some(_)) => {
+                        return Err(bad(
+                            &place,
+                            format!("{cp} gives both `revision` and `activations`"),
+                        ));
+                    }
+                    (None, None) => {
+                        return Err(bad(
+                            &place,
+                            format!(
+                                "{cp} needs `revision` (with the model's `hub`) or `activations`"
+                            ),
+                        ));
+                    }
+                    (Some(_), None) if m.hub.is_none() => {
+                        return Err(bad(
+                            &place,
+                            format!("{cp} gives a `revision` but the model has no `hub` id"),
+                        ));
+                    }
+                    (Some(_), None) if self.extract.is_none() => {
+                        return Err(bad(
+                            &place,
+                            format!(
+                                "{cp} gives a `revision`: add an [extract] table (text, n_points, seq_len)"
+                            ),
+                        ));
+                    }
+                    _ => {}
+                }
+                if c.revision.is_some()
+                    && c.val_loss.is_some()
+                    && self.extract.as_ref().is_some_and(|e| e.loss)
+                {
+                    return Err(bad(
+                        &place,
+                        format!(
+                            "{cp}: val_loss is computed ([extract] loss = true); remove the typed-in value"
+                        ),
                     ));
                 }
                 if c.val_loss.is_some_and(|v| !v.is_finite()) {
@@ -518,6 +678,37 @@ impl Manifest {
                 if distinct.len() != l.len() {
                     return Err(bad(&place, format!("layers {l:?} repeats a layer")));
                 }
+            }
+        }
+        if let Some(e) = &self.extract {
+            if e.n_points == 0 || e.seq_len < 2 || e.batch_size == 0 {
+                return Err(bad(
+                    "extract",
+                    "n_points and batch_size must be positive, seq_len at least 2".into(),
+                ));
+            }
+            if !(e.val_fraction > 0.0 && e.val_fraction < 1.0) && e.loss {
+                return Err(bad(
+                    "extract",
+                    format!(
+                        "val_fraction = {} must be in (0, 1) with loss = true",
+                        e.val_fraction
+                    ),
+                ));
+            }
+        }
+        if let Some(p) = &self.probe {
+            if p.label_column.is_some() != p.text_column.is_some() {
+                return Err(bad(
+                    "probe",
+                    "give both label_column and text_column (a CSV with a header), or neither (AG News layout)".into(),
+                ));
+            }
+            if p.seq_len == 0 || p.n_examples == Some(0) {
+                return Err(bad(
+                    "probe",
+                    "seq_len and n_examples must be positive".into(),
+                ));
             }
         }
         for [a, b] in &self.pairs {

@@ -43,6 +43,9 @@ pub enum UnitKind {
         /// The other model's label.
         other: String,
     },
+    /// The weights hash of a hub checkpoint (one `weights_sha256` row on the model's first
+    /// analysed layer: the hash as its variant, the parameter count as its value).
+    Weights,
 }
 
 impl UnitKind {
@@ -64,6 +67,7 @@ impl UnitKind {
             Self::Probe => "probe".into(),
             Self::ValLoss => "val_loss".into(),
             Self::Cross { other } => format!("cross-{other}"),
+            Self::Weights => "weights".into(),
         }
     }
 }
@@ -118,6 +122,10 @@ pub struct CheckpointInfo {
     pub step: Option<u64>,
     /// Validation loss, if known.
     pub val_loss: Option<f64>,
+    /// Hub revision whose activations are extracted (its loss is computed with
+    /// `[extract] loss = true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 /// One model as the runner sees it.
@@ -194,6 +202,42 @@ pub struct Study {
     pub models: Vec<ModelInfo>,
     /// Every unit, in plan order.
     pub units: Vec<PlannedUnit>,
+    /// SHA-256 of the extraction settings and input files (`[extract]`, `[probe]`), when the
+    /// study extracts activations; part of the config hash of units of hub checkpoints.
+    pub inputs: Option<String>,
+}
+
+/// The hash of what extraction reads: `[extract]` settings and corpus bytes, `[probe]`
+/// settings and labelled-text bytes. Missing files are reported here, before any work.
+fn extraction_inputs(manifest: &Manifest, origin: &str) -> Result<Option<String>> {
+    let Some(e) = &manifest.extract else {
+        return Ok(None);
+    };
+    let file_hash = |place: &str, p: &std::path::Path| -> Result<String> {
+        let bytes = std::fs::read(p).map_err(|err| Error::InvalidManifest {
+            manifest: origin.into(),
+            place: place.into(),
+            reason: format!("cannot read {}: {err}", p.display()),
+        })?;
+        Ok(hex(&Sha256::digest(&bytes)))
+    };
+    let mut e2 = e.clone();
+    e2.text = std::path::PathBuf::new();
+    e2.batch_size = 0; // speed only
+    let probe = match &manifest.probe {
+        Some(p) => {
+            let mut p2 = p.clone();
+            p2.labels = std::path::PathBuf::new();
+            Some((p2, file_hash("probe.labels", &p.labels)?))
+        }
+        None => None,
+    };
+    let key = serde_json::json!({
+        "extract": e2,
+        "text_sha256": file_hash("extract.text", &e.text)?,
+        "probe": probe,
+    });
+    Ok(Some(hex(&Sha256::digest(key.to_string().as_bytes()))))
 }
 
 /// Version of what a unit writes. Bump it whenever a unit kind's rows change (new metrics,
@@ -232,6 +276,7 @@ impl Study {
                             name: format!("step{st}"),
                             step: Some(st),
                             val_loss: Some(repgeom_synth::validation_loss(w, st)),
+                            revision: None,
                         })
                         .collect(),
                     synthetic: true,
@@ -251,6 +296,7 @@ impl Study {
                     name: c.name.clone(),
                     step: c.step,
                     val_loss: c.val_loss,
+                    revision: c.revision.clone(),
                 })
                 .collect();
             checkpoints.sort_by_key(step_key);
@@ -268,7 +314,7 @@ impl Study {
                 layers,
                 checkpoints,
                 synthetic: false,
-                has_labels: m.labels.is_some(),
+                has_labels: m.labels.is_some() || (m.hub.is_some() && manifest.probe.is_some()),
                 source: ModelSource::Files(m.clone()),
             });
         }
@@ -330,7 +376,9 @@ impl Study {
                         });
                     }
                 }
-                if c.val_loss.is_some() {
+                let computed_loss =
+                    c.revision.is_some() && manifest.extract.as_ref().is_some_and(|e| e.loss);
+                if c.val_loss.is_some() || computed_loss {
                     units.push(Unit {
                         model: m.label.clone(),
                         checkpoint: c.name.clone(),
@@ -338,13 +386,23 @@ impl Study {
                         kind: UnitKind::ValLoss,
                     });
                 }
+                if c.revision.is_some() {
+                    units.push(Unit {
+                        model: m.label.clone(),
+                        checkpoint: c.name.clone(),
+                        layer: m.layers[0],
+                        kind: UnitKind::Weights,
+                    });
+                }
             }
         }
+        let inputs = extraction_inputs(&manifest, origin)?;
         let mut study = Self {
             manifest,
             origin: origin.into(),
             models,
             units: Vec::new(),
+            inputs,
         };
         let mut seen = std::collections::BTreeSet::new();
         for unit in units {
@@ -394,6 +452,7 @@ impl Study {
             max_pairs: Option<usize>,
             #[serde(skip_serializing_if = "Option::is_none")]
             bootstrap: Option<usize>,
+            inputs: Option<&'a str>,
         }
         fn is_cosine(d: &repgeom_linalg::Distance) -> bool {
             *d == repgeom_linalg::Distance::Cosine
@@ -414,6 +473,9 @@ impl Study {
                 models.push((label, m.k, m.n_layers, source, c));
             }
         }
+        let extracted = models
+            .iter()
+            .any(|(_, _, _, _, c)| c.is_some_and(|c| c.revision.is_some()));
         let key = Key {
             format: FORMAT,
             unit,
@@ -427,6 +489,11 @@ impl Study {
             // changes how many draws run at once, never a number, so it is not part of it.)
             max_pairs: a.max_pairs,
             bootstrap: a.bootstrap,
+            inputs: if extracted {
+                self.inputs.as_deref()
+            } else {
+                None
+            },
         };
         let json = serde_json::to_string(&key).expect("plain data serialises");
         hex(&Sha256::digest(json.as_bytes()))

@@ -2,7 +2,7 @@
 //! the group's units in parallel, each written as its own part file as soon as it finishes.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use repgeom_report::Row;
 
 use crate::parts::write_part;
 use crate::plan::{ModelInfo, ModelSource, PlannedUnit, Study, Unit, UnitKind};
+use crate::stage::{self, CheckpointRecord, Extracted};
 use crate::{Error, Result};
 
 /// What the progress callback learns about each finished unit.
@@ -45,6 +46,12 @@ pub struct Loader<'s> {
     study: &'s Study,
     synthetic: OnceLock<std::result::Result<repgeom_synth::SyntheticStudy, String>>,
     models: Mutex<BTreeMap<String, Arc<ModelCtx>>>,
+    /// The sweep directory (extraction cache, checkpoint records).
+    work_dir: PathBuf,
+    hub: OnceLock<repgeom_hub::Hub>,
+    /// (model, checkpoint) -> audited hub checkpoint and its snapshot folder.
+    audited: Mutex<BTreeMap<(String, String), (CheckpointRecord, PathBuf)>>,
+    extracted: Mutex<BTreeMap<(String, String), Arc<Extracted>>>,
 }
 
 impl std::fmt::Debug for Loader<'_> {
@@ -58,11 +65,93 @@ impl std::fmt::Debug for Loader<'_> {
 impl<'s> Loader<'s> {
     /// A loader for `study` (loads nothing yet).
     pub fn new(study: &'s Study) -> Self {
+        Self::with_dir(study, Path::new("."))
+    }
+
+    /// A loader whose hub checkpoints are extracted into the cache under sweep directory `dir`.
+    pub fn with_dir(study: &'s Study, dir: &Path) -> Self {
         Self {
             study,
             synthetic: OnceLock::new(),
             models: Mutex::new(BTreeMap::new()),
+            work_dir: dir.to_path_buf(),
+            hub: OnceLock::new(),
+            audited: Mutex::new(BTreeMap::new()),
+            extracted: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    fn hub(&self) -> &repgeom_hub::Hub {
+        self.hub.get_or_init(repgeom_hub::Hub::from_env)
+    }
+
+    /// Resolves, downloads and hashes hub checkpoint `ckpt` of `m` (once per loader).
+    pub fn audit(&self, m: &ModelInfo, ckpt: &str) -> Result<Option<CheckpointRecord>> {
+        Ok(self.audited_snapshot(m, ckpt)?.map(|(r, _)| r))
+    }
+
+    fn audited_snapshot(
+        &self,
+        m: &ModelInfo,
+        ckpt: &str,
+    ) -> Result<Option<(CheckpointRecord, PathBuf)>> {
+        let ModelSource::Files(spec) = &m.source else {
+            return Ok(None);
+        };
+        let c = spec
+            .checkpoints
+            .iter()
+            .find(|c| c.name == ckpt)
+            .expect("planned checkpoint");
+        if c.revision.is_none() {
+            return Ok(None);
+        }
+        let key = (m.label.clone(), ckpt.to_string());
+        if let Some(r) = self
+            .audited
+            .lock()
+            .expect("no panics while locked")
+            .get(&key)
+        {
+            return Ok(Some(r.clone()));
+        }
+        let r = stage::audit(self.hub(), &self.work_dir, spec, c)?;
+        self.audited
+            .lock()
+            .expect("no panics while locked")
+            .insert(key, r.clone());
+        Ok(Some(r))
+    }
+
+    /// The extraction of hub checkpoint `ckpt` of `m` (cached on disk and in the loader).
+    pub(crate) fn extracted(&self, m: &ModelInfo, ckpt: &str) -> Result<Option<Arc<Extracted>>> {
+        let key = (m.label.clone(), ckpt.to_string());
+        if let Some(e) = self
+            .extracted
+            .lock()
+            .expect("no panics while locked")
+            .get(&key)
+        {
+            return Ok(Some(e.clone()));
+        }
+        let Some((rec, snap)) = self.audited_snapshot(m, ckpt)? else {
+            return Ok(None);
+        };
+        let ModelSource::Files(spec) = &m.source else {
+            return Ok(None);
+        };
+        let e = Arc::new(stage::extract(
+            &self.study.manifest,
+            &self.work_dir,
+            spec,
+            &rec,
+            &snap,
+        )?);
+        self.extracted
+            .lock()
+            .expect("no panics while locked")
+            .insert(key, e.clone());
+        Ok(Some(e))
     }
 
     fn synth(&self) -> Result<&repgeom_synth::SyntheticStudy> {
@@ -100,22 +189,38 @@ impl<'s> Loader<'s> {
                 (run.space.readout.clone(), Some(run.space.labels.clone()))
             }
             ModelSource::Files(spec) => {
+                let readout_path = match (&spec.readout, &spec.hub) {
+                    (Some(p), _) => p.clone(),
+                    (None, Some(id)) => {
+                        // The readout of the final checkpoint's revision (else `main`).
+                        let fin = m.final_checkpoint();
+                        let rev = fin.revision.as_deref().unwrap_or("main");
+                        // Folding the final norm's gain needs its shard too.
+                        let need = if self.study.manifest.analysis.readout_fold_norm {
+                            repgeom_hub::Files::Full
+                        } else {
+                            repgeom_hub::Files::Readout
+                        };
+                        self.hub().snapshot(id, rev, &need, &mut |_| {})?.dir
+                    }
+                    (None, None) => unreachable!("checked: hub or readout"),
+                };
                 let mut r = repgeom_io::read_readout(
-                    &spec.readout,
+                    &readout_path,
                     &repgeom_io::ReadoutOptions {
                         vocab_rows: spec.vocab_rows,
                         tensor: spec.readout_tensor.clone(),
                     },
                 )?;
                 if self.study.manifest.analysis.readout_fold_norm {
-                    let (name, gamma) = repgeom_io::read_final_norm_gain(&spec.readout)?;
+                    let (name, gamma) = repgeom_io::read_final_norm_gain(&readout_path)?;
                     r.fold_gain(&gamma, &name)?;
                 }
                 let mx = r.matrix;
                 if mx.cols != m.d as usize {
                     return Err(Error::DataMismatch {
                         model: m.label.clone(),
-                        what: format!("readout width ({}: {})", spec.readout.display(), r.tensor),
+                        what: format!("readout width ({}: {})", readout_path.display(), r.tensor),
                         expected: format!("d = {}", m.d),
                         found: format!("[{}, {}]", mx.rows, mx.cols),
                     });
@@ -195,7 +300,16 @@ impl<'s> Loader<'s> {
                     .iter()
                     .find(|c| c.name == ckpt)
                     .expect("planned checkpoint");
-                Ok(repgeom_io::read_sequence_ids(&c.activations, n)?)
+                // An extracted checkpoint's file records its sequence ids like `repgeom extract`'s.
+                let path = match &c.activations {
+                    Some(p) => p.clone(),
+                    None => self
+                        .extracted(m, ckpt)?
+                        .expect("checked: revision without activations")
+                        .acts
+                        .clone(),
+                };
+                Ok(repgeom_io::read_sequence_ids(&path, n)?)
             }
         }
     }
@@ -226,13 +340,21 @@ impl<'s> Loader<'s> {
                     .iter()
                     .find(|c| c.name == ckpt)
                     .expect("planned checkpoint");
-                let acts = repgeom_io::read_activations(&c.activations, Some(layers))?;
+                let path = match &c.activations {
+                    Some(p) => p.clone(),
+                    None => self
+                        .extracted(m, ckpt)?
+                        .expect("checked: revision without activations")
+                        .acts
+                        .clone(),
+                };
+                let acts = repgeom_io::read_activations(&path, Some(layers))?;
                 for la in acts.layers {
                     let mx = la.acts;
                     if mx.cols != m.d as usize {
                         return Err(Error::DataMismatch {
                             model: m.label.clone(),
-                            what: format!("width of {} in {}", la.tensor, c.activations.display()),
+                            what: format!("width of {} in {}", la.tensor, path.display()),
                             expected: format!("d = {}", m.d),
                             found: format!("[{}, {}]", mx.rows, mx.cols),
                         });
@@ -260,7 +382,7 @@ pub fn run_units(
     dir: &Path,
     on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
 ) -> Result<()> {
-    let loader = Loader::new(study);
+    let loader = Loader::with_dir(study, dir);
     let mut groups: Vec<((String, String), Vec<&PlannedUnit>)> = Vec::new();
     for u in todo {
         let key = (u.unit.model.clone(), u.unit.checkpoint.clone());
@@ -280,10 +402,56 @@ pub fn run_units(
             (Some(_), Some(first)) => loader.sequences(m, &ckpt, first.nrows())?,
             _ => None,
         };
+        let ext = loader.extracted(m, &ckpt)?;
+        // Probe features of a hub checkpoint: mean-pooled over the [probe] texts.
+        let wants_probe = units.iter().any(|u| u.unit.kind == UnitKind::Probe);
+        let probe_layers = match (&study.manifest.probe, &m.source, wants_probe) {
+            (Some(p), ModelSource::Files(spec), true) if ext.is_some() => {
+                let (rec, snap) = loader
+                    .audited_snapshot(m, &ckpt)?
+                    .expect("extracted checkpoints are audited");
+                let (path, labels) = stage::probe_features(
+                    p,
+                    dir,
+                    spec,
+                    &rec,
+                    &snap,
+                    study
+                        .manifest
+                        .extract
+                        .as_ref()
+                        .map_or(repgeom_extract::DEFAULT_BATCH_SIZE, |e| e.batch_size),
+                )?;
+                let mut out = BTreeMap::new();
+                for la in repgeom_io::read_activations(&path, Some(&needed))?.layers {
+                    let mx = la.acts;
+                    out.insert(
+                        la.layer,
+                        Mat::from_fn(mx.rows, mx.cols, |i, j| mx.data[i * mx.cols + j]),
+                    );
+                }
+                Some((out, labels))
+            }
+            _ => None,
+        };
         units.par_iter().try_for_each(|u| -> Result<()> {
             let t = Instant::now();
             let acts = &layers[&u.unit.layer];
-            let rows = compute_unit(study, &loader, m, &ctx, acts, sequences.as_deref(), &u.unit)?;
+            let probe = probe_layers
+                .as_ref()
+                .map(|(l, labels)| (&l[&u.unit.layer], labels.as_slice()));
+            let val_loss = ext.as_ref().and_then(|e| e.val_loss);
+            let rows = compute_unit(
+                study,
+                &loader,
+                m,
+                &ctx,
+                acts,
+                sequences.as_deref(),
+                &u.unit,
+                probe,
+                val_loss,
+            )?;
             write_part(dir, u, &rows)?;
             on_done(&UnitDone {
                 unit: u,
@@ -324,6 +492,8 @@ fn compute_unit(
     acts: &Mat<f32>,
     sequences: Option<&[usize]>,
     u: &Unit,
+    probe: Option<(&Mat<f32>, &[usize])>,
+    computed_loss: Option<f64>,
 ) -> Result<Vec<Row>> {
     let a = &study.manifest.analysis;
     let synth = if m.synthetic { " (synthetic)" } else { "" };
@@ -380,17 +550,29 @@ fn compute_unit(
         UnitKind::ValLoss => {
             let c = m.checkpoint(&u.checkpoint).expect("planned checkpoint");
             c.val_loss
+                .or(computed_loss)
                 .map(|v| MetricValue::new("val_loss", "", v))
                 .into_iter()
                 .collect()
         }
+        UnitKind::Weights => loader
+            .audit(m, &u.checkpoint)?
+            .map(|r| MetricValue::new("weights_sha256", &r.weights_sha256, r.parameters as f64))
+            .into_iter()
+            .collect(),
         UnitKind::Probe => {
-            let labels = ctx.labels.clone().ok_or_else(|| Error::DataMismatch {
-                model: m.label.clone(),
-                what: "probe labels".into(),
-                expected: "a labels file".into(),
-                found: "none".into(),
-            })?;
+            let (acts, labels) = match probe {
+                Some((features, labels)) => (features, labels.to_vec()),
+                None => (
+                    acts,
+                    ctx.labels.clone().ok_or_else(|| Error::DataMismatch {
+                        model: m.label.clone(),
+                        what: "probe labels".into(),
+                        expected: "a labels file".into(),
+                        found: "none".into(),
+                    })?,
+                ),
+            };
             let (n, d) = (acts.nrows(), acts.ncols());
             if labels.len() != n {
                 return Err(Error::DataMismatch {

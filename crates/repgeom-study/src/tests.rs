@@ -234,6 +234,78 @@ fn example_manifest_parses() {
 }
 
 #[test]
+fn paper_manifest_parses_and_names_hub_revisions() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/paper.toml");
+    let m = Manifest::load(&path).unwrap();
+    m.check("examples/paper.toml").unwrap();
+    check(m.models.len() == 10, "7 Pythia + OLMo, Phi, Gemma");
+    check(
+        m.models
+            .iter()
+            .all(|x| x.hub.is_some() && x.readout.is_none()),
+        "every model by hub id",
+    );
+    check(
+        m.models
+            .iter()
+            .flat_map(|x| &x.checkpoints)
+            .all(|c| c.revision.is_some() && c.activations.is_none() && c.val_loss.is_none()),
+        "every checkpoint by revision, loss computed",
+    );
+}
+
+/// Hub models: each bad combination names the model, checkpoint and what to do.
+#[test]
+fn hub_manifest_errors() {
+    let base = r#"
+[extract]
+text = "corpus.txt"
+loss = true
+
+[[model]]
+label = "m"
+family = "f"
+d = 8
+n_layers = 2
+hub = "org/name"
+
+[[model.checkpoint]]
+name = "step1"
+revision = "step1"
+"#;
+    let bad = |edit: &dyn Fn(&mut Manifest)| {
+        let mut m: Manifest = toml::from_str(base).unwrap();
+        m.check("t.toml").unwrap();
+        edit(&mut m);
+        m.check("t.toml").unwrap_err().to_string()
+    };
+    let lines = [
+        bad(&|m| m.models[0].readout = Some("r".into())),
+        bad(&|m| m.models[0].hub = None),
+        bad(&|m| m.models[0].hub = Some("no-slash".into())),
+        bad(&|m| m.models[0].checkpoints[0].activations = Some("a.npy".into())),
+        bad(&|m| m.models[0].checkpoints[0].revision = None),
+        bad(&|m| m.models[0].checkpoints[0].val_loss = Some(3.0)),
+        bad(&|m| m.extract = None),
+        bad(&|m| {
+            m.models[0].readout = Some("r".into());
+            m.models[0].hub = None;
+        }),
+    ];
+    let expected = [
+        "manifest t.toml: model \"m\": gives both `hub` and `readout`: the readout comes from the hub model",
+        "manifest t.toml: model \"m\": needs `hub = \"org/name\"` or `readout = \"path\"`",
+        "manifest t.toml: model \"m\": hub = \"no-slash\" is not a hub model id (org/name)",
+        "manifest t.toml: model \"m\": checkpoint \"step1\" gives both `revision` and `activations`",
+        "manifest t.toml: model \"m\": checkpoint \"step1\" needs `revision` (with the model's `hub`) or `activations`",
+        "manifest t.toml: model \"m\": checkpoint \"step1\": val_loss is computed ([extract] loss = true); remove the typed-in value",
+        "manifest t.toml: model \"m\": checkpoint \"step1\" gives a `revision`: add an [extract] table (text, n_points, seq_len)",
+        "manifest t.toml: model \"m\": checkpoint \"step1\" gives a `revision` but the model has no `hub` id",
+    ];
+    assert_eq!(lines, expected);
+}
+
+#[test]
 fn part_files_round_trip_every_float_bit_for_bit() {
     let study = Study::new(small(), "t").unwrap();
     let unit = &study.units[0];

@@ -136,6 +136,7 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
                 &ReadoutChoice {
                     vocab_rows,
                     tensor: None,
+                    revision: None,
                 },
                 analysis.k,
                 d,

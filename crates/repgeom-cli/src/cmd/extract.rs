@@ -21,9 +21,13 @@ pub(crate) enum PoolArg {
 /// Run a checkpoint on a text and save every layer's hidden states (HF output_hidden_states order).
 #[derive(clap::Args, Debug)]
 pub(crate) struct ExtractArgs {
-    /// Checkpoint directory (config.json, tokenizer.json, *.safetensors; HF cache snapshots work).
+    /// Checkpoint directory (config.json, tokenizer.json, *.safetensors; HF cache snapshots
+    /// work), or a hub model id org/name (downloaded into the hub cache as needed).
     #[arg(long)]
-    model: PathBuf,
+    model: String,
+    /// Hub revision (branch such as step3000, tag or commit) when --model is a hub id.
+    #[arg(long)]
+    revision: Option<String>,
     /// UTF-8 text file: split into sequences (tokens), or one example per line (--pool mean).
     #[arg(long)]
     text: PathBuf,
@@ -76,7 +80,9 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
     .check()?;
     let text = std::fs::read_to_string(&args.text)
         .with_context(|| format!("reading {}", args.text.display()))?;
-    let extractor = Extractor::load(&args.model)?;
+    let dir = super::hub::ModelSource::parse(&args.model, args.revision.as_deref())?
+        .resolve(&repgeom_hub::Files::Full, ctx)?;
+    let extractor = Extractor::load(&dir)?;
 
     let bar = if ctx.quiet {
         ProgressBar::hidden()

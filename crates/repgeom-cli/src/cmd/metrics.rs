@@ -20,10 +20,13 @@ pub(crate) struct MetricsArgs {
     /// Activations: .npy [L, N, d] or [N, d], .npz (one array per layer) or .safetensors.
     #[arg(long, required_unless_present = "list")]
     pub(crate) acts: Option<PathBuf>,
-    /// Readout W_U ([V, d] .npy/.safetensors, or a HuggingFace checkpoint directory); needed by
-    /// pga and pc_readout_share.
+    /// Readout W_U ([V, d] .npy/.safetensors, a HuggingFace checkpoint directory, or a hub
+    /// model id org/name); needed by pga and pc_readout_share.
     #[arg(long)]
     pub(crate) readout: Option<PathBuf>,
+    /// Hub revision (branch such as step3000, tag or commit) when --readout is a hub id.
+    #[arg(long, requires = "readout")]
+    pub(crate) revision: Option<String>,
     /// A metric to compute: NAME, or NAME:JSON for options, e.g. 'pga:{"ccr":[1,5,10]}'.
     /// Repeat for several.
     #[arg(long = "metric", conflicts_with_all = ["all", "config"])]
@@ -112,6 +115,7 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
             &ReadoutChoice {
                 vocab_rows: args.vocab_rows,
                 tensor: args.readout_tensor.clone(),
+                revision: args.revision.clone(),
             },
             analysis.k,
             d,
@@ -261,6 +265,8 @@ pub(crate) fn model_label(path: &Path) -> String {
 pub(crate) struct ReadoutChoice {
     pub(crate) vocab_rows: Option<usize>,
     pub(crate) tensor: Option<String>,
+    /// Hub revision when the readout is given as a hub model id.
+    pub(crate) revision: Option<String>,
 }
 
 /// The readout basis: the top-k right singular vectors of W_U read from `path`.
@@ -276,6 +282,10 @@ pub(crate) fn load_readout_basis(
         vocab_rows: choice.vocab_rows,
         tensor: choice.tensor.clone(),
     };
+    let source =
+        super::hub::ModelSource::parse(&path.to_string_lossy(), choice.revision.as_deref())?;
+    let resolved = source.resolve(&repgeom_hub::Files::Readout, ctx)?;
+    let path = resolved.as_path();
     let readout = repgeom_io::read_readout(path, &opts)?;
     if let Some(note) = &readout.note
         && !ctx.quiet

@@ -1,8 +1,10 @@
 //! One module per subcommand.
 
+pub(crate) mod checkpoints;
 pub(crate) mod compare;
 pub(crate) mod demo;
 pub(crate) mod extract;
+pub(crate) mod hub;
 pub(crate) mod metrics;
 pub(crate) mod pga;
 pub(crate) mod probe;

@@ -19,9 +19,17 @@ pub(crate) struct PgaArgs {
     /// Activations: .npy [L, N, d] or [N, d], .npz (one array per layer) or .safetensors.
     #[arg(long)]
     pub(crate) acts: PathBuf,
-    /// Readout W_U: a [V, d] .npy/.safetensors matrix, or a HuggingFace checkpoint directory.
-    #[arg(long, required_unless_present = "readout_basis")]
+    /// Readout W_U: a [V, d] .npy/.safetensors matrix, a HuggingFace checkpoint directory, or
+    /// a hub model id org/name (only the shard holding the readout is downloaded).
+    #[arg(
+        long,
+        visible_alias = "model",
+        required_unless_present = "readout_basis"
+    )]
     pub(crate) readout: Option<PathBuf>,
+    /// Hub revision (branch such as step3000, tag or commit) when --readout/--model is a hub id.
+    #[arg(long, requires = "readout")]
+    pub(crate) revision: Option<String>,
     /// A d×k orthonormal basis to use instead of the top-k right singular vectors of W_U.
     #[arg(long, conflicts_with = "readout")]
     pub(crate) readout_basis: Option<PathBuf>,
@@ -423,6 +431,16 @@ fn load_basis(args: &PgaArgs, d: usize, k: usize, ctx: &Context) -> anyhow::Resu
         .readout
         .as_deref()
         .expect("clap requires --readout or --readout-basis");
+    // A hub id downloads only the readout's shard, unless the final norm's gain is needed too.
+    let need = if args.readout_fold_norm {
+        repgeom_hub::Files::Full
+    } else {
+        repgeom_hub::Files::Readout
+    };
+    let resolved =
+        super::hub::ModelSource::parse(&path.to_string_lossy(), args.revision.as_deref())?
+            .resolve(&need, ctx)?;
+    let path = resolved.as_path();
     let mut readout = repgeom_io::read_readout(
         path,
         &repgeom_io::ReadoutOptions {

@@ -70,6 +70,15 @@ pub(crate) fn run(args: &SweepArgs, ctx: &Context) -> anyhow::Result<()> {
     let log = Mutex::new(());
     let on_start = |s: &repgeom_study::SweepStats| {
         bar.set_length(s.computed as u64);
+        for d in &s.duplicates {
+            bar.suspend(|| {
+                eprintln!(
+                    "warning: model {} checkpoint {} (revision {}) has the same weights as checkpoint {}: \
+                     the hub serves one model under both names; its rows repeat the other's",
+                    d.model, d.checkpoint, d.revision, d.duplicate_of
+                );
+            });
+        }
         let shard_note = shard.map_or(String::new(), |(i, n)| {
             format!(", shard {i}/{n}: {} units", s.in_shard)
         });
@@ -143,6 +152,7 @@ fn merge(dir: &std::path::Path, allow_partial: bool, ctx: &Context) -> anyhow::R
     }
     table.write_parquet(&dir.join("results.parquet"))?;
     table.write_csv(&dir.join("results.csv"))?;
+    write_checkpoints(dir)?;
     if !ctx.quiet {
         eprintln!(
             "merge: {} units, {} rows -> {}",
@@ -151,6 +161,51 @@ fn merge(dir: &std::path::Path, allow_partial: bool, ctx: &Context) -> anyhow::R
             dir.join("results.{parquet,csv}").display()
         );
     }
+    Ok(())
+}
+
+/// `DIR/checkpoints.csv`: every hub checkpoint's revision, commit, weights hash, parameter
+/// count and `duplicate_of`, from the records the shards wrote; duplicates are warned about.
+fn write_checkpoints(dir: &std::path::Path) -> anyhow::Result<()> {
+    let records = repgeom_study::read_checkpoint_records(dir)?;
+    if records.is_empty() {
+        return Ok(());
+    }
+    let plan = repgeom_study::read_plan(dir)?;
+    // Plan order (checkpoints by step), so duplicate_of names the earliest.
+    let mut ordered: Vec<repgeom_study::CheckpointRecord> = Vec::new();
+    for u in &plan.units {
+        let (m, c) = (&u.unit.model, &u.unit.checkpoint);
+        if ordered.iter().any(|r| &r.model == m && &r.checkpoint == c) {
+            continue;
+        }
+        if let Some(r) = records.iter().find(|r| &r.model == m && &r.checkpoint == c) {
+            ordered.push(r.clone());
+        }
+    }
+    let dups = repgeom_study::duplicates(&ordered);
+    let mut csv = String::from(
+        "model,checkpoint,hub,revision,commit,weights_sha256,parameters,duplicate_of\n",
+    );
+    for r in &ordered {
+        let dup = dups
+            .iter()
+            .find(|d| d.model == r.model && d.checkpoint == r.checkpoint)
+            .map(|d| d.duplicate_of.as_str())
+            .unwrap_or("");
+        csv.push_str(&format!(
+            "{},{},{},{},{},{},{},{}\n",
+            r.model, r.checkpoint, r.hub, r.revision, r.commit, r.weights_sha256, r.parameters, dup
+        ));
+    }
+    for d in &dups {
+        eprintln!(
+            "merge: warning: model {} checkpoint {} (revision {}) has the same weights as checkpoint {}",
+            d.model, d.checkpoint, d.revision, d.duplicate_of
+        );
+    }
+    let path = dir.join("checkpoints.csv");
+    repgeom_io::atomic_write(&path, |w| w.write_all(csv.as_bytes()))?;
     Ok(())
 }
 
@@ -179,6 +234,7 @@ fn dry_run(
             UnitKind::Probe => "probe",
             UnitKind::ValLoss => "val_loss",
             UnitKind::Cross { .. } => "cross",
+            UnitKind::Weights => "weights",
         };
         *kinds.entry(key.to_owned()).or_default() += 1;
         rankings += match &u.unit.kind {

@@ -3,6 +3,7 @@
 mod demo;
 mod errors;
 mod extract;
+mod hub;
 mod metrics;
 mod pga;
 mod sweep;

@@ -214,3 +214,21 @@ fn final_norm_gain_fold_and_row_centring() {
         .collect();
     assert_close(&r.matrix.data, &expected, EXACT);
 }
+
+/// A hub snapshot with only the readout's shard (issue 11): the readout reads as from the full
+/// checkpoint; a tensor of the absent shard is an error naming the shard, not a wrong fallback.
+#[test]
+fn readout_from_a_checkpoint_missing_other_shards_issue_11() {
+    let dir = tempfile::tempdir().unwrap();
+    let partial = dir.path().join("readout_shard_only");
+    copy_dir(&fixture("tiny_neox"), &partial);
+    std::fs::remove_file(partial.join("model-00001-of-00002.safetensors")).unwrap();
+    let full = read_readout(&fixture("tiny_neox"), &ReadoutOptions::default()).unwrap();
+    let part = read_readout(&partial, &ReadoutOptions::default()).unwrap();
+    assert_eq!(part.tensor, full.tensor);
+    assert_eq!(part.matrix.data, full.matrix.data);
+    let e = repgeom_io::read_final_norm_gain(&partial).unwrap_err();
+    insta::assert_snapshot!(redact(&e.to_string(), Some(dir.path())), @"<tmp>/readout_shard_only/model.safetensors.index.json: shard `model-00001-of-00002.safetensors` listed in the index is missing");
+    // open_checkpoint itself stays strict: extraction needs every shard.
+    assert!(open_checkpoint(&partial).is_err());
+}

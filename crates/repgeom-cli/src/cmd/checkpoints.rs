@@ -1,0 +1,73 @@
+//! `repgeom checkpoints`: audit a model's revisions: commit, weights hash, parameters, and
+//! which revisions serve the same weights.
+
+use std::path::PathBuf;
+
+use repgeom_hub::Hub;
+
+use super::Context;
+use crate::output::{Cell, Format, Table, emit};
+
+/// Arguments of `repgeom checkpoints`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct CheckpointsArgs {
+    /// Hub model id (org/name).
+    #[arg(long)]
+    model: String,
+    /// Revisions to audit (branches, tags or commits), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    revisions: Vec<String>,
+    /// Every branch and tag of the model (step branches in step order, then the rest by name).
+    #[arg(long)]
+    all: bool,
+    /// Output format (default: table on stdout; with --out, from the file's extension).
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Write to this file (atomically) instead of stdout.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
+    let hub = Hub::from_env();
+    let revisions = if args.all {
+        repgeom_hub::all_revisions(&hub, &args.model)?
+    } else {
+        args.revisions.clone()
+    };
+    let audit = repgeom_hub::audit_revisions(
+        &hub,
+        &args.model,
+        &revisions,
+        &mut super::hub::download_bar(ctx),
+    )?;
+    let table = Table {
+        columns: vec![
+            "model",
+            "revision",
+            "commit",
+            "weights_sha256",
+            "parameters",
+            "duplicate_of",
+        ],
+        rows: audit
+            .into_iter()
+            .map(|a| {
+                vec![
+                    Cell::Text(args.model.clone()),
+                    Cell::Text(a.revision),
+                    Cell::Text(a.commit),
+                    Cell::Text(a.weights_sha256),
+                    Cell::Int(a.parameters as i64),
+                    Cell::Text(a.duplicate_of.unwrap_or_default()),
+                ]
+            })
+            .collect(),
+    };
+    emit(&table, args.format, args.out.as_deref())
+}
