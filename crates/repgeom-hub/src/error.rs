@@ -10,6 +10,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A model argument is neither an existing path nor a hub model id.
+    #[error("{spec}: no such file or directory, and not a hub model id (org/name)")]
+    NoSuchModel {
+        /// What was given.
+        spec: String,
+    },
+    /// A revision was given with a local path (revisions select hub checkpoints).
+    #[error(
+        "revision `{revision}` applies to hub model ids (org/name), but {} is a local path",
+        path.display()
+    )]
+    RevisionOfLocalPath {
+        /// The local path.
+        path: PathBuf,
+        /// The revision given.
+        revision: String,
+    },
     /// The model id is not of the form `org/name`.
     #[error("`{id}` is not a hub model id (expected `org/name`, or a local directory)")]
     BadId {

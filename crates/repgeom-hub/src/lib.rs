@@ -32,6 +32,7 @@ mod audit;
 mod cache;
 mod client;
 mod error;
+mod model_ref;
 #[cfg(feature = "test-server")]
 pub mod test_server;
 
@@ -44,3 +45,4 @@ pub use client::{
     Snapshot, check_id, default_cache_dir,
 };
 pub use error::{Error, Result};
+pub use model_ref::ModelRef;

@@ -111,7 +111,8 @@ impl From<repgeom_hub::Error> for Failure {
         use repgeom_hub::Error as E;
         let msg = e.to_string();
         match &e {
-            E::ModelNotFound { .. }
+            E::NoSuchModel { .. }
+            | E::ModelNotFound { .. }
             | E::RevisionNotFound { .. }
             | E::FileNotFound { .. }
             | E::NoSafetensors { .. }

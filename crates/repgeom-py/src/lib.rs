@@ -200,42 +200,25 @@ struct ReadoutSpec<'py> {
     progress: Option<bool>,
 }
 
-/// A model reference: an existing local path is used as it is; anything else must be a hub
-/// model id `org/name`, resolved in the HuggingFace cache at `revision` (default `main`),
-/// downloading only the files `need` names (the same cache and rules as `repgeom --model`).
+/// A model reference, by the rule every front end shares ([`repgeom_hub::ModelRef::parse`]):
+/// an existing local path is used as it is; otherwise a hub model id `org/name` is resolved in
+/// the HuggingFace cache at `revision` (default `main`), downloading only the files `need`
+/// names.
 fn resolve_model(
     reference: &std::path::Path,
     revision: Option<&str>,
     need: &repgeom_hub::Files,
     progress: Option<bool>,
 ) -> Result<PathBuf, Failure> {
-    if reference.exists() {
-        if let Some(r) = revision {
-            return Err(Failure::Invalid(format!(
-                "revision = {r:?} with the local path {}: a revision selects a checkpoint of a hub model id (`org/name`)",
-                reference.display()
-            )));
-        }
-        return Ok(reference.to_path_buf());
-    }
-    let id = reference.to_string_lossy();
-    // Only `org/name`: a bare word is far more often a mistyped local path than one of the
-    // hub's few legacy ids without an organisation.
-    if id.matches('/').count() != 1 || repgeom_hub::check_id(&id).is_err() {
-        return Err(Failure::NotFound(format!(
-            "{}: no such file or directory (nor a hub model id `org/name`)",
-            reference.display()
-        )));
-    }
-    let hub = repgeom_hub::Hub::from_env();
+    let m = repgeom_hub::ModelRef::parse(&reference.to_string_lossy(), revision)?;
     let bar = progress_bar(0, "download", progress);
-    let snap = hub.snapshot(&id, revision.unwrap_or("main"), need, &mut |p| {
+    let dir = m.resolve(&repgeom_hub::Hub::from_env(), need, &mut |p| {
         bar.set_length(p.total);
         bar.set_position(p.done);
         bar.set_message(p.file.to_owned());
     })?;
     bar.finish_and_clear();
-    Ok(snap.dir)
+    Ok(dir)
 }
 
 /// The readout basis (`d × k`, f64), with the command line's checks and messages.

@@ -80,8 +80,12 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
     .check()?;
     let text = std::fs::read_to_string(&args.text)
         .with_context(|| format!("reading {}", args.text.display()))?;
-    let dir = super::hub::ModelSource::parse(&args.model, args.revision.as_deref())?
-        .resolve(&repgeom_hub::Files::Full, ctx)?;
+    let dir = super::hub::model_path(
+        &args.model,
+        args.revision.as_deref(),
+        &repgeom_hub::Files::Full,
+        ctx,
+    )?;
     let extractor = Extractor::load(&dir)?;
 
     let bar = if ctx.quiet {

@@ -282,9 +282,12 @@ pub(crate) fn load_readout_basis(
         vocab_rows: choice.vocab_rows,
         tensor: choice.tensor.clone(),
     };
-    let source =
-        super::hub::ModelSource::parse(&path.to_string_lossy(), choice.revision.as_deref())?;
-    let resolved = source.resolve(&repgeom_hub::Files::Readout, ctx)?;
+    let resolved = super::hub::model_path(
+        &path.to_string_lossy(),
+        choice.revision.as_deref(),
+        &repgeom_hub::Files::Readout,
+        ctx,
+    )?;
     let path = resolved.as_path();
     let readout = repgeom_io::read_readout(path, &opts)?;
     if let Some(note) = &readout.note

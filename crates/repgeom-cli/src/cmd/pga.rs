@@ -437,9 +437,12 @@ fn load_basis(args: &PgaArgs, d: usize, k: usize, ctx: &Context) -> anyhow::Resu
     } else {
         repgeom_hub::Files::Readout
     };
-    let resolved =
-        super::hub::ModelSource::parse(&path.to_string_lossy(), args.revision.as_deref())?
-            .resolve(&need, ctx)?;
+    let resolved = super::hub::model_path(
+        &path.to_string_lossy(),
+        args.revision.as_deref(),
+        &need,
+        ctx,
+    )?;
     let path = resolved.as_path();
     let mut readout = repgeom_io::read_readout(
         path,
