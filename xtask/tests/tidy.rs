@@ -198,6 +198,7 @@ fn the_scanner_finds_a_planted_violation() {
     )
     .unwrap();
     let hits = scan(&dir, &["println!"]);
+    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert!(hits[0].contains("lib.rs:2:"), "{hits:?}");
 }
