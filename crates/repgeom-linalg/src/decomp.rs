@@ -285,6 +285,16 @@ pub fn top_principal_directions(
 /// CCR-`c`: centre over points, then remove the top-`c` principal directions.
 ///
 /// `c = 0` centres only. Returns the corrected matrix in `f64`.
+///
+/// ```
+/// use repgeom_linalg::{Mat, Par, ccr};
+/// let x = Mat::<f32>::from_fn(20, 4, |i, j| ((i * 7 + j * 3) % 11) as f32 + (j as f32) * 5.0);
+/// let y = ccr(x.as_ref(), 1, Par::Seq).unwrap();
+/// // Centred: every column sums to zero.
+/// for j in 0..4 {
+///     assert!((0..20).map(|i| y[(i, j)]).sum::<f64>().abs() < 1e-9);
+/// }
+/// ```
 pub fn ccr(x: MatRef<'_, f32>, c: usize, par: Par) -> Result<Mat<f64>> {
     let xc = center_columns(x);
     if c == 0 {
@@ -328,6 +338,14 @@ pub fn top_right_singular_vectors(
 }
 
 /// The readout subspace $V_k$ of `W_U` (`V × d`): its top-`k` right singular vectors.
+///
+/// ```
+/// use repgeom_linalg::{Mat, Par, orthonormal_basis_check, readout_subspace};
+/// let w_u = Mat::<f32>::from_fn(50, 8, |i, j| ((i * 13 + j * 5) % 17) as f32 - 8.0);
+/// let v_k = readout_subspace(w_u.as_ref(), 3, Par::Seq).unwrap();
+/// assert_eq!((v_k.nrows(), v_k.ncols()), (8, 3));
+/// assert!(orthonormal_basis_check(v_k.as_ref()) < 1e-10);
+/// ```
 pub fn readout_subspace(w_u: MatRef<'_, f32>, k: usize, par: Par) -> Result<Mat<f64>> {
     top_right_singular_vectors(w_u, k, par).map(|(v, _)| v)
 }

@@ -252,6 +252,16 @@ fn euclidean_from_gram(si: f32, sj: f32, g: f32) -> f32 {
 /// Pairwise distances of the rows of `x` for all pairs `i < j`, in condensed order: cosine
 /// (see [`cosine_distances`]) or Euclidean (one `f32` Gram product and the row norms, clamped
 /// at 0 before the square root).
+///
+/// ```
+/// use repgeom_linalg::{Distance, Mat, Par, condensed_len, pairwise_distances};
+/// let x = Mat::<f32>::from_fn(3, 2, |i, j| [[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]][i][j]);
+/// let d = pairwise_distances(x.as_ref(), Distance::Euclidean, "x", Par::Seq).unwrap();
+/// assert_eq!(d.len(), condensed_len(3)); // pairs (0,1), (0,2), (1,2)
+/// assert!((d[0] - 2f32.sqrt()).abs() < 1e-6);
+/// let c = pairwise_distances(x.as_ref(), Distance::Cosine, "x", Par::Seq).unwrap();
+/// assert!((c[0] - 1.0).abs() < 1e-6); // orthogonal rows
+/// ```
 pub fn pairwise_distances<T: Copy + Into<f64>>(
     x: MatRef<'_, T>,
     distance: Distance,

@@ -243,6 +243,11 @@ pub fn pearson(a: &[f64], b: &[f64], what: &str) -> Result<f64> {
 }
 
 /// Spearman correlation of two equal-length `f32` slices (average ranks for ties).
+///
+/// ```
+/// let rho = repgeom_linalg::spearman(&[1.0, 2.0, 3.0, 4.0], &[10.0, 20.0, 25.0, 100.0], "x").unwrap();
+/// assert!((rho - 1.0).abs() < 1e-12); // monotone, whatever the spacing
+/// ```
 #[track_caller]
 pub fn spearman(a: &[f32], b: &[f32], what: &str) -> Result<f64> {
     assert_eq!(a.len(), b.len(), "spearman: length mismatch");
