@@ -65,6 +65,11 @@ impl PairMetric for DistanceSpearman {
         }
     }
 
+    fn needs_readout_and_null(&self) -> (bool, bool) {
+        // The readout variant needs both readouts; the random variant the null bases.
+        (self.readout, self.random)
+    }
+
     fn check(&self) -> Result<()> {
         Ok(())
     }

@@ -41,6 +41,14 @@ pub trait PairMetric: std::fmt::Debug + Send + Sync {
     fn check(&self) -> Result<()>;
     /// Computes the metric on a pair of layers.
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>>;
+    /// Whether this configured metric needs the two readout bases, and the null bases. The
+    /// default is [`MetricInfo::needs_readout`] and [`MetricInfo::needs_null`]; a metric
+    /// whose options can switch those needs off (`distance_spearman` without its readout or
+    /// random variants) overrides it, so front ends load only what the options use.
+    fn needs_readout_and_null(&self) -> (bool, bool) {
+        let i = self.info();
+        (i.needs_readout, i.needs_null)
+    }
     /// Whether the value is the same with the two representations swapped (the conformance
     /// suite checks it when claimed). Most pair metrics are; override for those that are not.
     fn symmetric(&self) -> bool {

@@ -641,17 +641,14 @@ fn compare<'py>(
         if metrics.is_empty() {
             return Err(Failure::Invalid("no pair metrics chosen".into()));
         }
-        let wants = |m: &dyn PairMetric, option: &str| {
-            repgeom_metrics::options_of(m)
-                .get(option)
-                .is_none_or(|v| v.as_bool() != Some(false))
-        };
-        let needs_readout = metrics
+        let needs_readout = metrics.iter().any(|m| m.needs_readout_and_null().0);
+        let needs_null = metrics.iter().any(|m| m.needs_readout_and_null().1);
+        let readout_users = metrics
             .iter()
-            .any(|m| m.info().needs_readout && wants(m.as_ref(), "readout"));
-        let needs_null = metrics
-            .iter()
-            .any(|m| m.info().needs_null && wants(m.as_ref(), "random"));
+            .filter(|m| m.needs_readout_and_null().0)
+            .map(|m| m.info().name)
+            .collect::<Vec<_>>()
+            .join(", ");
         let side = |layers: &[LayerArg<'_>],
                     readout: Option<ReadoutArg<'_>>,
                     seed: u64|
@@ -659,11 +656,10 @@ fn compare<'py>(
             let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
             let basis = if needs_readout {
                 let arg = readout.ok_or_else(|| {
-                    Failure::Invalid(
-                        "distance_spearman's readout variant needs both readouts: pass readout_a and readout_b \
-                         (or choose metrics=[('distance_spearman', {'readout': False, 'random': False})])"
-                            .into(),
-                    )
+                    Failure::Invalid(format!(
+                        "{readout_users} needs both readouts: pass readout_a and readout_b \
+                         (or choose options that need none, e.g. metrics=[('distance_spearman', {{'readout': False, 'random': False}})])"
+                    ))
                 })?;
                 Some(readout_basis(
                     &ReadoutSpec {

@@ -102,12 +102,8 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
     analysis.check()?;
     let metrics: &[Box<dyn PairMetric>] = &analysis.pair_metrics;
     anyhow::ensure!(!metrics.is_empty(), "no pair metrics chosen");
-    let needs_readout = metrics
-        .iter()
-        .any(|m| m.info().needs_readout && wants(m.as_ref(), "readout"));
-    let needs_null = metrics
-        .iter()
-        .any(|m| m.info().needs_null && wants(m.as_ref(), "random"));
+    let needs_readout = metrics.iter().any(|m| m.needs_readout_and_null().0);
+    let needs_null = metrics.iter().any(|m| m.needs_readout_and_null().1);
 
     let load = |path: &PathBuf,
                 layers: &Option<String>,
@@ -126,9 +122,15 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         let d = acts.layers[0].acts.cols;
         let basis = if needs_readout {
             let r = readout.as_deref().ok_or_else(|| {
+                let names: Vec<&str> = metrics
+                    .iter()
+                    .filter(|m| m.needs_readout_and_null().0)
+                    .map(|m| m.info().name)
+                    .collect();
                 anyhow::anyhow!(
-                    "distance_spearman's readout variant needs both readouts: pass --readout-a and --readout-b \
-                     (or choose --metric 'distance_spearman:{{\"readout\":false,\"random\":false}}')"
+                    "{} needs both readouts: pass --readout-a and --readout-b \
+                     (or choose options that need none, e.g. --metric 'distance_spearman:{{\"readout\":false,\"random\":false}}')",
+                    names.join(", ")
                 )
             })?;
             Some(load_readout_basis(
@@ -224,13 +226,6 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
 }
 
 /// Whether a pair metric's configuration asks for a variant (an option `name` that is not false).
-fn wants(metric: &dyn PairMetric, option: &str) -> bool {
-    let options = repgeom_metrics::options_of(metric);
-    options
-        .get(option)
-        .is_none_or(|v| v.as_bool() != Some(false))
-}
-
 fn side_input<'a>(
     side: &'a Side,
     path: &std::path::Path,
