@@ -24,6 +24,7 @@ use repgeom_linalg::{
     Mat, MatRef, Par, RankScratch, RankedReference, center_columns, first_non_finite,
     pairwise_distances, remove_directions, to_f32,
 };
+pub use repgeom_null::NullKind;
 use repgeom_null::{NullBases, NullSummary};
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +83,18 @@ pub struct PgaResult {
     /// Percentile bootstrap interval over resampled sequences, set from [`bootstrap_ci`].
     #[serde(default)]
     pub bootstrap: Option<BootstrapCi>,
+    /// The null the readout was compared with ([`EngineOptions::null`]).
+    #[serde(default)]
+    pub null: NullKind,
+    /// Share of the layer's variance (after CCR) captured by the readout subspace.
+    #[serde(default)]
+    pub captured_variance_readout: f64,
+    /// Mean share captured by the null subspaces.
+    #[serde(default)]
+    pub captured_variance_null_mean: f64,
+    /// Sample standard deviation (ddof 1) of the shares captured by the null subspaces.
+    #[serde(default)]
+    pub captured_variance_null_sd: f64,
 }
 
 impl PgaResult {
@@ -122,6 +135,10 @@ impl PgaResult {
             distance,
             q_value: None,
             bootstrap: None,
+            null: NullKind::Haar,
+            captured_variance_readout: f64::NAN,
+            captured_variance_null_mean: f64::NAN,
+            captured_variance_null_sd: f64::NAN,
         })
     }
 }
@@ -144,9 +161,9 @@ pub fn assign_q_values(results: &mut [&mut PgaResult]) {
     }
 }
 
-/// How the engine may spend memory and whether it samples pairs. None of these change what
-/// is estimated; `max_pairs` changes the exact statistic into an estimate with a stated
-/// standard error.
+/// How the engine may spend memory, whether it samples pairs, and which null it draws.
+/// `max_memory` changes nothing that is estimated; `max_pairs` changes the exact statistic into
+/// an estimate with a stated standard error; `distance` and `null` change the question asked.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineOptions {
@@ -160,6 +177,13 @@ pub struct EngineOptions {
     pub pair_seed: u64,
     /// The pairwise distance (default cosine).
     pub distance: Distance,
+    /// The null: Haar (default) or the spectrum-matched draws, matched per CCR level from the
+    /// Haar bases passed in (see [`repgeom_null::spectrum_matched`]).
+    pub null: NullKind,
+    /// Relative tolerance of the spectrum-matched null on each draw's captured variance
+    /// (default [`repgeom_null::DEFAULT_SPECTRUM_TOL`]); ignored for the Haar null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spectrum_tol: Option<f64>,
 }
 
 /// Bytes the exact engine needs for `n` points in `d` dimensions with `k`-dimensional
@@ -338,7 +362,10 @@ pub fn pga_ccr_sweep_with(
         None
     };
     let readout32 = to_f32(readout_basis);
-    let null32: Vec<Mat<f32>> = null.bases().iter().map(|q| to_f32(q.as_ref())).collect();
+    let haar32: Vec<Mat<f32>> = match opts.null {
+        NullKind::Haar => null.bases().iter().map(|q| to_f32(q.as_ref())).collect(),
+        NullKind::Spectrum => Vec::new(),
+    };
     ccrs.iter()
         .map(|&c| {
             let corrected = match (&directions, c) {
@@ -348,11 +375,44 @@ pub fn pga_ccr_sweep_with(
                 _ => centred.clone(),
             };
             let label = format!("{what} after CCR-{c}");
-            match &sample {
+            // Under the Haar null the shares are computed after the engine, whose own checks
+            // (e.g. all distances tied) then speak first.
+            let (captured, matched32) = match opts.null {
+                NullKind::Haar => (None, None),
+                NullKind::Spectrum => {
+                    let tol = opts
+                        .spectrum_tol
+                        .unwrap_or(repgeom_null::DEFAULT_SPECTRUM_TOL);
+                    let m = repgeom_null::spectrum_matched(
+                        null,
+                        corrected.as_ref(),
+                        readout_basis,
+                        tol,
+                    )
+                    .map_err(|e| null_error(e, &label))?;
+                    let b32: Vec<Mat<f32>> =
+                        m.bases.bases().iter().map(|q| to_f32(q.as_ref())).collect();
+                    // The shares by the same formula as under the Haar null, so that the
+                    // readout's share is bit-identical whichever null is chosen.
+                    (
+                        Some(
+                            repgeom_null::captured_variance(
+                                corrected.as_ref(),
+                                readout_basis,
+                                &m.bases,
+                            )
+                            .map_err(|e| null_error(e, &label))?,
+                        ),
+                        Some(b32),
+                    )
+                }
+            };
+            let null32 = matched32.as_ref().unwrap_or(&haar32);
+            let mut result = match &sample {
                 Some(pairs) => pga_sampled(
                     corrected.as_ref(),
                     readout32.as_ref(),
-                    &null32,
+                    null32,
                     c,
                     opts.distance,
                     pairs,
@@ -364,7 +424,7 @@ pub fn pga_ccr_sweep_with(
                     pga_corrected(
                         corrected.as_ref(),
                         readout32.as_ref(),
-                        &null32,
+                        null32,
                         c,
                         opts.distance,
                         &label,
@@ -372,9 +432,27 @@ pub fn pga_ccr_sweep_with(
                         on_draw,
                     )
                 }),
-            }
+            }?;
+            let captured = match captured {
+                Some(c) => c,
+                None => repgeom_null::captured_variance(corrected.as_ref(), readout_basis, null)
+                    .map_err(|e| null_error(e, &label))?,
+            };
+            result.null = opts.null;
+            result.captured_variance_readout = captured.readout;
+            result.captured_variance_null_mean = captured.null_mean();
+            result.captured_variance_null_sd = captured.null_sd();
+            Ok(result)
         })
         .collect()
+}
+
+/// A null-sampling error with the layer it happened on.
+fn null_error(e: repgeom_null::Error, label: &str) -> Error {
+    Error::NullOnLayer {
+        what: label.to_owned(),
+        error: e,
+    }
 }
 
 /// Settings of [`bootstrap_ci`].

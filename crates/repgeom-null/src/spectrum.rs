@@ -14,6 +14,116 @@ use repgeom_linalg::{Mat, MatRef, Par, project, symmetric_eigen_desc};
 
 use crate::{Error, NullBases, Result};
 
+/// Which random subspaces PGA compares the readout subspace with.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum NullKind {
+    /// Uniformly random (Haar) `k`-dimensional subspaces (the default).
+    #[default]
+    Haar,
+    /// The Haar draws tilted until each captures the readout's share of the layer's variance
+    /// ([`spectrum_matched`]).
+    Spectrum,
+}
+
+impl NullKind {
+    /// The name used on the command line, in manifests and in output rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            NullKind::Haar => "haar",
+            NullKind::Spectrum => "spectrum",
+        }
+    }
+}
+
+impl std::fmt::Display for NullKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for NullKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "haar" => Ok(NullKind::Haar),
+            "spectrum" => Ok(NullKind::Spectrum),
+            other => Err(format!("unknown null {other:?}: use haar or spectrum")),
+        }
+    }
+}
+
+/// Default relative tolerance of the spectrum-matched null on each draw's captured variance.
+pub const DEFAULT_SPECTRUM_TOL: f64 = 0.01;
+
+/// Shares of a layer's variance captured by the readout subspace and by each null draw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapturedVariance {
+    /// The readout subspace's share, `tr(V_kᵀ Σ V_k) / tr Σ`.
+    pub readout: f64,
+    /// Each null basis's share, in draw order.
+    pub null: Vec<f64>,
+}
+
+impl CapturedVariance {
+    /// Mean of the null draws' shares.
+    pub fn null_mean(&self) -> f64 {
+        self.null.iter().sum::<f64>() / self.null.len().max(1) as f64
+    }
+
+    /// Sample standard deviation (ddof 1) of the null draws' shares (0 with fewer than two).
+    pub fn null_sd(&self) -> f64 {
+        let n = self.null.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.null_mean();
+        (self.null.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+/// Shares of the variance of `corrected` (`N × d`, centred, after CCR) captured by `readout`
+/// (`d × k`, orthonormal) and by every basis of `null`: `tr(Qᵀ Σ Q) / tr Σ` with `Σ ∝ XᵀX`.
+/// One `d × d` Gram product (`O(N d²)`), then `O(d² k)` per basis; sequential, so the shares
+/// are bit-identical at any thread count.
+pub fn captured_variance(
+    corrected: MatRef<'_, f64>,
+    readout: MatRef<'_, f64>,
+    null: &NullBases,
+) -> Result<CapturedVariance> {
+    let d = corrected.ncols();
+    assert_eq!(
+        (readout.nrows(), null.d()),
+        (d, d),
+        "captured_variance: readout and null bases must match the layer width"
+    );
+    let cov = project(corrected.transpose(), corrected, Par::Seq);
+    let trace: f64 = (0..d).map(|i| cov[(i, i)]).sum();
+    if trace.is_nan() || trace <= 0.0 {
+        return Err(Error::InvalidParam {
+            name: "layer",
+            value: format!("[{}, {d}]", corrected.nrows()),
+            reason: "the layer has no variance after correction",
+        });
+    }
+    let share = |q: MatRef<'_, f64>| -> f64 {
+        let sq = project(cov.as_ref(), q, Par::Seq);
+        let mut s = 0.0;
+        for j in 0..q.ncols() {
+            for i in 0..d {
+                s += sq[(i, j)] * q[(i, j)];
+            }
+        }
+        s / trace
+    };
+    Ok(CapturedVariance {
+        readout: share(readout),
+        null: null.bases().iter().map(|q| share(q.as_ref())).collect(),
+    })
+}
+
 /// Largest |β| searched (with eigenvalues relative to the largest, `λ^{β/2}` spans far more
 /// than `f64` can resolve well before this).
 const BETA_MAX: f64 = 64.0;

@@ -70,6 +70,18 @@ pub struct Analysis {
     pub readout_fold_norm: bool,
     /// Centre `W_U`'s rows (subtract the mean over the vocabulary) before its SVD.
     pub readout_center: bool,
+    /// The PGA null: `"haar"` (default; variants `ccrC`) or `"spectrum"` (random subspaces
+    /// matched to the readout's captured variance; variants `ccrC_spectrum` and
+    /// `pga_captured_variance` rows).
+    #[serde(skip_serializing_if = "is_haar")]
+    pub null: repgeom_null::NullKind,
+    /// Relative tolerance of the spectrum null on each draw's captured variance (default 0.01).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spectrum_tol: Option<f64>,
+}
+
+fn is_haar(n: &repgeom_null::NullKind) -> bool {
+    *n == repgeom_null::NullKind::Haar
 }
 
 impl Analysis {
@@ -111,6 +123,8 @@ impl Default for Analysis {
             distance: repgeom_linalg::Distance::Cosine,
             readout_fold_norm: false,
             readout_center: false,
+            null: repgeom_null::NullKind::Haar,
+            spectrum_tol: None,
         }
     }
 }
@@ -337,6 +351,20 @@ impl Manifest {
                 return Err(bad(
                     "analysis.k_frac",
                     format!("set either k ({}) or k_frac ({f}), not both", a.k),
+                ));
+            }
+        }
+        if let Some(t) = a.spectrum_tol {
+            if !(t > 0.0 && t < 1.0) {
+                return Err(bad(
+                    "analysis.spectrum_tol",
+                    format!("{t} must lie strictly between 0 and 1 (a relative tolerance)"),
+                ));
+            }
+            if a.null != repgeom_null::NullKind::Spectrum {
+                return Err(bad(
+                    "analysis.spectrum_tol",
+                    "applies to the spectrum null only; set null = \"spectrum\" or drop it".into(),
                 ));
             }
         }

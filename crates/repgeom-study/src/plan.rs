@@ -359,6 +359,13 @@ impl Study {
             readout_fold_norm: bool,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             readout_center: bool,
+            #[serde(skip_serializing_if = "is_haar")]
+            null: repgeom_null::NullKind,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            spectrum_tol: Option<f64>,
+        }
+        fn is_haar(n: &repgeom_null::NullKind) -> bool {
+            *n == repgeom_null::NullKind::Haar
         }
         fn is_cosine(d: &repgeom_linalg::Distance) -> bool {
             *d == repgeom_linalg::Distance::Cosine
@@ -388,6 +395,11 @@ impl Study {
             distance: a.distance,
             readout_fold_norm: a.readout_fold_norm,
             readout_center: a.readout_center,
+            null: a.null,
+            spectrum_tol: match a.null {
+                repgeom_null::NullKind::Haar => None,
+                repgeom_null::NullKind::Spectrum => a.spectrum_tol,
+            },
         };
         let json = serde_json::to_string(&key).expect("plain data serialises");
         hex(&Sha256::digest(json.as_bytes()))

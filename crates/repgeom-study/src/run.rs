@@ -293,6 +293,8 @@ fn compute_unit(
         UnitKind::Pga { ccr } => Pga {
             ccr: ccr.clone(),
             distance: a.distance,
+            null: a.null,
+            spectrum_tol: a.spectrum_tol.unwrap_or(repgeom_null::DEFAULT_SPECTRUM_TOL),
         }
         .compute(&input()?)?,
         UnitKind::PcShare { m } => PcReadoutShare { m: *m }.compute(&input()?)?,
