@@ -4,7 +4,8 @@
 //! Construction (repgeom's; see `docs/pga.md`): with the layer's covariance
 //! `Σ = U diag(λ) Uᵀ` (after CCR) and Haar draw `Q_i`, draw `i` of the spectrum null is
 //! `span(Σ^{β_i/2} Q_i)`, the Haar draw tilted towards (β > 0) or away from (β < 0) the
-//! high-variance directions, with `β_i` solved by bisection so that its captured variance
+//! high-variance directions, with `β_i` solved by bracketed root finding (Illinois false
+//! position, bisection as the fallback) so that its captured variance
 //! `tr(Q'ᵀ Σ Q') / tr(Σ)` equals the readout's within a relative tolerance. `β = 0` is the Haar
 //! draw itself, so when the readout captures a typical share the two nulls coincide. The map
 //! `Q ↦ Σ^{β/2} Q` commutes with rotations of the hidden space, so the null is as rotation
@@ -127,7 +128,8 @@ pub fn captured_variance(
 /// Largest |β| searched (with eigenvalues relative to the largest, `λ^{β/2}` spans far more
 /// than `f64` can resolve well before this).
 const BETA_MAX: f64 = 64.0;
-/// Bisection steps (the interval shrinks by 2⁻⁸⁰, far below any tolerance).
+/// Most root-finding steps (bisection alone would shrink the interval by 2⁻⁸⁰; false
+/// position usually needs about ten).
 const STEPS: usize = 80;
 /// Relative precision to which each draw's captured variance is solved.
 const SOLVE_TOL: f64 = 1e-10;
@@ -262,24 +264,48 @@ pub fn spectrum_matched(
             reached,
             tol,
         };
+        // Bracketed root finding on β (the captured share grows with β): false position with
+        // the Illinois modification where both ends of the bracket have a value, bisection
+        // where one does not (at the start, and after a collapsed tilt).
         let (mut lo, mut hi) = (-BETA_MAX, BETA_MAX);
+        let (mut f_lo, mut f_hi): (Option<f64>, Option<f64>) = (None, None);
+        // Which end the last step moved: -1 lo, 1 hi (Illinois halves the other end's value
+        // when the same end moves twice in a row).
+        let mut side = 0i8;
         let (mut best, mut best_c) = tilt(0.0).ok_or_else(|| fail(f64::NAN))?;
         let mut beta = 0.0;
         'search: for _ in 0..STEPS {
             // Solve to rounding, not just to `tol`: the root then does not depend on where the
             // search happened to enter the tolerance band (rotation equivariance up to
             // rounding); `tol` is the acceptance test below.
-            if (best_c - target).abs() <= SOLVE_TOL * target {
+            let f = best_c - target;
+            if f.abs() <= SOLVE_TOL * target {
                 break;
             }
-            if best_c < target {
+            if f < 0.0 {
                 lo = beta;
+                f_lo = Some(f);
+                if side == -1 {
+                    f_hi = f_hi.map(|v| 0.5 * v);
+                }
+                side = -1;
             } else {
                 hi = beta;
+                f_hi = Some(f);
+                if side == 1 {
+                    f_lo = f_lo.map(|v| 0.5 * v);
+                }
+                side = 1;
             }
+            let mut trial = match (f_lo, f_hi) {
+                (Some(a), Some(b)) if b > a => {
+                    let t = lo - a * (hi - lo) / (b - a);
+                    if t > lo && t < hi { t } else { 0.5 * (lo + hi) }
+                }
+                _ => 0.5 * (lo + hi),
+            };
             // A tilt so strong that the columns collapse onto fewer than k eigenvectors is
             // too far: shrink the bracket towards the last good exponent.
-            let mut trial = 0.5 * (lo + hi);
             loop {
                 if let Some((t, c)) = tilt(trial) {
                     best = t;
@@ -289,13 +315,18 @@ pub fn spectrum_matched(
                 }
                 if trial > beta {
                     hi = trial;
+                    f_hi = None;
                 } else {
                     lo = trial;
+                    f_lo = None;
                 }
                 if hi - lo < 1e-12 {
                     break 'search;
                 }
                 trial = 0.5 * (lo + hi);
+            }
+            if hi - lo < 1e-15 * BETA_MAX {
+                break;
             }
         }
         if (best_c - target).abs() > tol * target {
