@@ -305,7 +305,10 @@ fn bench_pair() -> anyhow::Result<()> {
     let mut theirs: Vec<(String, f64)> = Vec::new();
     for (script, args) in [
         ("fixtures/pair/time_numpy.py", &["2000", "256", "384"][..]),
-        ("fixtures/pga/time_spectrum_numpy.py", &["2000", "512", "50", "100"][..]),
+        (
+            "fixtures/pga/time_spectrum_numpy.py",
+            &["2000", "512", "50", "100"][..],
+        ),
     ] {
         match std::process::Command::new("python3")
             .current_dir(root())

@@ -102,7 +102,9 @@ fn spectrum_null_timing() {
     let null = repgeom_null::NullBases::draw(
         d,
         k,
-        &repgeom_null::NullParams { n_null, seed: 0 }.check().unwrap(),
+        &repgeom_null::NullParams { n_null, seed: 0 }
+            .check()
+            .unwrap(),
     )
     .unwrap();
     let t = Instant::now();
