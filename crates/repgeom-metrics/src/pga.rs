@@ -375,10 +375,10 @@ pub fn pga_ccr_sweep_with(
                 _ => centred.clone(),
             };
             let label = format!("{what} after CCR-{c}");
-            // Under the Haar null the shares are computed after the engine, whose own checks
-            // (e.g. all distances tied) then speak first.
-            let (captured, matched32) = match opts.null {
-                NullKind::Haar => (None, None),
+            // The captured shares come from the projections the engine computes anyway (the
+            // same formula under both nulls, so the readout's share does not depend on it).
+            let matched32 = match opts.null {
+                NullKind::Haar => None,
                 NullKind::Spectrum => {
                     let tol = opts
                         .spectrum_tol
@@ -392,19 +392,7 @@ pub fn pga_ccr_sweep_with(
                     .map_err(|e| null_error(e, &label))?;
                     let b32: Vec<Mat<f32>> =
                         m.bases.bases().iter().map(|q| to_f32(q.as_ref())).collect();
-                    // The shares by the same formula as under the Haar null, so that the
-                    // readout's share is bit-identical whichever null is chosen.
-                    (
-                        Some(
-                            repgeom_null::captured_variance(
-                                corrected.as_ref(),
-                                readout_basis,
-                                &m.bases,
-                            )
-                            .map_err(|e| null_error(e, &label))?,
-                        ),
-                        Some(b32),
-                    )
+                    Some(b32)
                 }
             };
             let null32 = matched32.as_ref().unwrap_or(&haar32);
@@ -433,15 +421,7 @@ pub fn pga_ccr_sweep_with(
                     )
                 }),
             }?;
-            let captured = match captured {
-                Some(c) => c,
-                None => repgeom_null::captured_variance(corrected.as_ref(), readout_basis, null)
-                    .map_err(|e| null_error(e, &label))?,
-            };
             result.null = opts.null;
-            result.captured_variance_readout = captured.readout;
-            result.captured_variance_null_mean = captured.null_mean();
-            result.captured_variance_null_sd = captured.null_sd();
             Ok(result)
         })
         .collect()
@@ -653,24 +633,27 @@ fn pga_corrected(
     };
 
     let mut scratch = DrawScratch::new(n);
-    let rho_readout = engine.rho(readout, &mut scratch, "readout subspace")?;
+    let (rho_readout, sq_readout) = engine.rho(readout, &mut scratch, "readout subspace")?;
     drop(scratch);
 
-    let null_rhos = over_draws(
+    let draws = over_draws(
         null,
         par,
         on_draw,
         || DrawScratch::new(n),
         |q, scratch| engine.rho(q, scratch, "random subspace"),
     )?;
-    PgaResult::from_null(
+    let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
+    let mut r = PgaResult::from_null(
         (n, d, k, ccr),
         rho_readout,
         null_rhos,
         repgeom_linalg::condensed_len(n),
         None,
         distance,
-    )
+    )?;
+    set_captured(&mut r, squared_norm(corrected), sq_readout, &sq_null);
+    Ok(r)
 }
 
 /// Runs `f` on a rayon pool of at most `workers` threads (the current pool when `None` or
@@ -821,20 +804,25 @@ fn pga_sampled(
         let projected = repgeom_linalg::project_f32(h32.as_ref(), basis, Par::Seq);
         let rows = sample_rows_major(projected.as_ref(), distance, &label)?;
         sampled_distances(&rows, k, pairs, distance, &mut scratch.1);
-        Ok::<f64, Error>(reference.spearman(&scratch.1, &mut scratch.0, &label)?)
+        let rho = reference.spearman(&scratch.1, &mut scratch.0, &label)?;
+        Ok::<(f64, f64), Error>((rho, squared_norm(projected.as_ref())))
     };
-    let rho_readout = rho(readout, &mut SampledScratch::default(), "readout subspace")?;
-    let null_rhos = over_draws(null, par, on_draw, SampledScratch::default, |q, scratch| {
+    let (rho_readout, sq_readout) =
+        rho(readout, &mut SampledScratch::default(), "readout subspace")?;
+    let draws = over_draws(null, par, on_draw, SampledScratch::default, |q, scratch| {
         rho(q, scratch, "random subspace")
     })?;
-    PgaResult::from_null(
+    let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
+    let mut r = PgaResult::from_null(
         (n, d, k, ccr),
         rho_readout,
         null_rhos,
         pairs.len(),
         Some(spearman_standard_error(rho_readout, pairs.len())),
         distance,
-    )
+    )?;
+    set_captured(&mut r, squared_norm(corrected), sq_readout, &sq_null);
+    Ok(r)
 }
 
 /// Standard error of a Spearman correlation estimated from `m` sampled pairs, treating the
@@ -847,13 +835,13 @@ pub fn spearman_standard_error(rho: f64, m: usize) -> f64 {
 /// Computes `rho` for every null basis, in draw order: on this thread with `Par::Seq`, else on
 /// the current rayon pool with one scratch (from `init`) per worker. Either way the results
 /// are identical; `on_draw` is called after each draw.
-fn over_draws<S: Send>(
+fn over_draws<S: Send, T: Send>(
     null: &[Mat<f32>],
     par: Par,
     on_draw: &(dyn Fn() + Sync),
     init: impl Fn() -> S + Sync + Send,
-    rho: impl Fn(MatRef<'_, f32>, &mut S) -> Result<f64> + Sync + Send,
-) -> Result<Vec<f64>> {
+    rho: impl Fn(MatRef<'_, f32>, &mut S) -> Result<T> + Sync + Send,
+) -> Result<Vec<T>> {
     // A panic in `on_draw` (how a front end cancels, e.g. on Ctrl-C) must stop the other
     // workers too: rayon would otherwise finish every remaining draw before propagating it. The
     // payload is parked, the draw turns into an error (which stops `collect` early), and the
@@ -907,19 +895,51 @@ struct Engine<'a> {
 }
 
 impl Engine<'_> {
-    /// Spearman of the full-space distances with those inside `basis`'s span.
-    fn rho(&self, basis: MatRef<'_, f32>, scratch: &mut DrawScratch, space: &str) -> Result<f64> {
+    /// Spearman of the full-space distances with those inside `basis`'s span, and the
+    /// squared norm of the projection (the variance the span captures, up to the total).
+    fn rho(
+        &self,
+        basis: MatRef<'_, f32>,
+        scratch: &mut DrawScratch,
+        space: &str,
+    ) -> Result<(f64, f64)> {
         let label = format!("{}: projection onto the {space}", self.what);
         let projected = repgeom_linalg::project_f32(self.h, basis, Par::Seq);
-        Ok(repgeom_linalg::spearman_of_distances(
+        let rho = repgeom_linalg::spearman_of_distances(
             self.reference,
             projected.as_ref(),
             self.distance,
             &mut scratch.rank,
             &label,
             Par::Seq,
-        )?)
+        )?;
+        Ok((rho, squared_norm(projected.as_ref())))
     }
+}
+
+/// Sum of squares of every entry, accumulated in `f64`.
+fn squared_norm<T: Copy + Into<f64>>(m: MatRef<'_, T>) -> f64 {
+    let mut s = 0.0;
+    for j in 0..m.ncols() {
+        for i in 0..m.nrows() {
+            let v: f64 = m[(i, j)].into();
+            s += v * v;
+        }
+    }
+    s
+}
+
+/// Sets the captured-variance fields of `r` from the squared norms of the readout's and the
+/// draws' projections and that of the corrected layer.
+fn set_captured(r: &mut PgaResult, total: f64, readout: f64, null: &[f64]) {
+    let share = |v: f64| if total > 0.0 { v / total } else { f64::NAN };
+    let c = repgeom_null::CapturedVariance {
+        readout: share(readout),
+        null: null.iter().map(|&v| share(v)).collect(),
+    };
+    r.captured_variance_readout = c.readout;
+    r.captured_variance_null_mean = c.null_mean();
+    r.captured_variance_null_sd = c.null_sd();
 }
 
 #[cfg(test)]
