@@ -341,7 +341,13 @@ pub fn pga_ccr_sweep_with(
     };
     let workers = match (&sample, opts.max_memory) {
         (None, Some(budget)) => {
-            let est = memory_estimate(n, d, k);
+            let mut est = memory_estimate(n, d, k);
+            if opts.null == NullKind::Spectrum {
+                // The covariance and its eigenvectors (f64), and the matched bases of one
+                // level in f64 and f32.
+                let (d, k, draws) = (d as u64, k as u64, null.len() as u64);
+                est.shared += 16 * d * d + 12 * d * k * draws;
+            }
             let fit = budget.saturating_sub(est.shared) / est.per_worker.max(1);
             if fit == 0 {
                 return Err(Error::MemoryBudget {
