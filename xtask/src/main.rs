@@ -8,7 +8,8 @@
 //! - `cargo xtask paper --check`: regenerate the default study from scratch in a temporary
 //!   directory and fail if the committed `docs/figures/` differ (SVGs, `results.csv`,
 //!   `summary.md`).
-//! - `cargo xtask bench [NAME...]`: `cargo bench --workspace` (or the named benches).
+//! - `cargo xtask bench [NAME...]`: `cargo bench --workspace` (or the named benches);
+//!   `bench pair` adds the NumPy references of the pair metrics and the spectrum null.
 //! - `cargo xtask validate`: every check CI runs, cheapest first: `cargo fmt --check`,
 //!   `cargo clippy --workspace --all-targets -D warnings`, `cargo test --workspace` (the
 //!   README's test command) and `paper --check`; stops at the first failure.
@@ -27,6 +28,7 @@ const USAGE: &str = "usage:
   cargo xtask bench [BENCH...]     # cargo bench --workspace, or only the named benches
   cargo xtask bench scaling [--quick]  # PGA time and peak memory against N and d, with growth exponents
   cargo xtask bench extract        # extraction tokens/s (Pythia-70M shape) beside transformers
+  cargo xtask bench pair           # pair metrics and the spectrum null beside their NumPy references
   cargo xtask validate             # fmt --check, clippy -D warnings, cargo test --workspace, paper --check";
 
 fn main() -> std::process::ExitCode {
@@ -294,6 +296,9 @@ fn bench(names: &[String]) -> anyhow::Result<()> {
     if names.first().map(String::as_str) == Some("extract") {
         return bench_extract();
     }
+    if names.first().map(String::as_str) == Some("pair") {
+        return bench_pair();
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
     cmd.current_dir(root()).args(["bench", "--workspace"]);
@@ -308,6 +313,111 @@ fn bench(names: &[String]) -> anyhow::Result<()> {
         "bench: criterion reports are in {}",
         root().join("target/criterion").display()
     );
+    Ok(())
+}
+
+/// The criterion directory (under `CARGO_TARGET_DIR` when it is set).
+fn criterion_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root().join("target"), PathBuf::from)
+        .join("criterion")
+}
+
+/// `cargo xtask bench pair`: the `pair` criterion bench of repgeom-metrics (the pair metrics
+/// at N = 2000, d = 256 / 384, and the spectrum-matched null at N = 2000, d = 512, k = 50,
+/// 100 draws), then, in the same run, the NumPy references on the same shapes
+/// (`fixtures/pair/time_numpy.py`, `fixtures/pga/time_spectrum_numpy.py`), and one table of
+/// seconds with the ratio.
+fn bench_pair() -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args(["bench", "-p", "repgeom-metrics", "--bench", "pair"])
+        .status()
+        .context("run cargo bench")?;
+    if !status.success() {
+        bail!("cargo bench failed ({status})");
+    }
+    let ours = |group: &str, name: &str| -> anyhow::Result<f64> {
+        let path = criterion_dir()
+            .join(group)
+            .join(name)
+            .join("new/estimates.json");
+        let est: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(&path).with_context(|| format!("read {}", path.display()))?,
+        )?;
+        Ok(est["mean"]["point_estimate"]
+            .as_f64()
+            .context("criterion estimate")?
+            * 1e-9)
+    };
+    let mut theirs: Vec<(String, f64)> = Vec::new();
+    for (script, args) in [
+        ("fixtures/pair/time_numpy.py", &["2000", "256", "384"][..]),
+        (
+            "fixtures/pga/time_spectrum_numpy.py",
+            &["2000", "512", "50", "100"][..],
+        ),
+    ] {
+        match std::process::Command::new("python3")
+            .current_dir(root())
+            .arg(script)
+            .args(args)
+            .output()
+        {
+            Ok(out) if out.status.success() => {
+                for line in String::from_utf8_lossy(&out.stdout).lines() {
+                    let v: serde_json::Value = serde_json::from_str(line)?;
+                    theirs.push((
+                        v["metric"].as_str().unwrap_or("").to_owned(),
+                        v["seconds"].as_f64().unwrap_or(f64::NAN),
+                    ));
+                }
+            }
+            Ok(out) => println!(
+                "{script} not run: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .next_back()
+                    .unwrap_or("")
+            ),
+            Err(e) => println!("{script} not run: {e}"),
+        }
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "pair bench: seconds per call (load average {})",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "{:<14} {:>10} {:>10} {:>8}",
+        "metric", "repgeom", "NumPy", "ratio"
+    );
+    let rows = [
+        ("pair_n2000_d256_d384", "mutual_knn"),
+        ("pair_n2000_d256_d384", "cknna"),
+        ("pair_n2000_d256_d384", "svcca"),
+        ("pair_n2000_d256_d384", "pwcca"),
+        ("pair_n2000_d256_d384", "procrustes"),
+        ("pair_n2000_d256_d384", "rsa"),
+        ("pair_n2000_d256_d384", "cka_linear"),
+        ("spectrum_null_n2000_d512_k50", "match_100_draws"),
+    ];
+    for (group, name) in rows {
+        let a = ours(group, name)?;
+        let key = if name == "match_100_draws" {
+            "spectrum_null"
+        } else {
+            name
+        };
+        match theirs.iter().find(|t| t.0 == key) {
+            Some((_, b)) => println!("{key:<14} {a:>10.3} {b:>10.3} {:>7.1}x", b / a),
+            None => println!("{key:<14} {a:>10.3} {:>10} {:>8}", "-", "-"),
+        }
+    }
     Ok(())
 }
 

@@ -48,6 +48,9 @@ enum Command {
     Checkpoints(cmd::checkpoints::CheckpointsArgs),
     /// Run a study manifest as resumable, shardable units (`sweep merge DIR` collects the parts).
     Sweep(cmd::sweep::SweepArgs),
+    /// Check the metrics on built-in synthetic data (layer identification across seeds,
+    /// specificity, planted PGA regimes under both nulls); exit code 1 if a check fails.
+    Selftest(cmd::selftest::SelftestArgs),
 }
 
 /// Parses the command line and runs `repgeom`; the process exit code (0, or 2 on error).
@@ -74,15 +77,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         quiet: cli.quiet,
         threads: pool.current_num_threads(),
     };
+    let ok = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     pool.install(|| match &cli.command {
-        Command::Pga(args) => cmd::pga::run(args, &ctx),
-        Command::Metrics(args) => cmd::metrics::run(args, &ctx),
-        Command::Compare(args) => cmd::compare::run(args, &ctx),
-        Command::Demo(args) => cmd::demo::run(args, &ctx),
-        Command::Probe(args) => cmd::probe::run(args),
-        Command::Extract(args) => cmd::extract::run(args, &ctx),
-        Command::Sweep(args) => cmd::sweep::run(args, &ctx),
-        Command::Checkpoints(args) => cmd::checkpoints::run(args, &ctx),
-    })?;
-    Ok(ExitCode::SUCCESS)
+        Command::Pga(args) => ok(cmd::pga::run(args, &ctx)),
+        Command::Metrics(args) => ok(cmd::metrics::run(args, &ctx)),
+        Command::Compare(args) => ok(cmd::compare::run(args, &ctx)),
+        Command::Demo(args) => ok(cmd::demo::run(args, &ctx)),
+        Command::Probe(args) => ok(cmd::probe::run(args)),
+        Command::Extract(args) => ok(cmd::extract::run(args, &ctx)),
+        Command::Sweep(args) => ok(cmd::sweep::run(args, &ctx)),
+        Command::Checkpoints(args) => ok(cmd::checkpoints::run(args, &ctx)),
+        Command::Selftest(args) => cmd::selftest::run(args),
+    })
 }

@@ -3,6 +3,9 @@
 //! on the same shapes.
 //!
 //! `cargo run --release -p repgeom-metrics --example pair_timing -- N D_A D_B`
+//!
+//! A last line times the spectrum-matched null on the shape of the `pair` criterion bench and
+//! of `fixtures/pga/time_spectrum_numpy.py` (N = 2000, d = 512, k = 50, 100 draws).
 #![allow(clippy::print_stdout)] // a measurement tool prints its measurement
 
 mod common;
@@ -54,4 +57,44 @@ fn main() {
             peak_rss()
         );
     }
+    spectrum_null_timing();
+}
+
+/// The spectrum-matched null on the `pair` bench's shape (same data recipe).
+fn spectrum_null_timing() {
+    let (n, d, k, n_null) = (2000, 512, 50, 100);
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let mut x = Mat::<f64>::from_fn(n, d, |_, j| {
+        let g: f64 = StandardNormal.sample(&mut rng);
+        g / (1.0 + j as f64).sqrt()
+    });
+    for j in 0..d {
+        let m = x.col(j).iter().sum::<f64>() / n as f64;
+        x.col_mut(j).iter_mut().for_each(|v| *v -= m);
+    }
+    let readout = Mat::<f64>::from_fn(d, k, |i, j| {
+        if i == j {
+            0.8
+        } else if i == d - 1 - j {
+            0.6
+        } else {
+            0.0
+        }
+    });
+    let null = repgeom_null::NullBases::draw(
+        d,
+        k,
+        &repgeom_null::NullParams { n_null, seed: 0 }
+            .check()
+            .unwrap(),
+    )
+    .unwrap();
+    let t = Instant::now();
+    let m = repgeom_null::spectrum_matched(&null, x.as_ref(), readout.as_ref(), 0.01).unwrap();
+    println!(
+        "{{\"config\": {{\"metric\": \"spectrum_null\"}}, \"n\": {n}, \"d\": {d}, \"k\": {k}, \"n_null\": {n_null}, \"seconds\": {:.3}, \"target\": {:.6}, \"peak_rss_bytes\": {}}}",
+        t.elapsed().as_secs_f64(),
+        m.target,
+        peak_rss()
+    );
 }

@@ -94,6 +94,15 @@ pub enum Error {
         /// Why the value is undefined.
         reason: String,
     },
+    /// The null of one layer could not be drawn or matched (e.g. the spectrum-matched null
+    /// cannot reach the readout's captured variance on this layer).
+    #[error("{what}: {error}")]
+    NullOnLayer {
+        /// Which layer, after which CCR.
+        what: String,
+        /// What the null sampler reported.
+        error: repgeom_null::Error,
+    },
     /// The numerical core failed (zero-norm rows, constant input, non-convergence).
     #[error(transparent)]
     Linalg(#[from] repgeom_linalg::Error),

@@ -24,6 +24,7 @@ use repgeom_linalg::{
     Mat, MatRef, Par, RankScratch, RankedReference, center_columns, first_non_finite,
     pairwise_distances, remove_directions, to_f32,
 };
+pub use repgeom_null::NullKind;
 use repgeom_null::{NullBases, NullSummary};
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +83,18 @@ pub struct PgaResult {
     /// Percentile bootstrap interval over resampled sequences, set from [`bootstrap_ci`].
     #[serde(default)]
     pub bootstrap: Option<BootstrapCi>,
+    /// The null the readout was compared with ([`EngineOptions::null`]).
+    #[serde(default)]
+    pub null: NullKind,
+    /// Share of the layer's variance (after CCR) captured by the readout subspace.
+    #[serde(default)]
+    pub captured_variance_readout: f64,
+    /// Mean share captured by the null subspaces.
+    #[serde(default)]
+    pub captured_variance_null_mean: f64,
+    /// Sample standard deviation (ddof 1) of the shares captured by the null subspaces.
+    #[serde(default)]
+    pub captured_variance_null_sd: f64,
 }
 
 impl PgaResult {
@@ -122,6 +135,10 @@ impl PgaResult {
             distance,
             q_value: None,
             bootstrap: None,
+            null: NullKind::Haar,
+            captured_variance_readout: f64::NAN,
+            captured_variance_null_mean: f64::NAN,
+            captured_variance_null_sd: f64::NAN,
         })
     }
 }
@@ -144,9 +161,9 @@ pub fn assign_q_values(results: &mut [&mut PgaResult]) {
     }
 }
 
-/// How the engine may spend memory and whether it samples pairs. None of these change what
-/// is estimated; `max_pairs` changes the exact statistic into an estimate with a stated
-/// standard error.
+/// How the engine may spend memory, whether it samples pairs, and which null it draws.
+/// `max_memory` changes nothing that is estimated; `max_pairs` changes the exact statistic into
+/// an estimate with a stated standard error; `distance` and `null` change the question asked.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineOptions {
@@ -160,6 +177,13 @@ pub struct EngineOptions {
     pub pair_seed: u64,
     /// The pairwise distance (default cosine).
     pub distance: Distance,
+    /// The null: Haar (default) or the spectrum-matched draws, matched per CCR level from the
+    /// Haar bases passed in (see [`repgeom_null::spectrum_matched`]).
+    pub null: NullKind,
+    /// Relative tolerance of the spectrum-matched null on each draw's captured variance
+    /// (default [`repgeom_null::DEFAULT_SPECTRUM_TOL`]); ignored for the Haar null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spectrum_tol: Option<f64>,
 }
 
 /// Bytes the exact engine needs for `n` points in `d` dimensions with `k`-dimensional
@@ -317,7 +341,13 @@ pub fn pga_ccr_sweep_with(
     };
     let workers = match (&sample, opts.max_memory) {
         (None, Some(budget)) => {
-            let est = memory_estimate(n, d, k);
+            let mut est = memory_estimate(n, d, k);
+            if opts.null == NullKind::Spectrum {
+                // The covariance and its eigenvectors (f64), and the matched bases of one
+                // level in f64 and f32.
+                let (d, k, draws) = (d as u64, k as u64, null.len() as u64);
+                est.shared += 16 * d * d + 12 * d * k * draws;
+            }
             let fit = budget.saturating_sub(est.shared) / est.per_worker.max(1);
             if fit == 0 {
                 return Err(Error::MemoryBudget {
@@ -338,7 +368,10 @@ pub fn pga_ccr_sweep_with(
         None
     };
     let readout32 = to_f32(readout_basis);
-    let null32: Vec<Mat<f32>> = null.bases().iter().map(|q| to_f32(q.as_ref())).collect();
+    let haar32: Vec<Mat<f32>> = match opts.null {
+        NullKind::Haar => null.bases().iter().map(|q| to_f32(q.as_ref())).collect(),
+        NullKind::Spectrum => Vec::new(),
+    };
     ccrs.iter()
         .map(|&c| {
             let corrected = match (&directions, c) {
@@ -348,11 +381,32 @@ pub fn pga_ccr_sweep_with(
                 _ => centred.clone(),
             };
             let label = format!("{what} after CCR-{c}");
-            match &sample {
+            // The captured shares come from the projections the engine computes anyway (the
+            // same formula under both nulls, so the readout's share does not depend on it).
+            let matched32 = match opts.null {
+                NullKind::Haar => None,
+                NullKind::Spectrum => {
+                    let tol = opts
+                        .spectrum_tol
+                        .unwrap_or(repgeom_null::DEFAULT_SPECTRUM_TOL);
+                    let m = repgeom_null::spectrum_matched(
+                        null,
+                        corrected.as_ref(),
+                        readout_basis,
+                        tol,
+                    )
+                    .map_err(|e| null_error(e, &label))?;
+                    let b32: Vec<Mat<f32>> =
+                        m.bases.bases().iter().map(|q| to_f32(q.as_ref())).collect();
+                    Some(b32)
+                }
+            };
+            let null32 = matched32.as_ref().unwrap_or(&haar32);
+            let mut result = match &sample {
                 Some(pairs) => pga_sampled(
                     corrected.as_ref(),
                     readout32.as_ref(),
-                    &null32,
+                    null32,
                     c,
                     opts.distance,
                     pairs,
@@ -364,7 +418,7 @@ pub fn pga_ccr_sweep_with(
                     pga_corrected(
                         corrected.as_ref(),
                         readout32.as_ref(),
-                        &null32,
+                        null32,
                         c,
                         opts.distance,
                         &label,
@@ -372,9 +426,19 @@ pub fn pga_ccr_sweep_with(
                         on_draw,
                     )
                 }),
-            }
+            }?;
+            result.null = opts.null;
+            Ok(result)
         })
         .collect()
+}
+
+/// A null-sampling error with the layer it happened on.
+fn null_error(e: repgeom_null::Error, label: &str) -> Error {
+    Error::NullOnLayer {
+        what: label.to_owned(),
+        error: e,
+    }
 }
 
 /// Settings of [`bootstrap_ci`].
@@ -575,24 +639,27 @@ fn pga_corrected(
     };
 
     let mut scratch = DrawScratch::new(n);
-    let rho_readout = engine.rho(readout, &mut scratch, "readout subspace")?;
+    let (rho_readout, sq_readout) = engine.rho(readout, &mut scratch, "readout subspace")?;
     drop(scratch);
 
-    let null_rhos = over_draws(
+    let draws = over_draws(
         null,
         par,
         on_draw,
         || DrawScratch::new(n),
         |q, scratch| engine.rho(q, scratch, "random subspace"),
     )?;
-    PgaResult::from_null(
+    let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
+    let mut r = PgaResult::from_null(
         (n, d, k, ccr),
         rho_readout,
         null_rhos,
         repgeom_linalg::condensed_len(n),
         None,
         distance,
-    )
+    )?;
+    set_captured(&mut r, squared_norm(corrected), sq_readout, &sq_null);
+    Ok(r)
 }
 
 /// Runs `f` on a rayon pool of at most `workers` threads (the current pool when `None` or
@@ -743,20 +810,25 @@ fn pga_sampled(
         let projected = repgeom_linalg::project_f32(h32.as_ref(), basis, Par::Seq);
         let rows = sample_rows_major(projected.as_ref(), distance, &label)?;
         sampled_distances(&rows, k, pairs, distance, &mut scratch.1);
-        Ok::<f64, Error>(reference.spearman(&scratch.1, &mut scratch.0, &label)?)
+        let rho = reference.spearman(&scratch.1, &mut scratch.0, &label)?;
+        Ok::<(f64, f64), Error>((rho, squared_norm(projected.as_ref())))
     };
-    let rho_readout = rho(readout, &mut SampledScratch::default(), "readout subspace")?;
-    let null_rhos = over_draws(null, par, on_draw, SampledScratch::default, |q, scratch| {
+    let (rho_readout, sq_readout) =
+        rho(readout, &mut SampledScratch::default(), "readout subspace")?;
+    let draws = over_draws(null, par, on_draw, SampledScratch::default, |q, scratch| {
         rho(q, scratch, "random subspace")
     })?;
-    PgaResult::from_null(
+    let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
+    let mut r = PgaResult::from_null(
         (n, d, k, ccr),
         rho_readout,
         null_rhos,
         pairs.len(),
         Some(spearman_standard_error(rho_readout, pairs.len())),
         distance,
-    )
+    )?;
+    set_captured(&mut r, squared_norm(corrected), sq_readout, &sq_null);
+    Ok(r)
 }
 
 /// Standard error of a Spearman correlation estimated from `m` sampled pairs, treating the
@@ -769,13 +841,13 @@ pub fn spearman_standard_error(rho: f64, m: usize) -> f64 {
 /// Computes `rho` for every null basis, in draw order: on this thread with `Par::Seq`, else on
 /// the current rayon pool with one scratch (from `init`) per worker. Either way the results
 /// are identical; `on_draw` is called after each draw.
-fn over_draws<S: Send>(
+fn over_draws<S: Send, T: Send>(
     null: &[Mat<f32>],
     par: Par,
     on_draw: &(dyn Fn() + Sync),
     init: impl Fn() -> S + Sync + Send,
-    rho: impl Fn(MatRef<'_, f32>, &mut S) -> Result<f64> + Sync + Send,
-) -> Result<Vec<f64>> {
+    rho: impl Fn(MatRef<'_, f32>, &mut S) -> Result<T> + Sync + Send,
+) -> Result<Vec<T>> {
     // A panic in `on_draw` (how a front end cancels, e.g. on Ctrl-C) must stop the other
     // workers too: rayon would otherwise finish every remaining draw before propagating it. The
     // payload is parked, the draw turns into an error (which stops `collect` early), and the
@@ -829,19 +901,51 @@ struct Engine<'a> {
 }
 
 impl Engine<'_> {
-    /// Spearman of the full-space distances with those inside `basis`'s span.
-    fn rho(&self, basis: MatRef<'_, f32>, scratch: &mut DrawScratch, space: &str) -> Result<f64> {
+    /// Spearman of the full-space distances with those inside `basis`'s span, and the
+    /// squared norm of the projection (the variance the span captures, up to the total).
+    fn rho(
+        &self,
+        basis: MatRef<'_, f32>,
+        scratch: &mut DrawScratch,
+        space: &str,
+    ) -> Result<(f64, f64)> {
         let label = format!("{}: projection onto the {space}", self.what);
         let projected = repgeom_linalg::project_f32(self.h, basis, Par::Seq);
-        Ok(repgeom_linalg::spearman_of_distances(
+        let rho = repgeom_linalg::spearman_of_distances(
             self.reference,
             projected.as_ref(),
             self.distance,
             &mut scratch.rank,
             &label,
             Par::Seq,
-        )?)
+        )?;
+        Ok((rho, squared_norm(projected.as_ref())))
     }
+}
+
+/// Sum of squares of every entry, accumulated in `f64`.
+fn squared_norm<T: Copy + Into<f64>>(m: MatRef<'_, T>) -> f64 {
+    let mut s = 0.0;
+    for j in 0..m.ncols() {
+        for i in 0..m.nrows() {
+            let v: f64 = m[(i, j)].into();
+            s += v * v;
+        }
+    }
+    s
+}
+
+/// Sets the captured-variance fields of `r` from the squared norms of the readout's and the
+/// draws' projections and that of the corrected layer.
+fn set_captured(r: &mut PgaResult, total: f64, readout: f64, null: &[f64]) {
+    let share = |v: f64| if total > 0.0 { v / total } else { f64::NAN };
+    let c = repgeom_null::CapturedVariance {
+        readout: share(readout),
+        null: null.iter().map(|&v| share(v)).collect(),
+    };
+    r.captured_variance_readout = c.readout;
+    r.captured_variance_null_mean = c.null_mean();
+    r.captured_variance_null_sd = c.null_sd();
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use repgeom_linalg::{principal_directions, project};
 use serde::{Deserialize, Serialize};
 
 use crate::pga::{
-    BootstrapOptions, BootstrapUnit, EngineOptions, bootstrap_ci, pga_ccr_sweep_with,
+    BootstrapOptions, BootstrapUnit, EngineOptions, NullKind, bootstrap_ci, pga_ccr_sweep_with,
 };
 use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
 use crate::{Error, Result};
@@ -32,6 +32,10 @@ pub struct Pga {
     /// the null bases held fixed: rows `pga_z_lo`, `pga_z_hi`, `rho_readout_lo`,
     /// `rho_readout_hi`. Off when `None`.
     pub bootstrap: Option<BootstrapOptions>,
+    /// The null: `haar` (default) or `spectrum` (variants `ccrC_spectrum`).
+    pub null: NullKind,
+    /// Relative tolerance of the spectrum-matched null (default 0.01; unused under Haar).
+    pub spectrum_tol: f64,
 }
 
 impl Default for Pga {
@@ -43,6 +47,8 @@ impl Default for Pga {
             pair_seed: 0,
             max_memory: None,
             bootstrap: None,
+            null: NullKind::Haar,
+            spectrum_tol: repgeom_null::DEFAULT_SPECTRUM_TOL,
         }
     }
 }
@@ -55,6 +61,17 @@ impl Pga {
             max_pairs: self.max_pairs,
             pair_seed: self.pair_seed,
             distance: self.distance,
+            null: self.null,
+            spectrum_tol: Some(self.spectrum_tol),
+        }
+    }
+
+    /// The variant of a row at CCR level `c`: `ccrC` under the Haar null (unchanged from
+    /// before the spectrum null existed), `ccrC_spectrum` under the spectrum-matched null.
+    pub fn variant(null: NullKind, c: usize) -> String {
+        match null {
+            NullKind::Haar => format!("ccr{c}"),
+            NullKind::Spectrum => format!("ccr{c}_spectrum"),
         }
     }
 }
@@ -91,6 +108,14 @@ impl Metric for Pga {
                     name: "bootstrap",
                     help: "{ replicates = B, seed = S, level = 0.95 }: percentile interval over sequences, null bases fixed (default off)",
                 },
+                OptionDoc {
+                    name: "null",
+                    help: "\"haar\" (default) or \"spectrum\" (variants ccrC_spectrum, plus pga_captured_variance rows)",
+                },
+                OptionDoc {
+                    name: "spectrum_tol",
+                    help: "relative tolerance of the spectrum null on captured variance, in (0, 1); default 0.01",
+                },
             ],
             needs_readout: true,
             needs_null: true,
@@ -99,6 +124,13 @@ impl Metric for Pga {
     }
 
     fn check(&self) -> Result<()> {
+        if !(self.spectrum_tol > 0.0 && self.spectrum_tol < 1.0) {
+            return Err(Error::InvalidOption {
+                name: "spectrum_tol".into(),
+                value: self.spectrum_tol.to_string(),
+                reason: "the relative tolerance must lie in (0, 1)".into(),
+            });
+        }
         if self.ccr.is_empty() {
             return Err(Error::InvalidOption {
                 name: "ccr".into(),
@@ -147,22 +179,27 @@ impl Metric for Pga {
             )?),
             None => None,
         };
-        let mut out = Vec::with_capacity(7 * results.len());
+        let mut out = Vec::with_capacity(10 * results.len());
         for r in &results {
-            let variant = format!("ccr{}", r.ccr);
+            let variant = Self::variant(self.null, r.ccr);
             let summary = repgeom_null::NullSummary {
                 null_mean: r.null_mean,
                 null_std: r.null_std,
                 z: r.z,
                 p_value: r.p_value,
             };
-            out.push(
-                MetricValue::new("pga_z", &variant, r.z)
-                    .with_null(&summary)
-                    .with_extra("rho_readout", r.rho_readout)
-                    .with_extra("k", r.k as f64)
-                    .with_extra("n_null", r.null_rhos.len() as f64),
-            );
+            let mut z = MetricValue::new("pga_z", &variant, r.z)
+                .with_null(&summary)
+                .with_extra("rho_readout", r.rho_readout)
+                .with_extra("k", r.k as f64)
+                .with_extra("n_null", r.null_rhos.len() as f64);
+            if self.null != NullKind::Haar {
+                z = z
+                    .with_extra("captured_variance_readout", r.captured_variance_readout)
+                    .with_extra("captured_variance_null_mean", r.captured_variance_null_mean)
+                    .with_extra("captured_variance_null_sd", r.captured_variance_null_sd);
+            }
+            out.push(z);
             out.push(
                 MetricValue::new("rho_readout", &variant, r.rho_readout)
                     .with_null(&summary)
@@ -189,6 +226,19 @@ impl Metric for Pga {
                             .with_extra("bootstrap_by_sequence", by_sequence),
                     );
                 }
+            }
+            // What the spectrum null matched: the readout's share of the layer's variance, with
+            // the null draws' mean and sd in the null columns. Left out under the Haar null so
+            // that existing tables keep their rows (the CLI reports it for both nulls).
+            if self.null != NullKind::Haar {
+                let mut v = MetricValue::new(
+                    "pga_captured_variance",
+                    &variant,
+                    r.captured_variance_readout,
+                );
+                v.null_mean = Some(r.captured_variance_null_mean);
+                v.null_std = Some(r.captured_variance_null_sd);
+                out.push(v);
             }
         }
         Ok(out)

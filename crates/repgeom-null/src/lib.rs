@@ -28,7 +28,10 @@ mod spectrum;
 #[cfg(test)]
 mod tests;
 
-pub use spectrum::{SpectrumMatched, spectrum_matched};
+pub use spectrum::{
+    CapturedVariance, DEFAULT_SPECTRUM_TOL, NullKind, SpectrumMatched, captured_variance,
+    spectrum_matched,
+};
 
 /// Errors of null sampling and null statistics.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,8 @@
 //! Construction (repgeom's; see `docs/pga.md`): with the layer's covariance
 //! `Σ = U diag(λ) Uᵀ` (after CCR) and Haar draw `Q_i`, draw `i` of the spectrum null is
 //! `span(Σ^{β_i/2} Q_i)`, the Haar draw tilted towards (β > 0) or away from (β < 0) the
-//! high-variance directions, with `β_i` solved by bisection so that its captured variance
+//! high-variance directions, with `β_i` solved by bracketed root finding (Illinois false
+//! position, bisection as the fallback) so that its captured variance
 //! `tr(Q'ᵀ Σ Q') / tr(Σ)` equals the readout's within a relative tolerance. `β = 0` is the Haar
 //! draw itself, so when the readout captures a typical share the two nulls coincide. The map
 //! `Q ↦ Σ^{β/2} Q` commutes with rotations of the hidden space, so the null is as rotation
@@ -14,10 +15,121 @@ use repgeom_linalg::{Mat, MatRef, Par, project, symmetric_eigen_desc};
 
 use crate::{Error, NullBases, Result};
 
+/// Which random subspaces PGA compares the readout subspace with.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum NullKind {
+    /// Uniformly random (Haar) `k`-dimensional subspaces (the default).
+    #[default]
+    Haar,
+    /// The Haar draws tilted until each captures the readout's share of the layer's variance
+    /// ([`spectrum_matched`]).
+    Spectrum,
+}
+
+impl NullKind {
+    /// The name used on the command line, in manifests and in output rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            NullKind::Haar => "haar",
+            NullKind::Spectrum => "spectrum",
+        }
+    }
+}
+
+impl std::fmt::Display for NullKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for NullKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "haar" => Ok(NullKind::Haar),
+            "spectrum" => Ok(NullKind::Spectrum),
+            other => Err(format!("unknown null {other:?}: use haar or spectrum")),
+        }
+    }
+}
+
+/// Default relative tolerance of the spectrum-matched null on each draw's captured variance.
+pub const DEFAULT_SPECTRUM_TOL: f64 = 0.01;
+
+/// Shares of a layer's variance captured by the readout subspace and by each null draw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapturedVariance {
+    /// The readout subspace's share, `tr(V_kᵀ Σ V_k) / tr Σ`.
+    pub readout: f64,
+    /// Each null basis's share, in draw order.
+    pub null: Vec<f64>,
+}
+
+impl CapturedVariance {
+    /// Mean of the null draws' shares.
+    pub fn null_mean(&self) -> f64 {
+        self.null.iter().sum::<f64>() / self.null.len().max(1) as f64
+    }
+
+    /// Sample standard deviation (ddof 1) of the null draws' shares (0 with fewer than two).
+    pub fn null_sd(&self) -> f64 {
+        let n = self.null.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.null_mean();
+        (self.null.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+/// Shares of the variance of `corrected` (`N × d`, centred, after CCR) captured by `readout`
+/// (`d × k`, orthonormal) and by every basis of `null`: `tr(Qᵀ Σ Q) / tr Σ` with `Σ ∝ XᵀX`.
+/// One `d × d` Gram product (`O(N d²)`), then `O(d² k)` per basis; sequential, so the shares
+/// are bit-identical at any thread count.
+pub fn captured_variance(
+    corrected: MatRef<'_, f64>,
+    readout: MatRef<'_, f64>,
+    null: &NullBases,
+) -> Result<CapturedVariance> {
+    let d = corrected.ncols();
+    assert_eq!(
+        (readout.nrows(), null.d()),
+        (d, d),
+        "captured_variance: readout and null bases must match the layer width"
+    );
+    let cov = project(corrected.transpose(), corrected, Par::Seq);
+    let trace: f64 = (0..d).map(|i| cov[(i, i)]).sum();
+    if trace.is_nan() || trace <= 0.0 {
+        return Err(Error::InvalidParam {
+            name: "layer",
+            value: format!("[{}, {d}]", corrected.nrows()),
+            reason: "the layer has no variance after correction",
+        });
+    }
+    let share = |q: MatRef<'_, f64>| -> f64 {
+        let sq = project(cov.as_ref(), q, Par::Seq);
+        let mut s = 0.0;
+        for j in 0..q.ncols() {
+            for i in 0..d {
+                s += sq[(i, j)] * q[(i, j)];
+            }
+        }
+        s / trace
+    };
+    Ok(CapturedVariance {
+        readout: share(readout),
+        null: null.bases().iter().map(|q| share(q.as_ref())).collect(),
+    })
+}
+
 /// Largest |β| searched (with eigenvalues relative to the largest, `λ^{β/2}` spans far more
 /// than `f64` can resolve well before this).
 const BETA_MAX: f64 = 64.0;
-/// Bisection steps (the interval shrinks by 2⁻⁸⁰, far below any tolerance).
+/// Most root-finding steps (bisection alone would shrink the interval by 2⁻⁸⁰; false
+/// position usually needs about ten).
 const STEPS: usize = 80;
 /// Relative precision to which each draw's captured variance is solved.
 const SOLVE_TOL: f64 = 1e-10;
@@ -152,24 +264,48 @@ pub fn spectrum_matched(
             reached,
             tol,
         };
+        // Bracketed root finding on β (the captured share grows with β): false position with
+        // the Illinois modification where both ends of the bracket have a value, bisection
+        // where one does not (at the start, and after a collapsed tilt).
         let (mut lo, mut hi) = (-BETA_MAX, BETA_MAX);
+        let (mut f_lo, mut f_hi): (Option<f64>, Option<f64>) = (None, None);
+        // Which end the last step moved: -1 lo, 1 hi (Illinois halves the other end's value
+        // when the same end moves twice in a row).
+        let mut side = 0i8;
         let (mut best, mut best_c) = tilt(0.0).ok_or_else(|| fail(f64::NAN))?;
         let mut beta = 0.0;
         'search: for _ in 0..STEPS {
             // Solve to rounding, not just to `tol`: the root then does not depend on where the
             // search happened to enter the tolerance band (rotation equivariance up to
             // rounding); `tol` is the acceptance test below.
-            if (best_c - target).abs() <= SOLVE_TOL * target {
+            let f = best_c - target;
+            if f.abs() <= SOLVE_TOL * target {
                 break;
             }
-            if best_c < target {
+            if f < 0.0 {
                 lo = beta;
+                f_lo = Some(f);
+                if side == -1 {
+                    f_hi = f_hi.map(|v| 0.5 * v);
+                }
+                side = -1;
             } else {
                 hi = beta;
+                f_hi = Some(f);
+                if side == 1 {
+                    f_lo = f_lo.map(|v| 0.5 * v);
+                }
+                side = 1;
             }
+            let mut trial = match (f_lo, f_hi) {
+                (Some(a), Some(b)) if b > a => {
+                    let t = lo - a * (hi - lo) / (b - a);
+                    if t > lo && t < hi { t } else { 0.5 * (lo + hi) }
+                }
+                _ => 0.5 * (lo + hi),
+            };
             // A tilt so strong that the columns collapse onto fewer than k eigenvectors is
             // too far: shrink the bracket towards the last good exponent.
-            let mut trial = 0.5 * (lo + hi);
             loop {
                 if let Some((t, c)) = tilt(trial) {
                     best = t;
@@ -179,13 +315,18 @@ pub fn spectrum_matched(
                 }
                 if trial > beta {
                     hi = trial;
+                    f_hi = None;
                 } else {
                     lo = trial;
+                    f_lo = None;
                 }
                 if hi - lo < 1e-12 {
                     break 'search;
                 }
                 trial = 0.5 * (lo + hi);
+            }
+            if hi - lo < 1e-15 * BETA_MAX {
+                break;
             }
         }
         if (best_c - target).abs() > tol * target {

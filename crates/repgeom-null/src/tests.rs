@@ -176,3 +176,43 @@ fn z_standard_error_matches_replicate_nulls() {
         );
     }
 }
+
+#[test]
+fn captured_variance_agrees_with_the_spectrum_matched_target_and_match() {
+    use repgeom_linalg::Mat;
+    // A layer with a decaying spectrum: column j has standard deviation 1 / (1 + j).
+    let (n, d, k) = (60, 12, 3);
+    let x = Mat::<f64>::from_fn(n, d, |i, j| {
+        let v = ((i * 7 + j * 13) % 11) as f64 - 5.0 + 0.1 * (i as f64).sin();
+        v / (1.0 + j as f64)
+    });
+    let mut x = x;
+    for j in 0..d {
+        let m = x.col(j).iter().sum::<f64>() / n as f64;
+        x.col_mut(j).iter_mut().for_each(|v| *v -= m);
+    }
+    let readout = haar_basis(d, k, 5, 0);
+    let haar = NullBases::draw(d, k, &NullParams { n_null: 6, seed: 2 }.check().unwrap()).unwrap();
+    let cv = captured_variance(x.as_ref(), readout.as_ref(), &haar).unwrap();
+    assert_eq!(cv.null.len(), 6);
+    assert!(cv.null.iter().all(|&s| s > 0.0 && s < 1.0));
+    let m = spectrum_matched(&haar, x.as_ref(), readout.as_ref(), 0.01).unwrap();
+    assert!(
+        (m.target - cv.readout).abs() < 1e-12,
+        "{} vs {}",
+        m.target,
+        cv.readout
+    );
+    let matched = captured_variance(x.as_ref(), readout.as_ref(), &m.bases).unwrap();
+    for s in &matched.null {
+        assert!(
+            (s - cv.readout).abs() <= 0.01 * cv.readout,
+            "{s} vs {}",
+            cv.readout
+        );
+    }
+    assert!(matched.null_sd() < 0.01 * cv.readout);
+    // A layer without variance is an error, not a NaN share.
+    let zero = Mat::<f64>::zeros(n, d);
+    assert!(captured_variance(zero.as_ref(), readout.as_ref(), &haar).is_err());
+}

@@ -1208,13 +1208,14 @@ fn pga_row_k(r: &Row, o: &FigureOptions) -> u32 {
         })
 }
 
-/// Whether a PGA variant is `base` itself or `base` at some k (`ccr1`, `ccr1_k50`).
+/// Whether a PGA variant is `base` itself or `base` at some k (`ccr1`, `ccr1_k50`; not
+/// `ccr1_k50_spectrum`, which is another null).
 fn is_variant_at_some_k(variant: &str, base: &str) -> bool {
     variant == base
         || variant
             .strip_prefix(base)
-            .and_then(|rest| rest.strip_prefix('_'))
-            .is_some_and(|t| t.starts_with('k'))
+            .and_then(|rest| rest.strip_prefix("_k"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Figure 9: sensitivity of PGA z to the readout dimension: z against k/d per model at its

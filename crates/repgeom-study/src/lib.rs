@@ -23,6 +23,7 @@ mod manifest;
 mod parts;
 mod plan;
 mod run;
+pub mod selftest;
 mod stage;
 
 #[cfg(test)]

@@ -158,6 +158,18 @@ pub struct Analysis {
     /// Bytes one PGA unit may use; fewer null draws then run at once (default: unlimited).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_memory: Option<u64>,
+    /// The PGA null: `"haar"` (default; variants `ccrC`) or `"spectrum"` (random subspaces
+    /// matched to the readout's captured variance; variants `ccrC_spectrum` and
+    /// `pga_captured_variance` rows).
+    #[serde(skip_serializing_if = "is_haar")]
+    pub null: repgeom_null::NullKind,
+    /// Relative tolerance of the spectrum null on each draw's captured variance (default 0.01).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spectrum_tol: Option<f64>,
+}
+
+fn is_haar(n: &repgeom_null::NullKind) -> bool {
+    *n == repgeom_null::NullKind::Haar
 }
 
 impl Analysis {
@@ -203,6 +215,8 @@ impl Default for Analysis {
             bootstrap: None,
             max_pairs: None,
             max_memory: None,
+            null: repgeom_null::NullKind::Haar,
+            spectrum_tol: None,
         }
     }
 }
@@ -455,6 +469,20 @@ impl Manifest {
                 return Err(bad(
                     "analysis.k_frac",
                     format!("set either k ({}) or k_frac ({f}), not both", a.k),
+                ));
+            }
+        }
+        if let Some(t) = a.spectrum_tol {
+            if !(t > 0.0 && t < 1.0) {
+                return Err(bad(
+                    "analysis.spectrum_tol",
+                    format!("{t} must lie strictly between 0 and 1 (a relative tolerance)"),
+                ));
+            }
+            if a.null != repgeom_null::NullKind::Spectrum {
+                return Err(bad(
+                    "analysis.spectrum_tol",
+                    "applies to the spectrum null only; set null = \"spectrum\" or drop it".into(),
                 ));
             }
         }

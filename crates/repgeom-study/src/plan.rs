@@ -453,6 +453,13 @@ impl Study {
             #[serde(skip_serializing_if = "Option::is_none")]
             bootstrap: Option<usize>,
             inputs: Option<&'a str>,
+            #[serde(skip_serializing_if = "is_haar")]
+            null: repgeom_null::NullKind,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            spectrum_tol: Option<f64>,
+        }
+        fn is_haar(n: &repgeom_null::NullKind) -> bool {
+            *n == repgeom_null::NullKind::Haar
         }
         fn is_cosine(d: &repgeom_linalg::Distance) -> bool {
             *d == repgeom_linalg::Distance::Cosine
@@ -493,6 +500,11 @@ impl Study {
                 self.inputs.as_deref()
             } else {
                 None
+            },
+            null: a.null,
+            spectrum_tol: match a.null {
+                repgeom_null::NullKind::Haar => None,
+                repgeom_null::NullKind::Spectrum => a.spectrum_tol,
             },
         };
         let json = serde_json::to_string(&key).expect("plain data serialises");

@@ -484,6 +484,26 @@ fn to_row(m: &ModelInfo, u: &Unit, v: MetricValue) -> Row {
     r
 }
 
+/// The PGA metric with the manifest's analysis settings (the bootstrap only where asked).
+fn pga_metric(a: &crate::Analysis, ccr: Vec<usize>, bootstrap: bool) -> Pga {
+    Pga {
+        ccr,
+        distance: a.distance,
+        max_pairs: a.max_pairs,
+        pair_seed: a.seed,
+        max_memory: a.max_memory,
+        bootstrap: a.bootstrap.filter(|_| bootstrap).map(|replicates| {
+            repgeom_metrics::pga::BootstrapOptions {
+                replicates,
+                seed: a.seed,
+                level: 0.95,
+            }
+        }),
+        null: a.null,
+        spectrum_tol: a.spectrum_tol.unwrap_or(repgeom_null::DEFAULT_SPECTRUM_TOL),
+    }
+}
+
 fn compute_unit(
     study: &Study,
     loader: &Loader<'_>,
@@ -509,21 +529,7 @@ fn compute_unit(
             if let Some(ids) = sequences {
                 layer = layer.with_sequences(ids)?;
             }
-            Pga {
-                ccr: ccr.clone(),
-                distance: a.distance,
-                max_pairs: a.max_pairs,
-                pair_seed: a.seed,
-                max_memory: a.max_memory,
-                bootstrap: a
-                    .bootstrap
-                    .map(|replicates| repgeom_metrics::pga::BootstrapOptions {
-                        replicates,
-                        seed: a.seed,
-                        level: 0.95,
-                    }),
-            }
-            .compute(&layer)?
+            pga_metric(a, ccr.clone(), true).compute(&layer)?
         }
         UnitKind::PgaK { ccr, k } => {
             let (wide, nulls) = ctx.sensitivity.as_ref().expect("planned k-sensitivity");
@@ -531,17 +537,12 @@ fn compute_unit(
             let layer = LayerInput::new(acts.as_ref(), what.clone(), Par::Seq)?
                 .with_readout(basis)?
                 .with_null(&nulls[k])?;
-            let mut values = Pga {
-                ccr: vec![*ccr],
-                distance: a.distance,
-                max_pairs: a.max_pairs,
-                pair_seed: a.seed,
-                max_memory: a.max_memory,
-                bootstrap: None,
-            }
-            .compute(&layer)?;
+            let mut values = pga_metric(a, vec![*ccr], false).compute(&layer)?;
+            // `ccrC` → `ccrC_kK` (`ccrC_kK_spectrum` under the spectrum null: the null stays last).
             for v in &mut values {
-                v.variant = format!("{}_k{k}", v.variant);
+                v.variant = v
+                    .variant
+                    .replacen(&format!("ccr{ccr}"), &format!("ccr{ccr}_k{k}"), 1);
             }
             values
         }

@@ -67,6 +67,21 @@ fn hash_changes_only_with_what_matters() {
             .all(|(x, y)| x.config_hash != y.config_hash),
         "pair sampling changes every hash",
     );
+    // The Haar null written out keeps every hash (earlier runs stay valid); the spectrum null
+    // changes every PGA unit's.
+    let mut m = small();
+    m.analysis.null = repgeom_null::NullKind::Haar;
+    assert_eq!(a.units, Study::new(m, "t").unwrap().units);
+    let mut m = small();
+    m.analysis.null = repgeom_null::NullKind::Spectrum;
+    let s = Study::new(m, "t").unwrap();
+    check(
+        a.units
+            .iter()
+            .zip(&s.units)
+            .all(|(x, y)| x.config_hash != y.config_hash),
+        "the null changes every hash",
+    );
 }
 
 /// The PGA units honour the manifest's engine options: a memory budget with room for one
@@ -219,6 +234,22 @@ fn manifest_errors_name_the_place() {
     m.analysis.spectral = vec!["rankmee".into()];
     let e = Study::new(m, "study.toml").unwrap_err().to_string();
     check(e.contains("rankmee"), &e);
+    let mut m = small();
+    m.analysis.spectrum_tol = Some(0.05);
+    let e = Study::new(m, "study.toml").unwrap_err().to_string();
+    check(
+        e.contains("analysis.spectrum_tol") && e.contains("spectrum"),
+        &e,
+    );
+    let mut m = small();
+    m.analysis.null = repgeom_null::NullKind::Spectrum;
+    m.analysis.spectrum_tol = Some(1.5);
+    let e = Study::new(m, "study.toml").unwrap_err().to_string();
+    check(e.contains("analysis.spectrum_tol") && e.contains("1.5"), &e);
+    let e = toml::from_str::<Manifest>("[analysis]\nnull = \"gauss\"\n")
+        .unwrap_err()
+        .to_string();
+    check(e.contains("gauss"), &e);
 }
 
 #[test]

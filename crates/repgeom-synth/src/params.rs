@@ -219,6 +219,14 @@ impl ModelParams {
 pub struct ZooParams {
     /// Master seed; every model, layer and checkpoint derives its own stream from it.
     pub seed: u64,
+    /// Seed of the inputs and of what each layer computes from them: the labelled points and
+    /// every layer's embedding of them (its mixing, jitter and offset), in the model's own
+    /// frame. `None` (the default) means `seed`. Two zoos with the same `inputs_seed` and
+    /// different `seed`s are the same architecture "trained from two seeds" on the same
+    /// inputs: each layer's geometry agrees up to a rotation of the hidden space and
+    /// independent noise, while readout, frame and noise differ (`repgeom selftest`'s layer
+    /// identification).
+    pub inputs_seed: Option<u64>,
     /// Hidden widths, one model each (labels `synthetic-d{width}`).
     pub widths: Vec<usize>,
     /// Layers per model (all transformer-block outputs; the last is the final layer).
@@ -250,6 +258,7 @@ impl Default for ZooParams {
     fn default() -> Self {
         Self {
             seed: 0,
+            inputs_seed: None,
             widths: vec![64, 128, 256],
             n_layers: 8,
             k_divisor: 8,

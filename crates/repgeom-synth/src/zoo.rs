@@ -197,7 +197,8 @@ fn run_for(p: &ValidZooParams, index: usize, checkpoints: &[usize]) -> Result<Sy
     let d = mp.d();
     let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(z.seed, &[TAG_SPACE, d as u64]));
     let mut space = SyntheticSpace::generate(mp, &mut rng);
-    share_points(&mut space, z.seed);
+    let inputs = z.inputs_seed.unwrap_or(z.seed);
+    share_points(&mut space, inputs);
     let mut out = Vec::with_capacity(checkpoints.len());
     for &c in checkpoints {
         let step = z.steps[c];
@@ -208,7 +209,7 @@ fn run_for(p: &ValidZooParams, index: usize, checkpoints: &[usize]) -> Result<Sy
         for layer in 0..z.n_layers {
             let regime = planned_regime(p, d, layer, t);
             let mut embed = ChaCha8Rng::seed_from_u64(derive_seed(
-                z.seed,
+                inputs,
                 &[TAG_EMBED, d as u64, layer as u64],
             ));
             let mut content = ChaCha8Rng::seed_from_u64(derive_seed(

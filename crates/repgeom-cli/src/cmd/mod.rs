@@ -8,6 +8,7 @@ pub(crate) mod hub;
 pub(crate) mod metrics;
 pub(crate) mod pga;
 pub(crate) mod probe;
+pub(crate) mod selftest;
 pub(crate) mod sweep;
 
 use indicatif::{ProgressBar, ProgressStyle};

@@ -8,7 +8,7 @@ use repgeom_metrics::pga::{
     BootstrapOptions, BootstrapUnit, Distance, EngineOptions, PgaResult, assign_q_values,
     bootstrap_ci, pga_ccr_sweep_with,
 };
-use repgeom_null::{NullBases, NullParams};
+use repgeom_null::{NullBases, NullKind, NullParams};
 
 use super::Context;
 use crate::output::{Cell, Format, Table, emit};
@@ -77,10 +77,19 @@ pub(crate) struct PgaArgs {
     /// Name of the readout tensor, overriding the architecture's default.
     #[arg(long)]
     pub(crate) readout_tensor: Option<String>,
-    /// Read the null bases (n_null × d × k .npy) instead of drawing them.
+    /// The null: haar (uniformly random subspaces, the default) or spectrum (the Haar draws
+    /// tilted until each captures the readout's share of the layer's variance after CCR).
+    #[arg(long, default_value = "haar")]
+    pub(crate) null: NullKind,
+    /// Relative tolerance of --null spectrum on each draw's captured variance, in (0, 1).
+    #[arg(long, default_value_t = repgeom_null::DEFAULT_SPECTRUM_TOL)]
+    pub(crate) spectrum_tol: f64,
+    /// Read the null bases (n_null × d × k .npy) instead of drawing them (with --null
+    /// spectrum: the Haar draws that are matched per layer).
     #[arg(long, conflicts_with_all = ["n_null", "seed"])]
     pub(crate) null_bases: Option<PathBuf>,
-    /// Write the null bases used (n_null × d × k .npy), to reproduce or cross-check the run.
+    /// Write the null bases used (n_null × d × k .npy), to reproduce or cross-check the run
+    /// (with --null spectrum: the Haar draws before matching).
     #[arg(long)]
     pub(crate) save_null_bases: Option<PathBuf>,
     /// Memory budget of the exact engine, e.g. 4GiB or 512MiB (default: half the machine's RAM).
@@ -126,9 +135,18 @@ pub(crate) const STAT_COLUMNS: [&str; 9] = [
     "readout_center",
 ];
 
-/// Columns added with `--bootstrap`, last.
+/// Columns added with `--bootstrap`.
 pub(crate) const BOOTSTRAP_COLUMNS: [&str; 5] =
     ["z_lo", "z_hi", "rho_lo", "rho_hi", "bootstrap_unit"];
+
+/// Columns appended last to every table: the null, and the share of the layer's variance
+/// (after CCR) captured by the readout subspace and by the null draws (mean, sd).
+pub(crate) const NULL_COLUMNS: [&str; 4] = [
+    "null",
+    "captured_variance_readout",
+    "captured_variance_null_mean",
+    "captured_variance_null_sd",
+];
 
 /// One computed row before formatting.
 struct Computed {
@@ -138,6 +156,11 @@ struct Computed {
 }
 
 pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.spectrum_tol > 0.0 && args.spectrum_tol < 1.0,
+        "--spectrum-tol {}: the relative tolerance on captured variance must lie strictly between 0 and 1",
+        args.spectrum_tol
+    );
     let layers = args
         .layers
         .as_deref()
@@ -170,6 +193,8 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         max_pairs: args.max_pairs,
         pair_seed: args.seed,
         distance: args.distance,
+        null: args.null,
+        spectrum_tol: Some(args.spectrum_tol),
     };
     let boot_draws = args.bootstrap.unwrap_or(0) as u64;
     let total = (acts.layers.len() * args.ccr.len()) as u64
@@ -263,6 +288,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     if args.bootstrap.is_some() {
         columns.extend(BOOTSTRAP_COLUMNS);
     }
+    columns.extend(NULL_COLUMNS);
     let mut table = Table {
         columns,
         rows: Vec::new(),
@@ -300,6 +326,12 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
                 ),
             ]);
         }
+        cells.extend([
+            Cell::Text(r.null.name().to_owned()),
+            Cell::float(r.captured_variance_readout, 6),
+            Cell::float(r.captured_variance_null_mean, 6),
+            Cell::float(r.captured_variance_null_sd, 6),
+        ]);
         table.rows.push(cells);
     }
     emit(&table, args.format, args.out.as_deref())

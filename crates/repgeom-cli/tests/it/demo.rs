@@ -38,3 +38,25 @@ fn planted_signs() {
         "zoo must plant both regimes: {seen:?}"
     );
 }
+
+#[test]
+fn selftest_passes_and_prints_every_check_with_its_figure() {
+    let run = repgeom(&["selftest"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("SYNTHETIC DATA"), "{}", run.stdout);
+    let lines: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("PASS"))
+        .collect();
+    assert_eq!(lines.len(), 31, "{}", run.stdout);
+    assert!(!run.stdout.contains("FAIL"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("31 of 31 checks passed"),
+        "{}",
+        run.stdout
+    );
+    for group in ["layer identification", "specificity", "planted PGA"] {
+        assert!(run.stdout.contains(group), "{group}");
+    }
+}

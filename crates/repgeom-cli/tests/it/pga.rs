@@ -98,6 +98,10 @@ fn repgeom_columns() -> Vec<&'static str> {
         "distance",
         "readout_fold_norm",
         "readout_center",
+        "null",
+        "captured_variance_readout",
+        "captured_variance_null_mean",
+        "captured_variance_null_sd",
     ]
 }
 
@@ -204,6 +208,38 @@ fn euclidean_distance_is_recorded_and_changes_the_statistic() {
     let bad = drawn(&["-k", "8", "--distance", "manhattan"]);
     assert_ne!(bad.code, 0);
     assert!(bad.stderr.contains("manhattan"), "{}", bad.stderr);
+}
+
+#[test]
+fn spectrum_null_is_recorded_matches_the_captured_variance_and_keeps_the_haar_columns() {
+    let haar = json_rows(&drawn(&["-k", "8", "--ccr", "0,1"]));
+    let spec = json_rows(&drawn(&["-k", "8", "--ccr", "0,1", "--null", "spectrum"]));
+    assert_eq!(haar.len(), spec.len());
+    for (h, s) in haar.iter().zip(&spec) {
+        assert_eq!(h["null"], "haar");
+        assert_eq!(s["null"], "spectrum");
+        // Same readout, same layer: same rho and the same captured share of the readout.
+        assert_eq!(h["rho_readout"], s["rho_readout"]);
+        assert_eq!(
+            h["captured_variance_readout"],
+            s["captured_variance_readout"]
+        );
+        let target = s["captured_variance_readout"].as_f64().unwrap();
+        let matched = s["captured_variance_null_mean"].as_f64().unwrap();
+        assert!(
+            (matched - target).abs() <= 0.01 * target,
+            "{matched} vs {target}"
+        );
+        // The Haar draws capture about k/d = 8/64 of the variance, not the readout's share.
+        let haar_mean = h["captured_variance_null_mean"].as_f64().unwrap();
+        assert!((haar_mean - 0.125).abs() < 0.05, "{haar_mean}");
+    }
+    let bad = drawn(&["-k", "8", "--null", "gaussian"]);
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("gaussian"), "{}", bad.stderr);
+    let tol = drawn(&["-k", "8", "--null", "spectrum", "--spectrum-tol", "1.5"]);
+    assert_ne!(tol.code, 0);
+    assert!(tol.stderr.contains("--spectrum-tol 1.5"), "{}", tol.stderr);
 }
 
 #[test]
@@ -353,7 +389,8 @@ fn layers_selection_csv_and_atomic_out() {
     assert_eq!(
         lines[0],
         "layer,n_points,d,k,ccr,rho_readout,null_mean,null_std,z,p_value,\
-         p_lower,p_two_sided,delta_rho,z_se,q_value,k_policy,distance,readout_fold_norm,readout_center"
+         p_lower,p_two_sided,delta_rho,z_se,q_value,k_policy,distance,readout_fold_norm,readout_center,\
+         null,captured_variance_readout,captured_variance_null_mean,captured_variance_null_sd"
     );
     assert_eq!(lines.len(), 3);
     assert!(lines[1].starts_with("1,300,64,8,1,"));

@@ -13,6 +13,7 @@ fn registry_holds_exactly_the_expected_names() {
             "isotropy",
             "pc_readout_share",
             "pga",
+            "pga_spectrum",
             "rankme"
         ]
     );
@@ -36,7 +37,7 @@ fn unknown_names_list_the_known_ones() {
     let err = metric("rank_me").unwrap_err().to_string();
     assert_eq!(
         err,
-        "unknown metric \"rank_me\"; known metrics: alpha_req, condition_number, intrinsic_dim_twonn, isotropy, pc_readout_share, pga, rankme"
+        "unknown metric \"rank_me\"; known metrics: alpha_req, condition_number, intrinsic_dim_twonn, isotropy, pc_readout_share, pga, pga_spectrum, rankme"
     );
 }
 

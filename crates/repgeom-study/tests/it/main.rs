@@ -1,4 +1,5 @@
 //! Integration tests of repgeom-study: sweep, resume, shard, merge.
 
 mod detour;
+mod selftest;
 mod sweep;

@@ -105,3 +105,30 @@ fn merge_without_plan_says_what_to_do() {
         "{e}"
     );
 }
+
+#[test]
+fn spectrum_null_rows_are_recorded_in_their_own_variants() {
+    let mut m = tiny().manifest;
+    m.analysis.null = repgeom_null::NullKind::Spectrum;
+    m.pairs.clear();
+    let study = Study::new(m, "tiny spectrum").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    run(&study, dir.path(), None);
+    let (table, report) = merge(dir.path()).unwrap();
+    assert!(report.complete());
+    let pga: Vec<_> = table
+        .rows()
+        .iter()
+        .filter(|r| r.metric.starts_with("pga_") || r.metric == "rho_readout")
+        .collect();
+    assert!(!pga.is_empty());
+    assert!(
+        pga.iter().all(|r| r.variant.ends_with("_spectrum")),
+        "every PGA row names its null"
+    );
+    for r in pga.iter().filter(|r| r.metric == "pga_captured_variance") {
+        let (t, mean) = (r.value, r.null_mean.unwrap());
+        assert!((mean - t).abs() <= 0.01 * t, "{t} vs {mean}");
+    }
+    assert!(pga.iter().any(|r| r.metric == "pga_captured_variance"));
+}
