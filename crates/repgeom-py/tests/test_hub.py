@@ -74,5 +74,5 @@ def test_a_revision_with_a_local_path_or_an_array_is_refused(hub_cache):
 
 def test_a_name_that_is_neither_a_path_nor_a_hub_id(hub_cache):
     acts = np.random.default_rng(4).standard_normal((40, D)).astype(np.float32)
-    with pytest.raises(repgeom.FileNotFoundError, match="nor a hub model id"):
+    with pytest.raises(repgeom.FileNotFoundError, match="not a hub model id"):
         repgeom.pga(acts, "no/such/dir/readout.npy", k=4, n_null=8, progress=False)
