@@ -376,7 +376,7 @@ fn read_null_arg<'py>(
 
 /// Subspace PGA of each layer; one JSON object (a `PgaResult` plus `layer`) per layer and CCR.
 #[pyfunction]
-#[pyo3(signature = (layers, readout, *, k, n_null, ccr, seed, readout_is_basis, null_bases, max_pairs, max_memory, progress, vocab_rows, readout_tensor, revision=None))]
+#[pyo3(signature = (layers, readout, *, k, n_null, ccr, seed, readout_is_basis, null_bases, max_pairs, max_memory, progress, vocab_rows, readout_tensor, revision=None, null="haar".to_owned(), spectrum_tol=repgeom_null::DEFAULT_SPECTRUM_TOL))]
 #[allow(clippy::too_many_arguments)]
 fn pga<'py>(
     py: Python<'py>,
@@ -394,7 +394,25 @@ fn pga<'py>(
     vocab_rows: Option<usize>,
     readout_tensor: Option<String>,
     revision: Option<String>,
+    null: String,
+    spectrum_tol: f64,
 ) -> PyResult<Vec<String>> {
+    let null_kind = match null.as_str() {
+        "haar" => repgeom_null::NullKind::Haar,
+        "spectrum" => repgeom_null::NullKind::Spectrum,
+        other => {
+            return Err(Failure::Invalid(format!(
+                "null = {other:?}: expected \"haar\" or \"spectrum\""
+            ))
+            .into_py(py));
+        }
+    };
+    if !(spectrum_tol > 0.0 && spectrum_tol < 1.0) {
+        return Err(Failure::Invalid(format!(
+            "spectrum_tol = {spectrum_tol}: the relative tolerance must lie in (0, 1)"
+        ))
+        .into_py(py));
+    }
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
         let layers = read_layers(layers, "acts", &mut keep)?;
@@ -425,6 +443,8 @@ fn pga<'py>(
                 max_memory,
                 max_pairs,
                 pair_seed: seed,
+                null: null_kind,
+                spectrum_tol: Some(spectrum_tol),
                 ..EngineOptions::default()
             },
         }

@@ -57,6 +57,15 @@ def test_sampled_pairs_match_the_cli(acts, readout):
     assert all(r.n_pairs == 5000 and r.rho_se > 0 for r in py)
 
 
+def test_spectrum_null_matches_the_cli(acts, readout):
+    cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "8", "--n-null", "10", "--null", "spectrum")
+    py = repgeom.pga(acts, readout, k=8, n_null=10, null="spectrum", progress=False)
+    check(py, cli)
+    assert all(r.null == "spectrum" for r in py)
+    with pytest.raises(repgeom.InvalidInputError, match="null"):
+        repgeom.pga(acts, readout, k=8, n_null=10, null="uniform", progress=False)
+
+
 def test_one_layer_gives_one_result(acts, readout):
     cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "8", "--n-null", "10", "--layers", "1")
     r = repgeom.pga(acts[1], readout, k=8, n_null=10, progress=False)

@@ -233,6 +233,8 @@ def pga(
     vocab_rows: Optional[int] = None,
     readout_tensor: Optional[str] = None,
     revision: Optional[str] = None,
+    null: str = "haar",
+    spectrum_tol: float = 0.01,
 ) -> Union[PgaResult, PgaResults]:
     """Subspace PGA: is each layer's distance structure preserved better by the readout
     subspace than by random subspaces? (``repgeom pga``)
@@ -259,6 +261,10 @@ def pga(
         readout_tensor: name of the readout tensor in a checkpoint, overriding the default.
         revision: with a hub model id, the branch, tag or commit (e.g. ``"step3000"``;
             default ``"main"``).
+        null: ``"haar"`` (uniformly random subspaces, the default) or ``"spectrum"`` (the Haar
+            draws tilted until each captures the readout's share of the layer's variance;
+            ``repgeom pga --null spectrum``, see docs/pga.md).
+        spectrum_tol: relative tolerance of the spectrum null on captured variance.
 
     Returns:
         A :class:`PgaResult` for a single ``[N, d]`` layer and one CCR level, else
@@ -282,6 +288,8 @@ def pga(
         vocab_rows=vocab_rows,
         readout_tensor=readout_tensor,
         revision=revision,
+        null=str(null),
+        spectrum_tol=float(spectrum_tol),
     )
     results = [PgaResult(json.loads(r)) for r in rows]
     single = not _is_path(acts) and not isinstance(acts, Mapping) and _ndim(acts) == 2 and len(ccrs) == 1

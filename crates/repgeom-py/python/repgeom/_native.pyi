@@ -22,6 +22,8 @@ def pga(
     vocab_rows: Optional[int],
     readout_tensor: Optional[str],
     revision: Optional[str] = None,
+    null: str = "haar",
+    spectrum_tol: float = 0.01,
 ) -> list[str]: ...
 def metrics(
     layers: Sequence[tuple[int, Any]],
