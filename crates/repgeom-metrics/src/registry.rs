@@ -480,6 +480,75 @@ pub fn pair_metric(name: &str) -> Result<Box<dyn PairMetric>> {
     build::<dyn PairMetric>(name, pair_metric_names())
 }
 
+/// A metric configuration from its serialised form, `{"metric": name, ...options}` (options
+/// absent take their defaults): an unknown name lists the registered ones, a bad option names
+/// the metric, and the result is checked. The one parser behind the CLI's `NAME:{json}`, the
+/// study manifest's metric tables and the Python API.
+fn from_config<T: ?Sized>(
+    config: &serde_json::Map<String, serde_json::Value>,
+    known: Vec<&'static str>,
+    check: impl Fn(&T) -> Result<()>,
+) -> Result<Box<T>>
+where
+    Box<T>: for<'de> Deserialize<'de>,
+{
+    let name = match config.get("metric") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        other => {
+            return Err(Error::InvalidOption {
+                name: "metric".into(),
+                value: other.map_or_else(|| "(absent)".into(), ToString::to_string),
+                reason: "a metric configuration names its metric as a string under \"metric\""
+                    .into(),
+            });
+        }
+    };
+    let default = build::<T>(&name, known)?; // unknown names fail here, listing the known ones
+    let m = if config.len() == 1 {
+        default
+    } else {
+        serde_json::from_value::<Box<T>>(serde_json::Value::Object(config.clone())).map_err(
+            |e| Error::InvalidOption {
+                name: name.clone(),
+                value: serde_json::Value::Object(config.clone()).to_string(),
+                reason: e.to_string(),
+            },
+        )?
+    };
+    check(&m)?;
+    Ok(m)
+}
+
+/// The per-layer metric configured by `config`, `{"metric": name, ...options}`, checked.
+///
+/// ```
+/// let config = serde_json::json!({"metric": "rankme"});
+/// let m = repgeom_metrics::metric_from_config(config.as_object().unwrap()).unwrap();
+/// assert_eq!(m.info().name, "rankme");
+/// let bad = serde_json::json!({"metric": "no_such_metric"});
+/// assert!(repgeom_metrics::metric_from_config(bad.as_object().unwrap()).is_err());
+/// ```
+pub fn metric_from_config(
+    config: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Box<dyn Metric>> {
+    from_config::<dyn Metric>(config, metric_names(), |m| m.check())
+}
+
+/// The pair metric configured by `config`, `{"metric": name, ...options}`, checked.
+///
+/// ```
+/// let config = serde_json::json!({"metric": "mutual_knn", "k": 5});
+/// let m = repgeom_metrics::pair_metric_from_config(config.as_object().unwrap()).unwrap();
+/// assert_eq!(repgeom_metrics::options_of(&m)["k"], 5);
+/// let bad = serde_json::json!({"metric": "mutual_knn", "k": 0});
+/// assert!(repgeom_metrics::pair_metric_from_config(bad.as_object().unwrap()).is_err());
+/// ```
+pub fn pair_metric_from_config(
+    config: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Box<dyn PairMetric>> {
+    from_config::<dyn PairMetric>(config, pair_metric_names(), |m| m.check())
+}
+
 /// Every registered per-layer metric with default options, sorted by name.
 pub fn all_metrics() -> Vec<Box<dyn Metric>> {
     metric_names()

@@ -28,7 +28,7 @@ use pyo3::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::params::{PgaExtras, PgaParams, Readout};
 use repgeom_metrics::pga::{EngineOptions, assign_q_values};
-use repgeom_metrics::{LayerInput, Metric, PairInput, PairMetric};
+use repgeom_metrics::{LayerInput, PairInput};
 use repgeom_null::NullBases;
 
 use errors::Failure;
@@ -491,30 +491,19 @@ fn with_layer(layer: usize, json: String) -> String {
 }
 
 /// Parses metric configurations (`{"metric": name, ...options}` JSON) with the registry's
-/// messages for unknown names and bad options.
-fn parse_configs<T: ?Sized>(
+/// parser (`from_config`), so unknown names and bad options read as they do on the CLI.
+fn parse_configs<T>(
     configs: &[String],
-    lookup: impl Fn(&str) -> repgeom_metrics::Result<Box<T>>,
-) -> Result<Vec<Box<T>>, Failure>
-where
-    Box<T>: for<'de> serde::Deserialize<'de>,
-{
+    from_config: impl Fn(&serde_json::Map<String, serde_json::Value>) -> repgeom_metrics::Result<T>,
+) -> Result<Vec<T>, Failure> {
     configs
         .iter()
-        .map(|c| {
-            let value: serde_json::Value = serde_json::from_str(c)
-                .map_err(|e| Failure::Invalid(format!("metric options {c}: {e}")))?;
-            let name = value
-                .get("metric")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_owned();
-            let default = lookup(&name)?;
-            if value.as_object().is_some_and(|o| o.len() == 1) {
-                return Ok(default);
-            }
-            serde_json::from_value(value)
-                .map_err(|e| Failure::Invalid(format!("options of metric {name}: {e}")))
+        .map(|c| match serde_json::from_str(c) {
+            Ok(serde_json::Value::Object(o)) => Ok(from_config(&o)?),
+            Ok(_) => Err(Failure::Invalid(format!(
+                "metric options {c}: expected a JSON object"
+            ))),
+            Err(e) => Err(Failure::Invalid(format!("metric options {c}: {e}"))),
         })
         .collect()
 }
@@ -538,7 +527,7 @@ fn metrics<'py>(
 ) -> PyResult<Vec<String>> {
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
-        let metrics = parse_configs::<dyn Metric>(&configs, repgeom_metrics::metric)?;
+        let metrics = parse_configs(&configs, repgeom_metrics::metric_from_config)?;
         for m in &metrics {
             m.check()?;
         }
@@ -644,7 +633,7 @@ fn compare<'py>(
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
         let metrics = match &configs {
-            Some(c) => parse_configs::<dyn PairMetric>(c, repgeom_metrics::pair_metric)?,
+            Some(c) => parse_configs(c, repgeom_metrics::pair_metric_from_config)?,
             None => repgeom_metrics::all_pair_metrics(),
         };
         for m in &metrics {

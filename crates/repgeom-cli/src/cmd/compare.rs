@@ -95,7 +95,7 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         } else {
             args.metrics
                 .iter()
-                .map(|s| parse_spec(s, repgeom_metrics::pair_metric))
+                .map(|s| parse_spec(s, repgeom_metrics::pair_metric_from_config))
                 .collect::<anyhow::Result<_>>()?
         };
     }

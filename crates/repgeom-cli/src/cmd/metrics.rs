@@ -225,34 +225,29 @@ pub(crate) fn read_analysis(path: &Path) -> anyhow::Result<AnalysisParams> {
     parsed.with_context(|| format!("parsing the analysis in {}", path.display()))
 }
 
-/// Parses `NAME` or `NAME:{json options}` into a configured value of `T` (a metric trait object).
+/// Parses `NAME` or `NAME:{json options}` into a checked metric configuration with the
+/// registry's parser (`from_config`: [`repgeom_metrics::metric_from_config`] or its pair twin).
 pub(crate) fn parse_spec<T>(
     spec: &str,
-    lookup: impl Fn(&str) -> repgeom_metrics::Result<T>,
-) -> anyhow::Result<T>
-where
-    T: for<'de> serde::Deserialize<'de>,
-{
+    from_config: impl Fn(&serde_json::Map<String, serde_json::Value>) -> repgeom_metrics::Result<T>,
+) -> anyhow::Result<T> {
     let (name, options) = match spec.split_once(':') {
         Some((name, json)) => (name.trim(), Some(json)),
         None => (spec.trim(), None),
     };
-    let default = lookup(name)?; // unknown names fail here, listing the known ones
-    let Some(json) = options else {
-        return Ok(default);
+    let mut config = match options {
+        None => serde_json::Map::new(),
+        Some(json) => match serde_json::from_str(json) {
+            Ok(serde_json::Value::Object(o)) => o,
+            _ => anyhow::bail!("options of --metric {name}: expected a JSON object, got {json:?}"),
+        },
     };
-    let mut value: serde_json::Value = serde_json::from_str(json).with_context(|| {
-        format!("options of --metric {name}: expected a JSON object, got {json:?}")
-    })?;
-    let obj = value.as_object_mut().ok_or_else(|| {
-        anyhow::anyhow!("options of --metric {name}: expected a JSON object, got {json:?}")
-    })?;
-    obj.insert("metric".into(), serde_json::Value::from(name));
-    serde_json::from_value(value).with_context(|| format!("options of --metric {name}"))
+    config.insert("metric".into(), serde_json::Value::from(name));
+    Ok(from_config(&config)?)
 }
 
 fn parse_metric_spec(spec: &str) -> anyhow::Result<Box<dyn Metric>> {
-    parse_spec(spec, repgeom_metrics::metric)
+    parse_spec(spec, repgeom_metrics::metric_from_config)
 }
 
 /// The default model label: the file stem.
