@@ -31,8 +31,8 @@ mod tests;
 
 pub use error::{Error, Result};
 pub use manifest::{
-    Analysis, BUILTIN, CheckpointSpec, ExtractSpec, FullAt, Manifest, ModelSpec, ProbeSpec,
-    ReportSettings, SyntheticSpec,
+    Analysis, BUILTIN, CheckpointSpec, CrossMetric, ExtractSpec, FullAt, Manifest, ModelSpec,
+    ProbeSpec, ReportSettings, SyntheticSpec, default_cross,
 };
 pub use parts::{
     MergeReport, PART_FORMAT, PLAN_FORMAT, Part, PlanFile, is_done, merge, part_path, parts_dir,

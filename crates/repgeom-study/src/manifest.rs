@@ -166,6 +166,50 @@ pub struct Analysis {
     /// Relative tolerance of the spectrum null on each draw's captured variance (default 0.01).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spectrum_tol: Option<f64>,
+    /// Pair metrics of the cross-model units (`pairs`), each a registry name or a table with
+    /// the name under `metric` and options beside it, e.g.
+    /// `["distance_spearman", "cka_linear", { metric = "mutual_knn", k = 20 }]`. Options left
+    /// out take the study's settings where it has one (`distance_spearman`'s `ccr` is the
+    /// first CCR level; a `seed` option is `analysis.seed`) and the registry's defaults
+    /// otherwise. Figure 7 draws `distance_spearman` and a panel per other metric.
+    #[serde(skip_serializing_if = "is_default_cross")]
+    pub cross: Vec<CrossMetric>,
+}
+
+/// One entry of `analysis.cross`: a pair metric's registry name, or its configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CrossMetric {
+    /// A registry name, e.g. `"mutual_knn"`.
+    Name(String),
+    /// `{ metric = "mutual_knn", k = 20 }`: the name under `metric`, options beside it.
+    Config(serde_json::Map<String, serde_json::Value>),
+}
+
+impl CrossMetric {
+    fn config(&self) -> serde_json::Map<String, serde_json::Value> {
+        match self {
+            Self::Name(n) => {
+                let mut m = serde_json::Map::new();
+                m.insert("metric".into(), serde_json::Value::from(n.as_str()));
+                m
+            }
+            Self::Config(m) => m.clone(),
+        }
+    }
+}
+
+/// The cross-model metrics of a study that does not name them: distance agreement (full,
+/// readout and random subspaces) and linear CKA.
+pub fn default_cross() -> Vec<CrossMetric> {
+    vec![
+        CrossMetric::Name("distance_spearman".into()),
+        CrossMetric::Name("cka_linear".into()),
+    ]
+}
+
+fn is_default_cross(c: &[CrossMetric]) -> bool {
+    c == default_cross().as_slice()
 }
 
 fn is_haar(n: &repgeom_null::NullKind) -> bool {
@@ -180,6 +224,31 @@ impl Analysis {
             Some(f) => (f * f64::from(d)).round() as usize,
             None => self.k,
         }
+    }
+
+    /// The configured pair metrics of `cross`, checked (see [`Analysis::cross`] for how the
+    /// study's settings fill options left out).
+    pub fn cross_metrics(
+        &self,
+    ) -> repgeom_metrics::Result<Vec<Box<dyn repgeom_metrics::PairMetric>>> {
+        self.cross
+            .iter()
+            .map(|c| {
+                let mut config = c.config();
+                let name = config.get("metric").and_then(|v| v.as_str()).unwrap_or("");
+                let options = repgeom_metrics::pair_metric(name)
+                    .map(|m| repgeom_metrics::options_of(&m))
+                    .unwrap_or_default();
+                if name == "distance_spearman" {
+                    let ccr = self.ccr.first().copied().unwrap_or(1);
+                    config.entry("ccr").or_insert_with(|| ccr.into());
+                }
+                if options.contains_key("seed") {
+                    config.entry("seed").or_insert_with(|| self.seed.into());
+                }
+                repgeom_metrics::pair_metric_from_config(&config)
+            })
+            .collect()
     }
 
     /// How `k` was chosen, in words: `k = 100` or `k = round(0.05·d)`.
@@ -217,6 +286,7 @@ impl Default for Analysis {
             max_memory: None,
             null: repgeom_null::NullKind::Haar,
             spectrum_tol: None,
+            cross: default_cross(),
         }
     }
 }
@@ -417,7 +487,8 @@ impl Manifest {
     ///
     /// Widths 64 and 128 take the late-layer detour ("small"), 256 and 512 do not ("large");
     /// `k = d / 8` per model, 100 null draws, CCR 1/5/10, all four spectral metrics, PC shares,
-    /// probes, and cross-model pairs between neighbouring widths.
+    /// probes, and cross-model pairs between neighbouring widths (distance agreement, linear
+    /// CKA and mutual kNN).
     pub fn synthetic_default() -> Self {
         let spec = SyntheticSpec {
             widths: vec![64, 128, 256, 512],
@@ -433,6 +504,13 @@ impl Manifest {
             analysis: Analysis {
                 // Figure 9: z against k/d around the zoo's own k = d/8.
                 k_sensitivity: vec![1.0 / 32.0, 1.0 / 16.0, 1.0 / 4.0],
+                // Figure 7: mutual kNN (with its permutation null) beside CKA and distance
+                // agreement.
+                cross: {
+                    let mut c = default_cross();
+                    c.push(CrossMetric::Name("mutual_knn".into()));
+                    c
+                },
                 ..Analysis::default()
             },
             report: ReportSettings {
@@ -544,6 +622,21 @@ impl Manifest {
                     "analysis.spectral",
                     format!(
                         "{s:?} is not a spectral metric (set analysis.ccr / analysis.pc_share)"
+                    ),
+                ));
+            }
+        }
+        let configured = a
+            .cross_metrics()
+            .map_err(|e| bad("analysis.cross", e.to_string()))?;
+        let mut names = BTreeSet::new();
+        for m in &configured {
+            if !names.insert(m.info().name) {
+                return Err(bad(
+                    "analysis.cross",
+                    format!(
+                        "{:?} is listed twice (its rows would collide)",
+                        m.info().name
                     ),
                 ));
             }

@@ -37,8 +37,8 @@ pub enum UnitKind {
     Probe,
     /// The checkpoint's validation loss (one row, on the model's first analysed layer).
     ValLoss,
-    /// Cross-model distance agreement and linear CKA against `other` (its final checkpoint,
-    /// the layer nearest in relative depth).
+    /// The pair metrics of `analysis.cross` (by default distance agreement and linear CKA)
+    /// against `other` (its final checkpoint, the layer nearest in relative depth).
     Cross {
         /// The other model's label.
         other: String,
@@ -432,7 +432,7 @@ impl Study {
     /// SHA-256 over the canonical JSON of what determines the unit's numbers: the format
     /// version, the unit, `n_null`, the seed, each involved model's source, `k` and layers, and
     /// the analysis options that change numbers or rows (distance, readout options, pair
-    /// sampling, bootstrap).
+    /// sampling, bootstrap, the null, and for cross units the pair metrics).
     pub fn config_hash(&self, unit: &Unit) -> String {
         #[derive(Serialize)]
         struct Key<'a> {
@@ -457,6 +457,8 @@ impl Study {
             null: repgeom_null::NullKind,
             #[serde(skip_serializing_if = "Option::is_none")]
             spectrum_tol: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cross: Option<&'a [crate::manifest::CrossMetric]>,
         }
         fn is_haar(n: &repgeom_null::NullKind) -> bool {
             *n == repgeom_null::NullKind::Haar
@@ -505,6 +507,14 @@ impl Study {
             spectrum_tol: match a.null {
                 repgeom_null::NullKind::Haar => None,
                 repgeom_null::NullKind::Spectrum => a.spectrum_tol,
+            },
+            // Only cross units depend on the pair metrics, and the default list leaves earlier
+            // hashes as they were.
+            cross: match &unit.kind {
+                UnitKind::Cross { .. } if a.cross != crate::manifest::default_cross() => {
+                    Some(&a.cross)
+                }
+                _ => None,
             },
         };
         let json = serde_json::to_string(&key).expect("plain data serialises");

@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use repgeom_linalg::{Mat, Par};
-use repgeom_metrics::{
-    DistanceSpearman, LayerInput, Metric, MetricValue, PairInput, PairMetric, PcReadoutShare, Pga,
-};
+use repgeom_metrics::{LayerInput, Metric, MetricValue, PairInput, PcReadoutShare, Pga};
 use repgeom_null::{NullBases, NullParams};
 use repgeom_report::Row;
 
@@ -294,24 +292,35 @@ impl<'s> Loader<'s> {
     fn sequences(&self, m: &ModelInfo, ckpt: &str, n: usize) -> Result<Option<Vec<usize>>> {
         match &m.source {
             ModelSource::Synthetic { .. } => Ok(None),
-            ModelSource::Files(spec) => {
-                let c = spec
-                    .checkpoints
-                    .iter()
-                    .find(|c| c.name == ckpt)
-                    .expect("planned checkpoint");
-                // An extracted checkpoint's file records its sequence ids like `repgeom extract`'s.
-                let path = match &c.activations {
-                    Some(p) => p.clone(),
-                    None => self
-                        .extracted(m, ckpt)?
-                        .expect("checked: revision without activations")
-                        .acts
-                        .clone(),
-                };
-                Ok(repgeom_io::read_sequence_ids(&path, n)?)
-            }
+            // An extracted checkpoint's file records its sequence ids like `repgeom extract`'s.
+            ModelSource::Files(spec) => Ok(repgeom_io::read_sequence_ids(
+                &self.activations_path(m, spec, ckpt)?,
+                n,
+            )?),
         }
+    }
+
+    /// The activation file of file model `m` at checkpoint `ckpt`: the manifest's
+    /// `activations`, or the extraction stage's cached file for a hub revision.
+    fn activations_path(
+        &self,
+        m: &ModelInfo,
+        spec: &crate::manifest::ModelSpec,
+        ckpt: &str,
+    ) -> Result<std::path::PathBuf> {
+        let c = spec
+            .checkpoints
+            .iter()
+            .find(|c| c.name == ckpt)
+            .expect("planned checkpoint");
+        Ok(match &c.activations {
+            Some(p) => p.clone(),
+            None => self
+                .extracted(m, ckpt)?
+                .expect("checked: revision without activations")
+                .acts
+                .clone(),
+        })
     }
 
     /// The given layers of model `m` at checkpoint `ckpt`, as `N × d` matrices.
@@ -335,19 +344,7 @@ impl<'s> Loader<'s> {
                 }
             }
             ModelSource::Files(spec) => {
-                let c = spec
-                    .checkpoints
-                    .iter()
-                    .find(|c| c.name == ckpt)
-                    .expect("planned checkpoint");
-                let path = match &c.activations {
-                    Some(p) => p.clone(),
-                    None => self
-                        .extracted(m, ckpt)?
-                        .expect("checked: revision without activations")
-                        .acts
-                        .clone(),
-                };
+                let path = self.activations_path(m, spec, ckpt)?;
                 let acts = repgeom_io::read_activations(&path, Some(layers))?;
                 for la in acts.layers {
                     let mx = la.acts;
@@ -637,13 +634,10 @@ fn compute_unit(
                     .with_null(&octx.null)?;
                 Ok(PairInput::new(input()?, b)?)
             };
-            let mut v = DistanceSpearman {
-                ccr: a.ccr[0],
-                readout: true,
-                random: true,
+            let mut v = Vec::new();
+            for metric in a.cross_metrics()? {
+                v.extend(metric.compute(&pair()?)?);
             }
-            .compute(&pair()?)?;
-            v.extend(repgeom_metrics::pair_metric("cka_linear")?.compute(&pair()?)?);
             return Ok(v
                 .into_iter()
                 .map(|v| to_row(m, u, v).with_other_model(&o.label))

@@ -82,6 +82,31 @@ fn hash_changes_only_with_what_matters() {
             .all(|(x, y)| x.config_hash != y.config_hash),
         "the null changes every hash",
     );
+    // The cross metrics enter the cross units' hashes only; the default list written out
+    // keeps every hash.
+    let with = |cross: Vec<crate::CrossMetric>| {
+        let mut m = small();
+        m.analysis.cross = cross;
+        Study::new(m, "t").unwrap().units
+    };
+    let default = with(crate::default_cross());
+    let mut m = small();
+    m.analysis.cross = crate::default_cross();
+    let text = toml::to_string(&m).unwrap();
+    check(
+        !text.contains("cross ="),
+        "the default list is not written out",
+    );
+    let reread: Manifest = toml::from_str(&text).unwrap();
+    assert_eq!(Study::new(reread, "t").unwrap().units, default);
+    let knn = with(vec![crate::CrossMetric::Name("mutual_knn".into())]);
+    for (x, y) in default.iter().zip(&knn) {
+        let is_cross = matches!(x.unit.kind, crate::UnitKind::Cross { .. });
+        check(
+            (x.config_hash != y.config_hash) == is_cross,
+            &format!("{}: only cross units change with analysis.cross", x.id),
+        );
+    }
 }
 
 /// The PGA units honour the manifest's engine options: a memory budget with room for one
@@ -246,6 +271,28 @@ fn manifest_errors_name_the_place() {
     m.analysis.spectrum_tol = Some(1.5);
     let e = Study::new(m, "study.toml").unwrap_err().to_string();
     check(e.contains("analysis.spectrum_tol") && e.contains("1.5"), &e);
+    for (cross, needle) in [
+        (r#"["distance_spearman", "mutual_knnn"]"#, "mutual_knnn"),
+        (r#"[{ metric = "mutual_knn", k = 0 }]"#, "k"),
+        (r#"[{ metric = "mutual_knn", kk = 3 }]"#, "kk"),
+        (r#"[{ k = 3 }]"#, "metric"),
+        (
+            r#"["cka_linear", { metric = "cka_linear", debiased = true }]"#,
+            "twice",
+        ),
+    ] {
+        let mut m = small();
+        m.analysis.cross =
+            toml::from_str::<toml::Table>(&format!("cross = {cross}")).unwrap()["cross"]
+                .clone()
+                .try_into()
+                .unwrap();
+        let e = Study::new(m, "study.toml").unwrap_err().to_string();
+        check(
+            e.contains("study.toml") && e.contains("analysis.cross") && e.contains(needle),
+            &format!("{cross}: {e}"),
+        );
+    }
     let e = toml::from_str::<Manifest>("[analysis]\nnull = \"gauss\"\n")
         .unwrap_err()
         .to_string();

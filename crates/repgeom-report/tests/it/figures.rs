@@ -323,3 +323,50 @@ fn fig9_is_drawn_only_with_several_k_per_model() {
     // One line per model in each of the two panels.
     assert!(f.svg.matches("<polyline").count() >= 4, "{}", structure(&f));
 }
+
+/// With mutual kNN and CKA rows beside distance agreement, each pair gets a row of panels:
+/// distance first, then mutual kNN with its permutation null keyed inside, then CKA.
+#[test]
+fn fig7_draws_a_column_per_pair_metric() {
+    let mut rows = Vec::new();
+    for (a, da, b) in [("small", 512u32, "large"), ("large", 1024, "small")] {
+        for layer in 0..3 {
+            let x = f64::from(layer);
+            rows.push(
+                Row::new(a, "f", da, layer, 3, "distance_spearman", "full", 0.5 + 0.1 * x)
+                    .with_other_model(b),
+            );
+            rows.push(
+                Row::new(a, "f", da, layer, 3, "mutual_knn", "", 0.3 + 0.05 * x)
+                    .with_null(0.03, 0.004, 0.01)
+                    .with_other_model(b),
+            );
+            rows.push(
+                Row::new(a, "f", da, layer, 3, "cka_linear", "biased", 0.8)
+                    .with_other_model(b),
+            );
+        }
+    }
+    let t = ResultsTable::new(rows).unwrap();
+    let f = repgeom_report::fig7_cross_model(&t, &FigureOptions::default()).unwrap();
+    let texts = svg_texts(&f.svg);
+    let titles: Vec<&String> = texts.iter().filter(|s| s.contains(" vs ")).collect();
+    assert_eq!(
+        titles,
+        [
+            "small vs large",
+            "small vs large: mutual kNN alignment",
+            "small vs large: linear CKA",
+            "large vs small",
+            "large vs small: mutual kNN alignment",
+            "large vs small: linear CKA",
+        ]
+    );
+    assert!(texts.iter().any(|s| s == "null (± 1 sd)"), "{texts:?}");
+    assert!(texts.iter().any(|s| s == "Cross-model agreement"), "{texts:?}");
+    assert!(
+        f.caption.contains("mutual kNN alignment, linear CKA"),
+        "{}",
+        f.caption
+    );
+}

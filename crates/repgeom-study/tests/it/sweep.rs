@@ -72,6 +72,8 @@ fn resume_and_shards_give_the_same_table() {
         "probe_accuracy",
         "val_loss",
         "distance_spearman",
+        "cka_linear",
+        "mutual_knn",
     ] {
         assert!(metrics.contains(m), "{m} missing from {metrics:?}");
     }
@@ -131,4 +133,65 @@ fn spectrum_null_rows_are_recorded_in_their_own_variants() {
         assert!((mean - t).abs() <= 0.01 * t, "{t} vs {mean}");
     }
     assert!(pga.iter().any(|r| r.metric == "pga_captured_variance"));
+}
+
+/// `analysis.cross` chooses the cross units' metrics and their options; the study's seed
+/// fills a metric's `seed`, and rows carry the other model.
+#[test]
+fn cross_metrics_come_from_the_manifest() {
+    let mut m = tiny().manifest;
+    m.analysis.seed = 7;
+    m.analysis.cross = toml::from_str::<toml::Table>(
+        r#"cross = ["cka_linear", { metric = "mutual_knn", k = 5, n_perm = 20 }]"#,
+    )
+    .unwrap()["cross"]
+        .clone()
+        .try_into()
+        .unwrap();
+    let study = Study::new(m, "tiny cross").unwrap();
+    let cross: Vec<_> = study
+        .units
+        .iter()
+        .filter(|u| matches!(u.unit.kind, repgeom_study::UnitKind::Cross { .. }))
+        .cloned()
+        .collect();
+    assert!(!cross.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let stats = run(&study, dir.path(), None);
+    assert_eq!(stats.computed, study.units.len());
+    let (table, _) = merge(dir.path()).unwrap();
+    let rows: Vec<_> = table
+        .rows()
+        .iter()
+        .filter(|r| !r.other_model.is_empty())
+        .collect();
+    let names: std::collections::BTreeSet<_> = rows.iter().map(|r| r.metric.as_str()).collect();
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        ["cka_linear", "mutual_knn"]
+    );
+    let knn: Vec<_> = rows.iter().filter(|r| r.metric == "mutual_knn").collect();
+    assert_eq!(knn.len(), cross.len());
+    for r in knn {
+        assert_eq!(r.other_model, "synthetic-d256");
+        // The permutation null is recorded: independent clouds sit near chance, k/(N-1).
+        let (mean, sd) = (r.null_mean.unwrap(), r.null_std.unwrap());
+        assert!((mean - 5.0 / 47.0).abs() < 0.05, "null mean {mean}");
+        assert!(sd > 0.0 && r.p_value.is_some(), "{r:?}");
+    }
+    // The same options with another seed give another null (the study's seed reached it).
+    let mut m = study.manifest.clone();
+    m.analysis.seed = 8;
+    let other = Study::new(m, "tiny cross").unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    run(&other, dir2.path(), None);
+    let (t2, _) = merge(dir2.path()).unwrap();
+    let null_means = |t: &repgeom_report::ResultsTable| -> Vec<f64> {
+        t.rows()
+            .iter()
+            .filter(|r| r.metric == "mutual_knn")
+            .map(|r| r.null_mean.unwrap())
+            .collect()
+    };
+    assert_ne!(null_means(&table), null_means(&t2));
 }
