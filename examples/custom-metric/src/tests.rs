@@ -32,3 +32,13 @@ fn participation_ratio_of_three_equal_axes_is_three() {
         .unwrap();
     assert!((v[0].value - 3.0).abs() < 1e-9, "{}", v[0].value);
 }
+
+/// The plugin passes the registry's conformance suite in both configurations, so its declared
+/// properties (rotation invariance, documented options, determinism) are checked, not asserted.
+#[test]
+fn conforms() {
+    use crate::ParticipationRatio;
+    for normalize in [false, true] {
+        repgeom_metrics::conformance::check_metric(&ParticipationRatio { normalize });
+    }
+}
