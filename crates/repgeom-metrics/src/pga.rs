@@ -539,7 +539,7 @@ pub fn bootstrap_ci(
                     right: format!("{n} points"),
                 });
             }
-            let mut index = std::collections::HashMap::new(); // tidy: lookup only
+            let mut index = std::collections::BTreeMap::new();
             let mut members: Vec<Vec<usize>> = Vec::new();
             for (i, &s) in g.iter().enumerate() {
                 let slot = *index.entry(s).or_insert_with(|| {
