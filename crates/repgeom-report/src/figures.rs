@@ -1102,13 +1102,24 @@ pub fn fig7_cross_model(table: &ResultsTable, opts: &FigureOptions) -> Result<Fi
                     distance_series(&mr, &kinds),
                 )
             } else {
+                // The row's first panel names the pair; the others name their metric.
+                let title = if has_distance {
+                    pair_metric_label(metric).to_owned()
+                } else {
+                    format!("{a} vs {b}: {}", pair_metric_label(metric))
+                };
                 let mut p = depth_panel(
-                    &format!("{a} vs {b}: {}", pair_metric_label(metric)),
+                    &title,
                     pair_metric_label(metric),
                     Scale::Linear,
                     pair_metric_series(&mr),
                 );
-                p.inline_legend = true;
+                p.inline_legend = p.series.len() > 1;
+                // Similarities bounded in [0, 1] on their whole range, so a value near its null
+                // looks near it.
+                if matches!(*metric, "mutual_knn" | "cka_linear" | "svcca" | "pwcca") {
+                    p.y_range = Some((0.0, 1.0));
+                }
                 p
             };
             if panel.series.iter().all(|s| s.points.len() <= 1) {

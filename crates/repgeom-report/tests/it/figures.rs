@@ -333,8 +333,17 @@ fn fig7_draws_a_column_per_pair_metric() {
         for layer in 0..3 {
             let x = f64::from(layer);
             rows.push(
-                Row::new(a, "f", da, layer, 3, "distance_spearman", "full", 0.5 + 0.1 * x)
-                    .with_other_model(b),
+                Row::new(
+                    a,
+                    "f",
+                    da,
+                    layer,
+                    3,
+                    "distance_spearman",
+                    "full",
+                    0.5 + 0.1 * x,
+                )
+                .with_other_model(b),
             );
             rows.push(
                 Row::new(a, "f", da, layer, 3, "mutual_knn", "", 0.3 + 0.05 * x)
@@ -342,28 +351,40 @@ fn fig7_draws_a_column_per_pair_metric() {
                     .with_other_model(b),
             );
             rows.push(
-                Row::new(a, "f", da, layer, 3, "cka_linear", "biased", 0.8)
-                    .with_other_model(b),
+                Row::new(a, "f", da, layer, 3, "cka_linear", "biased", 0.8).with_other_model(b),
             );
         }
     }
     let t = ResultsTable::new(rows).unwrap();
     let f = repgeom_report::fig7_cross_model(&t, &FigureOptions::default()).unwrap();
     let texts = svg_texts(&f.svg);
-    let titles: Vec<&String> = texts.iter().filter(|s| s.contains(" vs ")).collect();
+    let titles: Vec<&String> = texts
+        .iter()
+        .filter(|s| {
+            s.contains(" vs ") || ["mutual kNN alignment", "linear CKA"].contains(&s.as_str())
+        })
+        .collect();
+    // (each metric's name appears twice per row: panel title and y-axis label)
     assert_eq!(
         titles,
         [
             "small vs large",
-            "small vs large: mutual kNN alignment",
-            "small vs large: linear CKA",
+            "mutual kNN alignment",
+            "mutual kNN alignment",
+            "linear CKA",
+            "linear CKA",
             "large vs small",
-            "large vs small: mutual kNN alignment",
-            "large vs small: linear CKA",
+            "mutual kNN alignment",
+            "mutual kNN alignment",
+            "linear CKA",
+            "linear CKA",
         ]
     );
     assert!(texts.iter().any(|s| s == "null (± 1 sd)"), "{texts:?}");
-    assert!(texts.iter().any(|s| s == "Cross-model agreement"), "{texts:?}");
+    assert!(
+        texts.iter().any(|s| s == "Cross-model agreement"),
+        "{texts:?}"
+    );
     assert!(
         f.caption.contains("mutual kNN alignment, linear CKA"),
         "{}",
