@@ -1,5 +1,6 @@
 //! Subspace PGA as a library call: [`PgaParams`] → [`PgaParams::check`] → [`ValidPgaParams`] →
-//! [`ValidPgaParams::run`] on an in-memory matrix, with the readout given as `W_U` or as a
+//! [`ValidPgaParams::run`] on an in-memory matrix (faer or ndarray views, `f32` or `f64`: see
+//! [`Acts`] and [`Readout`]), with the readout given as `W_U` or as a
 //! basis and the null drawn from `(n_null, seed)` unless supplied. Progress callback, label,
 //! supplied null bases and several CCR levels are optional extras ([`PgaExtras`]).
 //!
@@ -7,6 +8,7 @@
 //! in [`crate::pga`]; it adds no computation of its own, so a call here and `repgeom pga` on the
 //! same inputs and seeds give identical numbers.
 
+use ndarray::{Array2, ArrayView2};
 use repgeom_linalg::{Mat, MatRef, Par, first_non_finite};
 use repgeom_null::{NullBases, NullParams};
 use serde::{Deserialize, Serialize};
@@ -51,23 +53,83 @@ pub struct ValidPgaParams {
     par: Par,
 }
 
-/// The readout side of a PGA call.
+/// The readout side of a PGA call, as a faer or an ndarray view.
 #[derive(Debug, Clone, Copy)]
 pub enum Readout<'a> {
     /// The unembedding matrix `W_U` (`V × d`); the basis is its top-`k` right singular vectors.
     Unembedding(MatRef<'a, f32>),
     /// A `d × k` basis with orthonormal columns, used as given (`k` is its column count).
     Basis(MatRef<'a, f64>),
+    /// `W_U` as an ndarray view (read in place when row-major contiguous, else copied once).
+    NdUnembedding(ArrayView2<'a, f32>),
+    /// A `d × k` orthonormal basis as an ndarray view.
+    NdBasis(ArrayView2<'a, f64>),
 }
 
 /// Activations (`N × d`) in `f32` (used in place) or `f64` (converted to `f32`, the engine's
-/// precision for distances).
+/// precision for distances), as faer or ndarray views: `.into()` from any of them.
 #[derive(Debug, Clone, Copy)]
 pub enum Acts<'a> {
     /// `f32` values, any strides.
     F32(MatRef<'a, f32>),
     /// `f64` values, converted once.
     F64(MatRef<'a, f64>),
+    /// An ndarray view of `f32` values: in place when row-major contiguous (the default
+    /// layout), else copied once.
+    NdF32(ArrayView2<'a, f32>),
+    /// An ndarray view of `f64` values, converted once.
+    NdF64(ArrayView2<'a, f64>),
+}
+
+impl<'a> From<ArrayView2<'a, f32>> for Acts<'a> {
+    fn from(v: ArrayView2<'a, f32>) -> Self {
+        Acts::NdF32(v)
+    }
+}
+
+impl<'a> From<ArrayView2<'a, f64>> for Acts<'a> {
+    fn from(v: ArrayView2<'a, f64>) -> Self {
+        Acts::NdF64(v)
+    }
+}
+
+impl<'a> From<&'a Array2<f32>> for Acts<'a> {
+    fn from(a: &'a Array2<f32>) -> Self {
+        Acts::NdF32(a.view())
+    }
+}
+
+impl<'a> From<&'a Array2<f64>> for Acts<'a> {
+    fn from(a: &'a Array2<f64>) -> Self {
+        Acts::NdF64(a.view())
+    }
+}
+
+/// A faer view of an ndarray `f32` view: in place when row-major contiguous, else a copy
+/// kept in `store`. (ndarray views are invariant in their lifetime, hence `'v: 's`.)
+fn faer_f32<'v: 's, 's>(
+    v: ArrayView2<'v, f32>,
+    store: &'s mut Option<Mat<f32>>,
+) -> MatRef<'s, f32> {
+    match v.to_slice() {
+        Some(s) => MatRef::from_row_major_slice(s, v.nrows(), v.ncols()),
+        None => store
+            .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)]))
+            .as_ref(),
+    }
+}
+
+/// As [`faer_f32`] for `f64`.
+fn faer_f64<'v: 's, 's>(
+    v: ArrayView2<'v, f64>,
+    store: &'s mut Option<Mat<f64>>,
+) -> MatRef<'s, f64> {
+    match v.to_slice() {
+        Some(s) => MatRef::from_row_major_slice(s, v.nrows(), v.ncols()),
+        None => store
+            .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)]))
+            .as_ref(),
+    }
 }
 
 impl<'a> From<MatRef<'a, f32>> for Acts<'a> {
@@ -178,6 +240,28 @@ impl ValidPgaParams {
     /// assert!(r.rho_readout > r.null_mean);
     /// # Ok::<(), repgeom_metrics::Error>(())
     /// ```
+    ///
+    /// The same call on ndarray arrays (`f32` or `f64`; row-major views are read in place):
+    ///
+    /// ```
+    /// use ndarray::Array2;
+    /// use repgeom_metrics::params::{PgaParams, Readout};
+    ///
+    /// let acts = Array2::<f64>::from_shape_fn((40, 8), |(i, j)| match j {
+    ///     0 => (i as f64 * 0.37).sin(),
+    ///     1 => (i as f64 * 0.11).cos(),
+    ///     _ => 0.01 * ((i * 7 + j * 3) % 5) as f64,
+    /// });
+    /// let basis = Array2::<f64>::from_shape_fn((8, 2), |(i, j)| if i == j { 1.0 } else { 0.0 });
+    /// let params = PgaParams { k: 2, ccr: 0, n_null: 20, ..PgaParams::default() }.check()?;
+    /// let r = params.run(&acts, Readout::NdBasis(basis.view()))?;
+    /// // A transposed (column-major) view is copied once and gives the same numbers.
+    /// let t = acts.t().to_owned();
+    /// let again = params.run(t.t(), Readout::NdBasis(basis.view()))?;
+    /// assert_eq!(r.z.to_bits(), again.z.to_bits());
+    /// assert!(r.rho_readout > r.null_mean);
+    /// # Ok::<(), repgeom_metrics::Error>(())
+    /// ```
     pub fn run<'a>(&self, acts: impl Into<Acts<'a>>, readout: Readout<'_>) -> Result<PgaResult> {
         let mut all = self.run_with(acts, readout, &PgaExtras::default())?;
         Ok(all.remove(0))
@@ -214,13 +298,14 @@ impl ValidPgaParams {
         readout: Readout<'_>,
         extras: &PgaExtras<'_>,
     ) -> Result<Vec<PgaResult>> {
-        let converted;
+        let mut converted = None;
         let acts = match acts.into() {
             Acts::F32(m) => m,
-            Acts::F64(m) => {
-                converted = repgeom_linalg::to_f32(m);
-                converted.as_ref()
-            }
+            Acts::F64(m) => converted.insert(repgeom_linalg::to_f32(m)).as_ref(),
+            Acts::NdF32(v) => faer_f32(v, &mut converted),
+            Acts::NdF64(v) => converted
+                .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)] as f32))
+                .as_ref(),
         };
         let (n, d) = (acts.nrows(), acts.ncols());
         let default_label;
@@ -231,11 +316,17 @@ impl ValidPgaParams {
                 &default_label
             }
         };
+        let (mut w_copy, mut basis_copy) = (None, None);
         let computed;
         let basis = match readout {
             Readout::Basis(b) => b,
+            Readout::NdBasis(v) => faer_f64(v, &mut basis_copy),
             Readout::Unembedding(w) => {
                 computed = self.readout_basis(w, d, what)?;
+                computed.as_ref()
+            }
+            Readout::NdUnembedding(v) => {
+                computed = self.readout_basis(faer_f32(v, &mut w_copy), d, what)?;
                 computed.as_ref()
             }
         };
