@@ -2,7 +2,6 @@
 //! (Spearman of pairwise cosine distances) in the full space, in each model's readout subspace
 //! and in random subspaces; and linear CKA.
 
-use rayon::prelude::*;
 use repgeom_linalg::{
     Mat, MatRef, Par, RankScratch, RankedReference, ccr, condensed_len, cosine_distances,
     cosine_distances_into, gram_rows, hsic_biased_unscaled, hsic_unbiased, project, project_f32,
@@ -149,22 +148,13 @@ impl PairMetric for DistanceSpearman {
             let qa32: Vec<Mat<f32>> = qa.bases().iter().map(|q| to_f32(q.as_ref())).collect();
             let qb32: Vec<Mat<f32>> = qb.bases().iter().map(|q| to_f32(q.as_ref())).collect();
             let pairs: Vec<(&Mat<f32>, &Mat<f32>)> = qa32.iter().zip(&qb32).collect();
-            let draw = |s: &mut DrawScratch, (q1, q2): (&Mat<f32>, &Mat<f32>)| -> Result<f64> {
-                s.rho(ha.as_ref(), q1.as_ref(), hb.as_ref(), q2.as_ref(), &what)
-            };
-            let rhos: Vec<f64> = match par {
-                Par::Seq => {
-                    let mut s = DrawScratch::new(n);
-                    pairs
-                        .iter()
-                        .map(|&p| draw(&mut s, p))
-                        .collect::<Result<_>>()?
-                }
-                _ => pairs
-                    .par_iter()
-                    .map_init(|| DrawScratch::new(n), |s, &p| draw(s, p))
-                    .collect::<Result<_>>()?,
-            };
+            let rhos = crate::pga::over_draws(
+                &pairs,
+                par,
+                &|| {},
+                || DrawScratch::new(n),
+                |&(q1, q2), s| s.rho(ha.as_ref(), q1.as_ref(), hb.as_ref(), q2.as_ref(), &what),
+            )?;
             Some(rhos)
         } else {
             None

@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
-/// Fewest points for which PGA is defined (below this there are too few pairs to rank).
-pub const MIN_POINTS: usize = 4;
+/// Fewest points for which PGA is defined: the registry's one limit for every metric.
+pub use crate::registry::MIN_POINTS;
 
 /// The result of Subspace PGA on one layer at one CCR level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -647,7 +647,7 @@ fn pga_corrected(
         par,
         on_draw,
         || DrawScratch::new(n),
-        |q, scratch| engine.rho(q, scratch, "random subspace"),
+        |q, scratch| engine.rho(q.as_ref(), scratch, "random subspace"),
     )?;
     let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
     let mut r = PgaResult::from_null(
@@ -816,7 +816,7 @@ fn pga_sampled(
     let (rho_readout, sq_readout) =
         rho(readout, &mut SampledScratch::default(), "readout subspace")?;
     let draws = over_draws(null, par, on_draw, SampledScratch::default, |q, scratch| {
-        rho(q, scratch, "random subspace")
+        rho(q.as_ref(), scratch, "random subspace")
     })?;
     let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
     let mut r = PgaResult::from_null(
@@ -838,23 +838,24 @@ pub fn spearman_standard_error(rho: f64, m: usize) -> f64 {
     (1.0 - rho * rho) * (1.06 / (m as f64 - 3.0).max(1.0)).sqrt()
 }
 
-/// Computes `rho` for every null basis, in draw order: on this thread with `Par::Seq`, else on
-/// the current rayon pool with one scratch (from `init`) per worker. Either way the results
-/// are identical; `on_draw` is called after each draw.
-fn over_draws<S: Send, T: Send>(
-    null: &[Mat<f32>],
+/// Computes `rho` for every null draw (a basis, or a pair of bases for cross-model nulls), in
+/// draw order: on this thread with `Par::Seq`, else on the current rayon pool with one scratch
+/// (from `init`) per worker. Either way the results are identical; `on_draw` is called after
+/// each draw, and a panic in it (a front end's cancel) stops the other workers too.
+pub(crate) fn over_draws<D: Sync, S: Send, T: Send>(
+    null: &[D],
     par: Par,
     on_draw: &(dyn Fn() + Sync),
     init: impl Fn() -> S + Sync + Send,
-    rho: impl Fn(MatRef<'_, f32>, &mut S) -> Result<T> + Sync + Send,
+    rho: impl Fn(&D, &mut S) -> Result<T> + Sync + Send,
 ) -> Result<Vec<T>> {
     // A panic in `on_draw` (how a front end cancels, e.g. on Ctrl-C) must stop the other
     // workers too: rayon would otherwise finish every remaining draw before propagating it. The
     // payload is parked, the draw turns into an error (which stops `collect` early), and the
     // original panic resumes once the workers are done.
     let parked: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>> = Default::default();
-    let one = |scratch: &mut S, q: &Mat<f32>| {
-        let r = rho(q.as_ref(), scratch);
+    let one = |scratch: &mut S, q: &D| {
+        let r = rho(q, scratch);
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(on_draw)) {
             let mut slot = parked
                 .lock()
