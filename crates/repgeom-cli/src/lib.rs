@@ -23,7 +23,7 @@ struct Cli {
     /// Worker threads (default: all cores). Results are identical at any thread count.
     #[arg(long, global = true)]
     threads: Option<usize>,
-    /// Hide progress bars.
+    /// Hide progress bars and notes (warnings that qualify a result still print).
     #[arg(long, global = true)]
     quiet: bool,
     #[command(subcommand)]
@@ -83,7 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Metrics(args) => ok(cmd::metrics::run(args, &ctx)),
         Command::Compare(args) => ok(cmd::compare::run(args, &ctx)),
         Command::Demo(args) => ok(cmd::demo::run(args, &ctx)),
-        Command::Probe(args) => ok(cmd::probe::run(args)),
+        Command::Probe(args) => ok(cmd::probe::run(args, &ctx)),
         Command::Extract(args) => ok(cmd::extract::run(args, &ctx)),
         Command::Sweep(args) => ok(cmd::sweep::run(args, &ctx)),
         Command::Checkpoints(args) => ok(cmd::checkpoints::run(args, &ctx)),

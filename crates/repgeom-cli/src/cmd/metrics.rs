@@ -74,7 +74,7 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
         .acts
         .as_deref()
         .expect("clap requires --acts without --list");
-    let analysis = analysis_from(args)?;
+    let analysis = analysis_from(args, ctx)?;
     analysis.check()?;
     anyhow::ensure!(
         !analysis.metrics.is_empty(),
@@ -177,7 +177,7 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
 }
 
 /// The analysis to run: from --config, or from --metric/--all and the flags.
-fn analysis_from(args: &MetricsArgs) -> anyhow::Result<AnalysisParams> {
+fn analysis_from(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<AnalysisParams> {
     if let Some(path) = &args.config {
         return read_analysis(path);
     }
@@ -190,10 +190,10 @@ fn analysis_from(args: &MetricsArgs) -> anyhow::Result<AnalysisParams> {
             let (keep, skip): (Vec<_>, Vec<_>) =
                 all.into_iter().partition(|m| !m.info().needs_readout);
             let skipped: Vec<&str> = skip.iter().map(|m| m.info().name).collect();
-            #[allow(clippy::print_stderr)] // a user-facing note about what --all left out
-            {
-                eprintln!("note: --all without --readout skips {}", skipped.join(", "));
-            }
+            ctx.note(format!(
+                "--all without --readout skips {}",
+                skipped.join(", ")
+            ));
             keep
         }
     } else {
@@ -285,13 +285,8 @@ pub(crate) fn load_readout_basis(
     )?;
     let path = resolved.as_path();
     let readout = repgeom_io::read_readout(path, &opts)?;
-    if let Some(note) = &readout.note
-        && !ctx.quiet
-    {
-        #[allow(clippy::print_stderr)] // user-facing note about which rows are used
-        {
-            eprintln!("note: {note}");
-        }
+    if let Some(note) = &readout.note {
+        ctx.note(note);
     }
     let m = &readout.matrix;
     anyhow::ensure!(

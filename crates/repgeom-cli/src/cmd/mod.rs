@@ -30,6 +30,22 @@ impl Context {
         }
     }
 
+    /// A note on stderr (`note: ...`): something the user may want to know that does not
+    /// change how to read the result. Silenced by --quiet, like the progress bars.
+    #[allow(clippy::print_stderr)] // the CLI's one channel for notes
+    pub(crate) fn note(&self, msg: impl std::fmt::Display) {
+        if !self.quiet {
+            eprintln!("note: {msg}");
+        }
+    }
+
+    /// A warning on stderr (`warning: ...`): it qualifies a result (e.g. a bootstrap that
+    /// resamples points because the file records no sequences), so --quiet does not hide it.
+    #[allow(clippy::print_stderr)] // the CLI's one channel for warnings
+    pub(crate) fn warn(&self, msg: impl std::fmt::Display) {
+        eprintln!("warning: {msg}");
+    }
+
     /// A progress bar on stderr (hidden with --quiet or when stderr is not a terminal).
     pub(crate) fn progress(&self, total: u64, what: &str) -> ProgressBar {
         if self.quiet {

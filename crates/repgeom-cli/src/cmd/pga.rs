@@ -181,7 +181,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         );
     }
     let groups = match args.bootstrap {
-        Some(_) => sequence_ids(&args.acts, acts.layers[0].acts.rows)?,
+        Some(_) => sequence_ids(&args.acts, acts.layers[0].acts.rows, ctx)?,
         None => None,
     };
     let full_basis = load_basis(args, d, *ks.iter().max().expect("at least one k"), ctx)?;
@@ -392,17 +392,18 @@ fn null_bases(args: &PgaArgs, d: usize, k: usize) -> anyhow::Result<NullBases> {
 /// The sequence of every point, from the `positions` metadata that `repgeom extract` writes
 /// (`[sequence, position]` per point). `None`, with a warning, when the file has none: the
 /// bootstrap then resamples points.
-fn sequence_ids(path: &std::path::Path, n: usize) -> anyhow::Result<Option<Vec<usize>>> {
+fn sequence_ids(
+    path: &std::path::Path,
+    n: usize,
+    ctx: &Context,
+) -> anyhow::Result<Option<Vec<usize>>> {
     let ids = repgeom_io::read_sequence_ids(path, n)?;
     if ids.is_none() {
-        // Printed even with --quiet (which hides progress bars only): it qualifies the result.
-        #[allow(clippy::print_stderr)] // user-facing warning about the bootstrap unit
-        {
-            eprintln!(
-                "warning: {} records no sequence per point (no `positions` metadata); the bootstrap resamples single points, which understates the spread when points of one sequence are correlated",
-                path.display()
-            );
-        }
+        // A warning, not a note: it qualifies the result, so --quiet does not hide it.
+        ctx.warn(format!(
+            "{} records no sequence per point (no `positions` metadata); the bootstrap resamples single points, which understates the spread when points of one sequence are correlated",
+            path.display()
+        ));
     }
     Ok(ids)
 }
@@ -483,13 +484,8 @@ fn load_basis(args: &PgaArgs, d: usize, k: usize, ctx: &Context) -> anyhow::Resu
             tensor: args.readout_tensor.clone(),
         },
     )?;
-    if let Some(note) = &readout.note
-        && !ctx.quiet
-    {
-        #[allow(clippy::print_stderr)] // user-facing note about which rows are used
-        {
-            eprintln!("note: {note}");
-        }
+    if let Some(note) = &readout.note {
+        ctx.note(note);
     }
     let m = &readout.matrix;
     anyhow::ensure!(

@@ -43,9 +43,9 @@ pub(crate) struct ProbeArgs {
     /// halves the fitting time).
     #[arg(long)]
     pub(crate) no_control: bool,
-    /// Only these layers (comma-separated); default all in the file.
-    #[arg(long, value_delimiter = ',')]
-    pub(crate) layers: Option<Vec<usize>>,
+    /// Layers to probe, e.g. 0,5,10-12 (default: all in the file).
+    #[arg(long)]
+    pub(crate) layers: Option<String>,
     /// Model name in the output rows (default: the features file stem).
     #[arg(long)]
     pub(crate) model: Option<String>,
@@ -58,8 +58,7 @@ pub(crate) struct ProbeArgs {
 }
 
 /// Run `repgeom probe`.
-#[allow(clippy::print_stderr)] // user-facing notes: fits that hit --max-iter, l2 at a grid edge
-pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> {
     let params = ProbeParams {
         train_frac: args.train_frac,
         folds: args.folds,
@@ -83,7 +82,12 @@ pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
         None => Split::Stratified,
     };
     let plan = params.plan(labels, &split)?;
-    let acts = repgeom_io::read_activations(&args.features, args.layers.as_deref())
+    let layers = args
+        .layers
+        .as_deref()
+        .map(super::parse_layers)
+        .transpose()?;
+    let acts = repgeom_io::read_activations(&args.features, layers.as_deref())
         .with_context(|| format!("reading features {}", args.features.display()))?;
     if acts.layers.is_empty() {
         bail!("{}: no layers to probe", args.features.display());
@@ -109,11 +113,11 @@ pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
                 StopReason::LineSearchFailed => "stopped on a failed line search".to_owned(),
                 StopReason::Stalled => "stopped when the loss stalled".to_owned(),
             };
-            eprintln!(
-                "note: layer {}: {which} final fit not converged: L-BFGS {why} before the \
+            ctx.note(format!(
+                "layer {}: {which} final fit not converged: L-BFGS {why} before the \
                  gradient tolerance (column converged = 0)",
                 r.layer
-            );
+            ));
         }
         let edge = r
             .cv_accuracy
@@ -121,10 +125,10 @@ pub(crate) fn run(args: &ProbeArgs) -> anyhow::Result<()> {
             .zip(r.cv_accuracy.last())
             .is_some_and(|(a, b)| r.chosen_l2 == a.0 || r.chosen_l2 == b.0);
         if edge {
-            eprintln!(
-                "note: layer {}: chosen l2 {:e} is at the edge of --grid; consider widening it",
+            ctx.note(format!(
+                "layer {}: chosen l2 {:e} is at the edge of --grid; consider widening it",
                 r.layer, r.chosen_l2
-            );
+            ));
         }
         layers.push(r);
     }

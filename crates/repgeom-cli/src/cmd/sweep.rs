@@ -128,13 +128,16 @@ pub(crate) fn run(args: &SweepArgs, ctx: &Context) -> anyhow::Result<()> {
 fn merge(dir: &std::path::Path, allow_partial: bool, ctx: &Context) -> anyhow::Result<()> {
     let (table, report) = repgeom_study::merge(dir)?;
     for (id, files) in &report.duplicates {
-        eprintln!(
+        ctx.note(format!(
             "merge: unit {id} found in {} identical part files (merged once)",
             files.len()
-        );
+        ));
     }
     for f in &report.extra {
-        eprintln!("merge: ignoring {} (unit not in plan.json)", f.display());
+        ctx.note(format!(
+            "merge: ignoring {} (unit not in plan.json)",
+            f.display()
+        ));
     }
     if !report.complete() {
         let shown: Vec<&str> = report.missing.iter().take(10).map(String::as_str).collect();
