@@ -62,6 +62,40 @@ pub fn gram_rows(x: MatRef<'_, f64>, par: Par) -> Mat<f64> {
     g
 }
 
+/// $\lVert X^\top Y\rVert_F^2$ for `x` (`N × d_a`) and `y` (`N × d_b`) over the same rows: the
+/// biased linear HSIC $\mathrm{tr}(KL)$ of the row Grams $K = XX^\top$, $L = YY^\top$ (for
+/// centred features, up to $1/(N-1)^2$) computed in feature space, without an `N × N` matrix:
+/// `O(N d_a d_b)` time and `d_a × d_b` memory.
+///
+/// ```
+/// use repgeom_linalg::{Mat, Par, cross_frobenius_sq, gram_rows, hsic_biased_unscaled};
+/// let x = Mat::<f64>::from_fn(6, 2, |i, j| (i * 3 + j) as f64 % 5.0 - 2.0);
+/// let y = Mat::<f64>::from_fn(6, 3, |i, j| (i + 2 * j) as f64 % 4.0 - 1.5);
+/// let via_grams = hsic_biased_unscaled(
+///     gram_rows(x.as_ref(), Par::Seq).as_ref(),
+///     gram_rows(y.as_ref(), Par::Seq).as_ref(),
+/// );
+/// let direct = cross_frobenius_sq(x.as_ref(), y.as_ref(), Par::Seq);
+/// assert!((direct - via_grams).abs() <= 1e-12 * via_grams.abs());
+/// ```
+#[track_caller]
+pub fn cross_frobenius_sq(x: MatRef<'_, f64>, y: MatRef<'_, f64>, par: Par) -> f64 {
+    assert_eq!(
+        x.nrows(),
+        y.nrows(),
+        "cross_frobenius_sq: x and y need the same rows"
+    );
+    let mut c = Mat::<f64>::zeros(x.ncols(), y.ncols());
+    matmul(&mut c, Accum::Replace, x.transpose(), y, 1.0, par);
+    let mut sum = 0.0;
+    for j in 0..c.ncols() {
+        for i in 0..c.nrows() {
+            sum += c[(i, j)] * c[(i, j)];
+        }
+    }
+    sum
+}
+
 /// The biased (V-statistic) linear HSIC of two Gram matrices of **centred** features, up to
 /// the factor $1/(N-1)^2$ (which cancels in CKA): $\langle K, L\rangle_F = \mathrm{tr}(KL)$.
 #[track_caller]

@@ -36,7 +36,9 @@ pub use distance::{
     pairwise_distances, spearman_of_cosine, spearman_of_distances,
 };
 pub use error::{Error, Result};
-pub use extra::{gram_rows, hsic_biased_unscaled, hsic_unbiased, singular_values};
+pub use extra::{
+    cross_frobenius_sq, gram_rows, hsic_biased_unscaled, hsic_unbiased, singular_values,
+};
 pub use faer::{Mat, MatMut, MatRef, Par};
 pub use rank::{RankScratch, RankedReference, average_ranks, float_key, pearson, spearman};
 

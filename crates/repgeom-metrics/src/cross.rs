@@ -4,7 +4,7 @@
 
 use repgeom_linalg::{
     Mat, MatRef, Par, RankScratch, RankedReference, ccr, condensed_len, cosine_distances,
-    cosine_distances_into, gram_rows, hsic_biased_unscaled, hsic_unbiased, project, project_f32,
+    cosine_distances_into, cross_frobenius_sq, gram_rows, hsic_unbiased, project, project_f32,
     to_f32,
 };
 use serde::{Deserialize, Serialize};
@@ -279,9 +279,11 @@ impl PairMetric for CkaLinear {
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
         let what = format!("cka_linear on {}", input.what());
         let par = input.a.par();
-        let k = gram_rows(input.a.centred(), par);
-        let l = gram_rows(input.b.centred(), par);
+        let (a, b) = (input.a.centred(), input.b.centred());
         let (kl, kk, ll, variant) = if self.debiased {
+            // The unbiased estimator drops the Grams' diagonals, so it needs them.
+            let k = gram_rows(a, par);
+            let l = gram_rows(b, par);
             (
                 hsic_unbiased(k.as_ref(), l.as_ref())?,
                 hsic_unbiased(k.as_ref(), k.as_ref())?,
@@ -289,10 +291,11 @@ impl PairMetric for CkaLinear {
                 "debiased",
             )
         } else {
+            // tr(KL) = ‖AᵀB‖²_F: feature space, no N × N Gram (N = 10,000 would need 800 MB).
             (
-                hsic_biased_unscaled(k.as_ref(), l.as_ref()),
-                hsic_biased_unscaled(k.as_ref(), k.as_ref()),
-                hsic_biased_unscaled(l.as_ref(), l.as_ref()),
+                cross_frobenius_sq(a, b, par),
+                cross_frobenius_sq(a, a, par),
+                cross_frobenius_sq(b, b, par),
                 "biased",
             )
         };
