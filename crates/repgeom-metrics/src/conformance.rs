@@ -40,15 +40,64 @@ const N: usize = 48;
 const K: usize = 4;
 const N_NULL: usize = 12;
 
-/// One model's fixture: activations with a decaying spectrum and a mean offset, a readout
-/// basis, and null bases.
-struct Model {
-    acts: Mat<f32>,
-    readout: Mat<f64>,
-    null: NullBases,
+/// One model's data for a metric: activations, a readout basis and null bases (what a
+/// [`LayerInput`] holds), so that property tests can build their own and rotate them.
+#[derive(Debug, Clone)]
+pub struct Fixture {
+    /// Activations, `N × d`.
+    pub acts: Mat<f32>,
+    /// Readout basis, `d × k` with orthonormal columns.
+    pub readout: Mat<f64>,
+    /// Null bases, each `d × k`.
+    pub null: NullBases,
 }
 
-fn model(d: usize, seed: u64, latent: Option<&Mat<f64>>) -> Model {
+impl Fixture {
+    /// The same model in a hidden space rotated by a Haar-random orthogonal `R` drawn from
+    /// `seed`: activations `H R`, readout `Rᵀ V_k`, null bases `Rᵀ Q_i`. Every metric that
+    /// claims rotation invariance must give the same values on it (up to the `f32` rounding of
+    /// the rotated activations: [`ROTATION_TOL`]).
+    pub fn rotated(&self, seed: u64) -> Fixture {
+        let d = self.acts.ncols();
+        let k = self.readout.ncols();
+        let r = haar_basis(d, d, seed, 0);
+        let h64 = repgeom_linalg::to_f64(self.acts.as_ref());
+        let acts = repgeom_linalg::to_f32(project(h64.as_ref(), r.as_ref(), Par::Seq).as_ref());
+        let rt = r.transpose().to_owned();
+        let readout = project(rt.as_ref(), self.readout.as_ref(), Par::Seq);
+        let (shape, _) = self.null.to_array();
+        let mut data = Vec::new();
+        for q in self.null.bases() {
+            let rq = project(rt.as_ref(), q.as_ref(), Par::Seq);
+            for i in 0..d {
+                for j in 0..k {
+                    data.push(rq[(i, j)]);
+                }
+            }
+        }
+        let null = NullBases::from_array(&shape, &data, d, k, 1e-9)
+            .expect("a rotation keeps the bases orthonormal");
+        Fixture {
+            acts,
+            readout,
+            null,
+        }
+    }
+
+    /// The fixture as a metric's input (readout and null attached).
+    ///
+    /// # Panics
+    ///
+    /// When the fixture is not a valid input (e.g. fewer than 4 points).
+    pub fn input(&self, what: &str, par: Par) -> LayerInput<'_> {
+        LayerInput::new(self.acts.as_ref(), what, par)
+            .and_then(|i| i.with_readout(self.readout.as_ref()))
+            .and_then(|i| i.with_null(&self.null))
+            .expect("valid fixture")
+    }
+}
+
+fn model(d: usize, seed: u64, latent: Option<&Mat<f64>>) -> Fixture {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let z = match latent {
         Some(z) => z.clone(),
@@ -76,58 +125,25 @@ fn model(d: usize, seed: u64, latent: Option<&Mat<f64>>) -> Model {
         .unwrap(),
     )
     .unwrap();
-    Model {
+    Fixture {
         acts,
         readout,
         null,
     }
-}
-
-/// The same model in a rotated hidden space: H R, Rᵀ V_k, Rᵀ Q_i.
-fn rotated(m: &Model, seed: u64) -> Model {
-    let d = m.acts.ncols();
-    let r = haar_basis(d, d, seed, 0);
-    let h64 = repgeom_linalg::to_f64(m.acts.as_ref());
-    let acts = repgeom_linalg::to_f32(project(h64.as_ref(), r.as_ref(), Par::Seq).as_ref());
-    let rt = r.transpose().to_owned();
-    let readout = project(rt.as_ref(), m.readout.as_ref(), Par::Seq);
-    let (shape, _) = m.null.to_array();
-    let mut data = Vec::new();
-    for q in m.null.bases() {
-        let rq = project(rt.as_ref(), q.as_ref(), Par::Seq);
-        for i in 0..d {
-            for j in 0..K {
-                data.push(rq[(i, j)]);
-            }
-        }
-    }
-    let null = NullBases::from_array(&shape, &data, d, K, 1e-9).unwrap();
-    Model {
-        acts,
-        readout,
-        null,
-    }
-}
-
-fn layer<'a>(m: &'a Model, what: &str, par: Par) -> LayerInput<'a> {
-    LayerInput::new(m.acts.as_ref(), what, par)
-        .and_then(|i| i.with_readout(m.readout.as_ref()))
-        .and_then(|i| i.with_null(&m.null))
-        .expect("valid fixture")
 }
 
 /// Runs a per-layer metric on a model.
-fn run(metric: &dyn Metric, m: &Model, par: Par) -> Vec<MetricValue> {
+fn run(metric: &dyn Metric, m: &Fixture, par: Par) -> Vec<MetricValue> {
     let name = metric.info().name;
     metric
-        .compute(&layer(m, "fixture", par))
+        .compute(&m.input("fixture", par))
         .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// Runs a pair metric on two models.
-fn run_pair(metric: &dyn PairMetric, a: &Model, b: &Model, par: Par) -> Vec<MetricValue> {
+fn run_pair(metric: &dyn PairMetric, a: &Fixture, b: &Fixture, par: Par) -> Vec<MetricValue> {
     let name = metric.info().name;
-    let input = PairInput::new(layer(a, "A", par), layer(b, "B", par)).unwrap();
+    let input = PairInput::new(a.input("A", par), b.input("B", par)).unwrap();
     metric
         .compute(&input)
         .unwrap_or_else(|e| panic!("{name}: {e}"))
@@ -204,12 +220,34 @@ fn assert_config_conforms<T: serde::Serialize + ?Sized>(
     );
 }
 
+/// A configuration's JSON and TOML round trips give back the same configuration under its
+/// typetag name, with every option documented.
+fn check_config<T>(config: &T, info: crate::MetricInfo)
+where
+    T: serde::Serialize + ?Sized,
+    Box<T>: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let name = info.name;
+    let json = serde_json::to_string(config).expect("a metric configuration serialises");
+    let back: Box<T> = serde_json::from_str(&json)
+        .unwrap_or_else(|e| panic!("{name}: JSON round trip: {e} in {json}"));
+    assert_config_conforms(&back, info, json.clone());
+    let toml_text = toml::to_string(config).unwrap_or_else(|e| panic!("{name}: TOML: {e}"));
+    let from_toml: Box<T> = toml::from_str(&toml_text)
+        .unwrap_or_else(|e| panic!("{name}: TOML round trip: {e} in {toml_text}"));
+    assert_eq!(
+        serde_json::to_string(&from_toml).expect("serialises"),
+        json,
+        "{name}: TOML round trip"
+    );
+}
+
 /// Runs the conformance checks on one per-layer metric configuration.
 ///
 /// # Panics
 ///
 /// With the metric's name and the broken property, e.g. `rankme: thread count`.
-pub fn check_metric(metric: &dyn Metric) {
+pub fn check_metric(metric: &(dyn Metric + 'static)) {
     let m = model(16, 1, None);
     let info = metric.info();
     let name = info.name;
@@ -218,18 +256,7 @@ pub fn check_metric(metric: &dyn Metric) {
         .unwrap_or_else(|e| panic!("{name}: configuration invalid: {e}"));
 
     // Config serde: JSON and TOML round trips give back the same configuration.
-    let json = serde_json::to_string(metric).expect("a metric configuration serialises");
-    let back: Box<dyn Metric> = serde_json::from_str(&json)
-        .unwrap_or_else(|e| panic!("{name}: JSON round trip: {e} in {json}"));
-    assert_config_conforms(&back, info, json.clone());
-    let toml_text = toml::to_string(metric).unwrap_or_else(|e| panic!("{name}: TOML: {e}"));
-    let from_toml: Box<dyn Metric> = toml::from_str(&toml_text)
-        .unwrap_or_else(|e| panic!("{name}: TOML round trip: {e} in {toml_text}"));
-    assert_eq!(
-        serde_json::to_string(&from_toml).expect("serialises"),
-        json,
-        "{name}: TOML round trip"
-    );
+    check_config::<dyn Metric>(metric, info);
 
     // Determinism: same input, same bits, at one and two threads.
     let first = run(metric, &m, Par::Seq);
@@ -251,7 +278,7 @@ pub fn check_metric(metric: &dyn Metric) {
 
     // Rotation invariance (activations, readout and null bases rotated together).
     if info.rotation_invariant {
-        let r = rotated(&m, 77);
+        let r = m.rotated(77);
         assert_close_values(&first, &run(metric, &r, Par::Seq), name);
     }
 
@@ -277,7 +304,7 @@ pub fn check_metric(metric: &dyn Metric) {
 /// # Panics
 ///
 /// With the metric's name and the broken property, e.g. `svcca: symmetric`.
-pub fn check_pair_metric(metric: &dyn PairMetric) {
+pub fn check_pair_metric(metric: &(dyn PairMetric + 'static)) {
     let a = model(16, 2, None);
     // B: another model of different width over the same inputs (shared latent structure).
     let mut rng = ChaCha8Rng::seed_from_u64(9);
@@ -291,18 +318,7 @@ pub fn check_pair_metric(metric: &dyn PairMetric) {
     metric
         .check()
         .unwrap_or_else(|e| panic!("{name}: configuration invalid: {e}"));
-    let json = serde_json::to_string(metric).expect("a metric configuration serialises");
-    let back: Box<dyn PairMetric> = serde_json::from_str(&json)
-        .unwrap_or_else(|e| panic!("{name}: JSON round trip: {e} in {json}"));
-    assert_config_conforms(&back, info, json.clone());
-    let toml_text = toml::to_string(metric).unwrap_or_else(|e| panic!("{name}: TOML: {e}"));
-    let from_toml: Box<dyn PairMetric> = toml::from_str(&toml_text)
-        .unwrap_or_else(|e| panic!("{name}: TOML round trip: {e} in {toml_text}"));
-    assert_eq!(
-        serde_json::to_string(&from_toml).expect("serialises"),
-        json,
-        "{name}: TOML round trip"
-    );
+    check_config::<dyn PairMetric>(metric, info);
 
     let first = run_pair(metric, &a, &b, Par::Seq);
     assert!(!first.is_empty(), "{name}: produces values");
@@ -317,7 +333,7 @@ pub fn check_pair_metric(metric: &dyn PairMetric) {
         "{name}: thread count"
     );
     if info.rotation_invariant {
-        let (ra, rb) = (rotated(&a, 78), rotated(&b, 79));
+        let (ra, rb) = (a.rotated(78), b.rotated(79));
         assert_close_values(&first, &run_pair(metric, &ra, &b, Par::Seq), name);
         assert_close_values(&first, &run_pair(metric, &a, &rb, Par::Seq), name);
     }

@@ -18,11 +18,7 @@ const VALUE_TOL: f64 = 1e-4;
 /// z = (rho - mean) / std divides by the null's spread, which amplifies that perturbation.
 const Z_TOL: f64 = 1e-3;
 
-struct Model {
-    acts: Mat<f32>,
-    readout: Mat<f64>,
-    null: NullBases,
-}
+use repgeom_metrics::conformance::Fixture as Model;
 
 /// n points in d dimensions with a decaying spectrum and a mean offset, a k-dim readout basis
 /// and `n_null` null bases, all from `seed`.
@@ -47,33 +43,6 @@ fn model(n: usize, d: usize, k: usize, n_null: usize, seed: u64) -> Model {
     .check()
     .unwrap();
     let null = NullBases::draw(d, k, &params).unwrap();
-    Model {
-        acts,
-        readout,
-        null,
-    }
-}
-
-/// The same model in a rotated hidden space: H R, Rᵀ V_k, Rᵀ Q_i.
-fn rotated(m: &Model, seed: u64) -> Model {
-    let d = m.acts.ncols();
-    let k = m.readout.ncols();
-    let r = haar_basis(d, d, seed, 0);
-    let h = repgeom_linalg::to_f64(m.acts.as_ref());
-    let acts = repgeom_linalg::to_f32(project(h.as_ref(), r.as_ref(), Par::Seq).as_ref());
-    let rt = r.transpose().to_owned();
-    let readout = project(rt.as_ref(), m.readout.as_ref(), Par::Seq);
-    let (shape, _) = m.null.to_array();
-    let mut data = Vec::new();
-    for q in m.null.bases() {
-        let rq = project(rt.as_ref(), q.as_ref(), Par::Seq);
-        for i in 0..d {
-            for j in 0..k {
-                data.push(rq[(i, j)]);
-            }
-        }
-    }
-    let null = NullBases::from_array(&shape, &data, d, k, 1e-9).unwrap();
     Model {
         acts,
         readout,
@@ -130,7 +99,7 @@ proptest! {
     #[test]
     fn rotation_invariant_metrics_ignore_rotations((n, d, k, seed, rot) in shapes()) {
         let m = model(n, d, k, 6, seed);
-        let r = rotated(&m, rot);
+        let r = m.rotated(rot);
         for metric in all_metrics() {
             let info = metric.info();
             if !info.rotation_invariant {
@@ -150,7 +119,7 @@ proptest! {
     fn rotation_invariant_pair_metrics_ignore_rotations((n, d, k, seed, rot) in shapes()) {
         let a = model(n, d, k, 6, seed);
         let b = model(n, d + 2, k, 6, seed.wrapping_add(17));
-        let (ra, rb) = (rotated(&a, rot), rotated(&b, rot.wrapping_add(1)));
+        let (ra, rb) = (a.rotated(rot), b.rotated(rot.wrapping_add(1)));
         for metric in all_pair_metrics() {
             let info = metric.info();
             if !info.rotation_invariant {
@@ -169,7 +138,7 @@ proptest! {
     #[test]
     fn pga_z_is_unchanged_by_a_shared_rotation((n, d, k, seed, rot) in shapes(), ccr in 0usize..3) {
         let m = model(n, d, k, 8, seed);
-        let r = rotated(&m, rot);
+        let r = m.rotated(rot);
         let ccr = ccr.min(d - k);
         let run = |x: &Model| {
             pga(x.acts.as_ref(), x.readout.as_ref(), &x.null, ccr, "prop", Par::Seq, &|| ())
