@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
-use repgeom_linalg::{Mat, Par, project};
+use repgeom_linalg::{Mat, Par};
 use repgeom_metrics::pga::pga;
 use repgeom_metrics::{Error, LayerInput, MetricValue, PairInput, all_metrics, all_pair_metrics};
 use repgeom_null::{NullBases, NullParams, haar_basis};
