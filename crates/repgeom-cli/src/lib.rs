@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod load;
 mod output;
 
 /// Representation geometry of language models, organised for prediction.

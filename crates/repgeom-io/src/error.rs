@@ -9,6 +9,25 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A tensor holds NaN or an infinity where every value must be finite (e.g. `W_U`).
+    #[error(
+        "{} tensor {tensor} [{rows}, {cols}]: non-finite value (NaN or Inf) at row {row}, column {col}",
+        file.display()
+    )]
+    NonFinite {
+        /// The file or checkpoint directory holding the tensor.
+        file: PathBuf,
+        /// The tensor name.
+        tensor: String,
+        /// The tensor's rows.
+        rows: usize,
+        /// The tensor's columns.
+        cols: usize,
+        /// Row of the first non-finite value.
+        row: usize,
+        /// Column of the first non-finite value.
+        col: usize,
+    },
     /// The operating system refused a read, write, rename or directory listing.
     #[error("{}: {source}", file.display())]
     Io {

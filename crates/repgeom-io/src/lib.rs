@@ -37,7 +37,9 @@ pub use array::{ArrayF64, read_array_f64};
 pub use checkpoint::{Checkpoint, open_checkpoint, open_checkpoint_partial};
 pub use error::{Error, Result};
 pub use labels::{AG_NEWS_CLASSES, Labels, read_labels};
-pub use readout::{Readout, ReadoutOptions, read_final_norm_gain, read_readout};
+pub use readout::{
+    Readout, ReadoutOptions, ReadoutPrep, read_final_norm_gain, read_readout, read_readout_prepared,
+};
 pub use write::{atomic_write, write_npy_f32, write_npy_f64, write_safetensors};
 
 use std::collections::BTreeMap;

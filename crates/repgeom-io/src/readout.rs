@@ -9,7 +9,7 @@ use crate::st::{StFile, list_names};
 use crate::{Error, Matrix, Result, mmap, npy};
 
 /// Options for [`read_readout`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadoutOptions {
     /// Keep only the first `vocab_rows` rows (drop padding rows past the real vocabulary).
     /// When `None` and the checkpoint directory has a `tokenizer.json`, its vocabulary size is used.
@@ -46,6 +46,45 @@ const TIED_NAMES: &[&str] = &[
     "transformer.wte.weight",
     "model.transformer.wte.weight",
 ];
+
+/// What `W_U` goes through before its SVD, beyond choosing the tensor and rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadoutPrep {
+    /// Tensor and rows ([`read_readout`]).
+    pub options: ReadoutOptions,
+    /// Multiply every column by the final norm's gain γ, read from the checkpoint directory
+    /// ([`read_final_norm_gain`], [`Readout::fold_gain`]).
+    pub fold_norm: bool,
+    /// Subtract the mean row ([`Readout::center_rows`]).
+    pub center: bool,
+}
+
+/// Reads `W_U` from `path` prepared for analysis: [`read_readout`], then the final norm's gain
+/// folded in and the rows centred as `prep` asks, then a check that every value is finite. The
+/// one loader of the readout matrix behind `repgeom pga`, `repgeom metrics`, `repgeom compare`
+/// and the study's units (the caller checks the width against its activations, naming them).
+pub fn read_readout_prepared(path: &Path, prep: &ReadoutPrep) -> Result<Readout> {
+    let mut r = read_readout(path, &prep.options)?;
+    if prep.fold_norm {
+        let (name, gamma) = read_final_norm_gain(path)?;
+        r.fold_gain(&gamma, &name)?;
+    }
+    if prep.center {
+        r.center_rows();
+    }
+    let (rows, cols) = (r.matrix.rows, r.matrix.cols);
+    if let Some(i) = r.matrix.data.iter().position(|v| !v.is_finite()) {
+        return Err(Error::NonFinite {
+            file: path.to_path_buf(),
+            tensor: r.tensor.clone(),
+            rows,
+            cols,
+            row: i / cols.max(1),
+            col: i % cols.max(1),
+        });
+    }
+    Ok(r)
+}
 
 /// Reads `W_U` from an `.npy` / `.safetensors` [V, d] file or a checkpoint directory.
 pub fn read_readout(path: &Path, opts: &ReadoutOptions) -> Result<Readout> {

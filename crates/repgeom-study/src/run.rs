@@ -184,7 +184,20 @@ impl<'s> Loader<'s> {
         let (readout, labels) = match &m.source {
             ModelSource::Synthetic { index, .. } => {
                 let run = &self.synth()?.runs[*index];
-                (run.space.readout.clone(), Some(run.space.labels.clone()))
+                let mut readout = run.space.readout.clone();
+                if self.study.manifest.analysis.readout_center {
+                    // As `repgeom_io::Readout::center_rows` does for file readouts: subtract
+                    // the mean row, accumulated in f64 over the rows in order.
+                    let (v, d) = (readout.nrows(), readout.ncols());
+                    for j in 0..d {
+                        let mean =
+                            (0..v).map(|i| f64::from(readout[(i, j)])).sum::<f64>() / v as f64;
+                        for i in 0..v {
+                            readout[(i, j)] = (f64::from(readout[(i, j)]) - mean) as f32;
+                        }
+                    }
+                }
+                (readout, Some(run.space.labels.clone()))
             }
             ModelSource::Files(spec) => {
                 let readout_path = match (&spec.readout, &spec.hub) {
@@ -203,17 +216,18 @@ impl<'s> Loader<'s> {
                     }
                     (None, None) => unreachable!("checked: hub or readout"),
                 };
-                let mut r = repgeom_io::read_readout(
+                let a = &self.study.manifest.analysis;
+                let r = repgeom_io::read_readout_prepared(
                     &readout_path,
-                    &repgeom_io::ReadoutOptions {
-                        vocab_rows: spec.vocab_rows,
-                        tensor: spec.readout_tensor.clone(),
+                    &repgeom_io::ReadoutPrep {
+                        options: repgeom_io::ReadoutOptions {
+                            vocab_rows: spec.vocab_rows,
+                            tensor: spec.readout_tensor.clone(),
+                        },
+                        fold_norm: a.readout_fold_norm,
+                        center: a.readout_center,
                     },
                 )?;
-                if self.study.manifest.analysis.readout_fold_norm {
-                    let (name, gamma) = repgeom_io::read_final_norm_gain(&readout_path)?;
-                    r.fold_gain(&gamma, &name)?;
-                }
                 let mx = r.matrix;
                 if mx.cols != m.d as usize {
                     return Err(Error::DataMismatch {
@@ -233,17 +247,6 @@ impl<'s> Loader<'s> {
                 (readout, labels)
             }
         };
-        let mut readout = readout;
-        if self.study.manifest.analysis.readout_center {
-            // Subtract the mean row (over the vocabulary), accumulated in f64.
-            let (v, d) = (readout.nrows(), readout.ncols());
-            for j in 0..d {
-                let mean = (0..v).map(|i| f64::from(readout[(i, j)])).sum::<f64>() / v as f64;
-                for i in 0..v {
-                    readout[(i, j)] = (f64::from(readout[(i, j)]) - mean) as f32;
-                }
-            }
-        }
         // Decompositions single-threaded: bit-identical bases at any thread count.
         let basis = repgeom_linalg::readout_subspace(readout.as_ref(), m.k, Par::Seq)?;
         let a = &self.study.manifest.analysis;

@@ -9,7 +9,7 @@ use repgeom_metrics::{LayerInput, PairInput, PairMetric};
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
-use super::metrics::{ReadoutChoice, load_readout_basis, model_label, parse_spec, read_analysis};
+use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
 use crate::output::{Cell, Format, emit, metric_table};
 
 /// Arguments of `repgeom compare`.
@@ -133,11 +133,16 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
                     names.join(", ")
                 )
             })?;
-            Some(load_readout_basis(
+            Some(readout_basis(
                 r,
                 &ReadoutChoice {
-                    vocab_rows,
-                    tensor: None,
+                    prep: repgeom_io::ReadoutPrep {
+                        options: repgeom_io::ReadoutOptions {
+                            vocab_rows,
+                            tensor: None,
+                        },
+                        ..Default::default()
+                    },
                     revision: None,
                 },
                 analysis.k,

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-use repgeom_linalg::{Mat, MatRef};
+use repgeom_linalg::MatRef;
 use repgeom_metrics::{AnalysisParams, LayerInput, Metric, MetricInfo, options_of};
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
+use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
 use crate::output::{Cell, Format, Table, emit, metric_table};
 
 /// Arguments of `repgeom metrics`.
@@ -110,11 +110,16 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
     let d = acts.layers[0].acts.cols;
     let model = args.model.clone().unwrap_or_else(|| model_label(acts_path));
     let basis = match &args.readout {
-        Some(path) if needs_readout => Some(load_readout_basis(
+        Some(path) if needs_readout => Some(readout_basis(
             path,
             &ReadoutChoice {
-                vocab_rows: args.vocab_rows,
-                tensor: args.readout_tensor.clone(),
+                prep: repgeom_io::ReadoutPrep {
+                    options: repgeom_io::ReadoutOptions {
+                        vocab_rows: args.vocab_rows,
+                        tensor: args.readout_tensor.clone(),
+                    },
+                    ..Default::default()
+                },
                 revision: args.revision.clone(),
             },
             analysis.k,
@@ -213,110 +218,8 @@ fn analysis_from(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<AnalysisPa
     })
 }
 
-/// Reads an analysis file, TOML or JSON by extension.
-pub(crate) fn read_analysis(path: &Path) -> anyhow::Result<AnalysisParams> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let parsed = match path.extension().and_then(|e| e.to_str()) {
-        Some("json") => serde_json::from_str(&text).map_err(anyhow::Error::from),
-        Some("toml") => toml::from_str(&text).map_err(anyhow::Error::from),
-        _ => anyhow::bail!("{}: analysis files are .toml or .json", path.display()),
-    };
-    parsed.with_context(|| format!("parsing the analysis in {}", path.display()))
-}
-
-/// Parses `NAME` or `NAME:{json options}` into a checked metric configuration with the
-/// registry's parser (`from_config`: [`repgeom_metrics::metric_from_config`] or its pair twin).
-pub(crate) fn parse_spec<T>(
-    spec: &str,
-    from_config: impl Fn(&serde_json::Map<String, serde_json::Value>) -> repgeom_metrics::Result<T>,
-) -> anyhow::Result<T> {
-    let (name, options) = match spec.split_once(':') {
-        Some((name, json)) => (name.trim(), Some(json)),
-        None => (spec.trim(), None),
-    };
-    let mut config = match options {
-        None => serde_json::Map::new(),
-        Some(json) => match serde_json::from_str(json) {
-            Ok(serde_json::Value::Object(o)) => o,
-            _ => anyhow::bail!("options of --metric {name}: expected a JSON object, got {json:?}"),
-        },
-    };
-    config.insert("metric".into(), serde_json::Value::from(name));
-    Ok(from_config(&config)?)
-}
-
 fn parse_metric_spec(spec: &str) -> anyhow::Result<Box<dyn Metric>> {
     parse_spec(spec, repgeom_metrics::metric_from_config)
-}
-
-/// The default model label: the file stem.
-pub(crate) fn model_label(path: &Path) -> String {
-    path.file_stem()
-        .map_or_else(|| "model".to_owned(), |s| s.to_string_lossy().into_owned())
-}
-
-/// How to pick the readout tensor and rows.
-pub(crate) struct ReadoutChoice {
-    pub(crate) vocab_rows: Option<usize>,
-    pub(crate) tensor: Option<String>,
-    /// Hub revision when the readout is given as a hub model id.
-    pub(crate) revision: Option<String>,
-}
-
-/// The readout basis: the top-k right singular vectors of W_U read from `path`.
-pub(crate) fn load_readout_basis(
-    path: &Path,
-    choice: &ReadoutChoice,
-    k: usize,
-    d: usize,
-    acts_path: &Path,
-    ctx: &Context,
-) -> anyhow::Result<Mat<f64>> {
-    let opts = repgeom_io::ReadoutOptions {
-        vocab_rows: choice.vocab_rows,
-        tensor: choice.tensor.clone(),
-    };
-    let resolved = super::hub::model_path(
-        &path.to_string_lossy(),
-        choice.revision.as_deref(),
-        &repgeom_hub::Files::Readout,
-        ctx,
-    )?;
-    let path = resolved.as_path();
-    let readout = repgeom_io::read_readout(path, &opts)?;
-    if let Some(note) = &readout.note {
-        ctx.note(note);
-    }
-    let m = &readout.matrix;
-    anyhow::ensure!(
-        m.cols == d,
-        "shape mismatch: activations {} have d = {d}, but readout {} tensor {} is [{}, {}]",
-        acts_path.display(),
-        path.display(),
-        readout.tensor,
-        m.rows,
-        m.cols
-    );
-    anyhow::ensure!(
-        k > 0 && k < d,
-        "k = {k} must satisfy 0 < k < d = {d} ({} tensor {} [{}, {}])",
-        path.display(),
-        readout.tensor,
-        m.rows,
-        m.cols
-    );
-    let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-    if let Some((row, col)) = repgeom_linalg::first_non_finite(view) {
-        anyhow::bail!(
-            "{} tensor {} [{}, {}]: non-finite value (NaN or Inf) at row {row}, column {col}",
-            path.display(),
-            readout.tensor,
-            m.rows,
-            m.cols
-        );
-    }
-    Ok(repgeom_linalg::readout_subspace(view, k, ctx.par())?)
 }
 
 /// `--list`: every registered metric and pair metric.

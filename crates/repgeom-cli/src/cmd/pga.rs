@@ -464,65 +464,22 @@ fn load_basis(args: &PgaArgs, d: usize, k: usize, ctx: &Context) -> anyhow::Resu
         .readout
         .as_deref()
         .expect("clap requires --readout or --readout-basis");
-    // A hub id downloads only the readout's shard, unless the final norm's gain is needed too.
-    let need = if args.readout_fold_norm {
-        repgeom_hub::Files::Full
-    } else {
-        repgeom_hub::Files::Readout
-    };
-    let resolved = super::hub::model_path(
-        &path.to_string_lossy(),
-        args.revision.as_deref(),
-        &need,
-        ctx,
-    )?;
-    let path = resolved.as_path();
-    let mut readout = repgeom_io::read_readout(
+    crate::load::readout_basis(
         path,
-        &repgeom_io::ReadoutOptions {
-            vocab_rows: args.vocab_rows,
-            tensor: args.readout_tensor.clone(),
+        &crate::load::ReadoutChoice {
+            prep: repgeom_io::ReadoutPrep {
+                options: repgeom_io::ReadoutOptions {
+                    vocab_rows: args.vocab_rows,
+                    tensor: args.readout_tensor.clone(),
+                },
+                fold_norm: args.readout_fold_norm,
+                center: args.readout_center,
+            },
+            revision: args.revision.clone(),
         },
-    )?;
-    if let Some(note) = &readout.note {
-        ctx.note(note);
-    }
-    let m = &readout.matrix;
-    anyhow::ensure!(
-        m.cols == d,
-        "shape mismatch: activations {} have d = {d}, but readout {} tensor {} is [{}, {}]",
-        args.acts.display(),
-        path.display(),
-        readout.tensor,
-        m.rows,
-        m.cols
-    );
-    anyhow::ensure!(
-        k > 0 && k < d,
-        "k = {k} must satisfy 0 < k < d = {d} ({} tensor {} [{}, {}])",
-        path.display(),
-        readout.tensor,
-        m.rows,
-        m.cols
-    );
-    if args.readout_fold_norm {
-        let (name, gamma) = repgeom_io::read_final_norm_gain(path)
-            .context("--readout-fold-norm needs the final norm's gain from the checkpoint")?;
-        readout.fold_gain(&gamma, &name)?;
-    }
-    if args.readout_center {
-        readout.center_rows();
-    }
-    let m = &readout.matrix;
-    let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-    if let Some((row, col)) = repgeom_linalg::first_non_finite(view) {
-        anyhow::bail!(
-            "{} tensor {} [{}, {}]: non-finite value (NaN or Inf) at row {row}, column {col}",
-            path.display(),
-            readout.tensor,
-            m.rows,
-            m.cols
-        );
-    }
-    Ok(repgeom_linalg::readout_subspace(view, k, ctx.par())?)
+        k,
+        d,
+        &args.acts,
+        ctx,
+    )
 }

@@ -215,6 +215,48 @@ fn final_norm_gain_fold_and_row_centring() {
     assert_close(&r.matrix.data, &expected, EXACT);
 }
 
+/// `read_readout_prepared` is the read, the fold and the centring in that order (the same
+/// numbers as doing them by hand), and refuses a non-finite W_U naming file, tensor and cell.
+#[test]
+fn prepared_readout_is_read_fold_centre_then_a_finite_check() {
+    use repgeom_io::{ReadoutPrep, read_readout_prepared};
+    let prep = ReadoutPrep {
+        fold_norm: true,
+        center: true,
+        ..ReadoutPrep::default()
+    };
+    let got = read_readout_prepared(&fixture("tiny_neox"), &prep).unwrap();
+    let mut by_hand = read_readout(&fixture("tiny_neox"), &ReadoutOptions::default()).unwrap();
+    let (name, gamma) = repgeom_io::read_final_norm_gain(&fixture("tiny_neox")).unwrap();
+    by_hand.fold_gain(&gamma, &name).unwrap();
+    by_hand.center_rows();
+    assert_eq!(got.matrix.data, by_hand.matrix.data);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.npy");
+    let mut data = vec![0.5f32; 5 * 3];
+    data[2 * 3 + 1] = f32::INFINITY;
+    write_npy_f32(&path, &[5, 3], &data).unwrap();
+    let err = read_readout_prepared(&path, &ReadoutPrep::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("w.npy") && err.contains("[5, 3]") && err.contains("row 2, column 1"),
+        "{err}"
+    );
+    // Folding needs a checkpoint directory; a bare matrix file says where the gain was sought.
+    let err = read_readout_prepared(
+        &path,
+        &ReadoutPrep {
+            fold_norm: true,
+            ..ReadoutPrep::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("final norm"), "{err}");
+}
+
 /// A hub snapshot with only the readout's shard (issue 11): the readout reads as from the full
 /// checkpoint; a tensor of the absent shard is an error naming the shard, not a wrong fallback.
 #[test]

@@ -1,0 +1,111 @@
+//! Loading a model's data for analysis on the command line: the readout basis (hub ids
+//! resolved with progress bars, then [`repgeom_io::read_readout_prepared`], the library's one
+//! readout loader, then the width and `k` checks naming both files), analysis files and metric
+//! specs. Shared by `pga`, `metrics` and `compare`, so no command module imports another.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use repgeom_linalg::{Mat, MatRef};
+use repgeom_metrics::AnalysisParams;
+
+use crate::cmd::Context;
+
+/// Reads an analysis file, TOML or JSON by extension.
+pub(crate) fn read_analysis(path: &Path) -> anyhow::Result<AnalysisParams> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let parsed = match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => serde_json::from_str(&text).map_err(anyhow::Error::from),
+        Some("toml") => toml::from_str(&text).map_err(anyhow::Error::from),
+        _ => anyhow::bail!("{}: analysis files are .toml or .json", path.display()),
+    };
+    parsed.with_context(|| format!("parsing the analysis in {}", path.display()))
+}
+
+/// Parses `NAME` or `NAME:{json options}` into a checked metric configuration with the
+/// registry's parser (`from_config`: [`repgeom_metrics::metric_from_config`] or its pair twin).
+pub(crate) fn parse_spec<T>(
+    spec: &str,
+    from_config: impl Fn(&serde_json::Map<String, serde_json::Value>) -> repgeom_metrics::Result<T>,
+) -> anyhow::Result<T> {
+    let (name, options) = match spec.split_once(':') {
+        Some((name, json)) => (name.trim(), Some(json)),
+        None => (spec.trim(), None),
+    };
+    let mut config = match options {
+        None => serde_json::Map::new(),
+        Some(json) => match serde_json::from_str(json) {
+            Ok(serde_json::Value::Object(o)) => o,
+            _ => anyhow::bail!("options of --metric {name}: expected a JSON object, got {json:?}"),
+        },
+    };
+    config.insert("metric".into(), serde_json::Value::from(name));
+    Ok(from_config(&config)?)
+}
+
+/// The default model label: the file stem.
+pub(crate) fn model_label(path: &Path) -> String {
+    path.file_stem()
+        .map_or_else(|| "model".to_owned(), |s| s.to_string_lossy().into_owned())
+}
+
+/// Which readout to read and how to prepare it.
+pub(crate) struct ReadoutChoice {
+    /// Tensor, rows, gain folding and centring.
+    pub(crate) prep: repgeom_io::ReadoutPrep,
+    /// Hub revision when the readout is given as a hub model id.
+    pub(crate) revision: Option<String>,
+}
+
+/// The readout basis: the top-`k` right singular vectors of `W_U` read from `path` (a file, a
+/// checkpoint directory or a hub id) and prepared as `choice` says, after checking it against
+/// the activations in `acts_path` (width `d`).
+pub(crate) fn readout_basis(
+    path: &Path,
+    choice: &ReadoutChoice,
+    k: usize,
+    d: usize,
+    acts_path: &Path,
+    ctx: &Context,
+) -> anyhow::Result<Mat<f64>> {
+    // A hub id downloads only the readout's shard, unless the final norm's gain is needed too.
+    let need = if choice.prep.fold_norm {
+        repgeom_hub::Files::Full
+    } else {
+        repgeom_hub::Files::Readout
+    };
+    let resolved = crate::cmd::hub::model_path(
+        &path.to_string_lossy(),
+        choice.revision.as_deref(),
+        &need,
+        ctx,
+    )?;
+    let path = resolved.as_path();
+    // The loader's messages name the file, tensor and shape (and, for --readout-fold-norm,
+    // the final norm's gain it looked for).
+    let readout = repgeom_io::read_readout_prepared(path, &choice.prep)?;
+    if let Some(note) = &readout.note {
+        ctx.note(note);
+    }
+    let m = &readout.matrix;
+    anyhow::ensure!(
+        m.cols == d,
+        "shape mismatch: activations {} have d = {d}, but readout {} tensor {} is [{}, {}]",
+        acts_path.display(),
+        path.display(),
+        readout.tensor,
+        m.rows,
+        m.cols
+    );
+    anyhow::ensure!(
+        k > 0 && k < d,
+        "k = {k} must satisfy 0 < k < d = {d} ({} tensor {} [{}, {}])",
+        path.display(),
+        readout.tensor,
+        m.rows,
+        m.cols
+    );
+    let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
+    Ok(repgeom_linalg::readout_subspace(view, k, ctx.par())?)
+}
