@@ -7,9 +7,10 @@ use std::path::Path;
 use crate::activations::extension;
 use crate::{Error, Result, mmap, npy};
 
-/// Integer class labels, one per example, and the names of the classes.
+/// Integer class labels as read from a file, one per example, and the names of the classes
+/// (`repgeom_probe::Labels` is the checked form a probe takes).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Labels {
+pub struct LabelFile {
     /// Class index of each example, in `0..class_names.len()`.
     pub values: Vec<usize>,
     /// Name of each class index.
@@ -29,7 +30,7 @@ const MAX_CLASS: usize = 1 << 20;
 /// `column` names the label column (optional when there is only one column). Non-negative
 /// integers are used as class indices (names `"0"`, `"1"`, ...); other strings become classes
 /// numbered in sorted order.
-pub fn read_labels(path: &Path, column: Option<&str>) -> Result<Labels> {
+pub fn read_labels(path: &Path, column: Option<&str>) -> Result<LabelFile> {
     match extension(path).as_str() {
         "npy" => read_npy(path),
         "csv" => read_csv(path, column),
@@ -47,7 +48,7 @@ fn fail(path: &Path, reason: String) -> Error {
     }
 }
 
-fn from_indices(path: &Path, values: Vec<usize>) -> Result<Labels> {
+fn from_indices(path: &Path, values: Vec<usize>) -> Result<LabelFile> {
     let max = values.iter().copied().max();
     if let Some(m) = max
         && m > MAX_CLASS
@@ -58,13 +59,13 @@ fn from_indices(path: &Path, values: Vec<usize>) -> Result<Labels> {
         ));
     }
     let k = max.map_or(0, |m| m + 1);
-    Ok(Labels {
+    Ok(LabelFile {
         values,
         class_names: (0..k).map(|i| i.to_string()).collect(),
     })
 }
 
-fn read_npy(path: &Path) -> Result<Labels> {
+fn read_npy(path: &Path) -> Result<LabelFile> {
     let map = mmap::map_file(path)?;
     let t = npy::parse(Cow::Borrowed(map.bytes()), path, "labels")?;
     if t.shape.len() != 1 && !(t.shape.len() == 2 && t.shape[1] == 1) {
@@ -107,7 +108,7 @@ fn read_npy(path: &Path) -> Result<Labels> {
     from_indices(path, values)
 }
 
-fn read_csv(path: &Path, column: Option<&str>) -> Result<Labels> {
+fn read_csv(path: &Path, column: Option<&str>) -> Result<LabelFile> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(false)
@@ -141,7 +142,7 @@ fn read_csv(path: &Path, column: Option<&str>) -> Result<Labels> {
             })?;
             values.push(c - 1);
         }
-        return Ok(Labels {
+        return Ok(LabelFile {
             values,
             class_names: AG_NEWS_CLASSES.iter().map(|s| s.to_string()).collect(),
         });
@@ -193,7 +194,7 @@ fn read_csv(path: &Path, column: Option<&str>) -> Result<Labels> {
         .iter()
         .map(|c| classes.binary_search(c).unwrap_or_default())
         .collect();
-    Ok(Labels {
+    Ok(LabelFile {
         values,
         class_names: classes,
     })

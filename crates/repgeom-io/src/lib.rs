@@ -36,7 +36,7 @@ pub use activations::{Activations, LayerActs, read_activations};
 pub use array::{ArrayF64, read_array_f64};
 pub use checkpoint::{Checkpoint, open_checkpoint, open_checkpoint_partial};
 pub use error::{Error, Result};
-pub use labels::{AG_NEWS_CLASSES, Labels, read_labels};
+pub use labels::{AG_NEWS_CLASSES, LabelFile, read_labels};
 pub use readout::{
     Readout, ReadoutOptions, ReadoutPrep, read_final_norm_gain, read_readout, read_readout_prepared,
 };

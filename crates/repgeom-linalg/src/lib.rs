@@ -19,7 +19,7 @@
 mod decomp;
 mod distance;
 mod error;
-mod extra;
+mod kernel;
 #[cfg(test)]
 mod proptests;
 mod rank;
@@ -36,10 +36,10 @@ pub use distance::{
     pairwise_distances, spearman_of_cosine, spearman_of_distances,
 };
 pub use error::{Error, Result};
-pub use extra::{
+pub use faer::{Mat, MatMut, MatRef, Par};
+pub use kernel::{
     cross_frobenius_sq, gram_rows, hsic_biased_unscaled, hsic_unbiased, singular_values,
 };
-pub use faer::{Mat, MatMut, MatRef, Par};
 pub use rank::{RankScratch, RankedReference, average_ranks, float_key, pearson, spearman};
 
 /// Checks that every entry of `x` is finite; returns the first offending `(row, col)`.

@@ -31,9 +31,10 @@ mod cross;
 mod error;
 mod knn;
 pub mod params;
+mod pc_share;
 pub mod pga;
+mod pga_metric;
 mod pga_spectrum;
-mod readout;
 mod registry;
 mod spectral;
 #[cfg(test)]
@@ -45,8 +46,9 @@ pub use cross::{CkaLinear, DistanceSpearman};
 pub use error::{Error, Result};
 pub use knn::{Cknna, MutualKnn};
 pub use params::{PgaParams, ValidPgaParams};
+pub use pc_share::PcReadoutShare;
+pub use pga_metric::Pga;
 pub use pga_spectrum::PgaSpectrum;
-pub use readout::{PcReadoutShare, Pga};
 pub use registry::{
     AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,
     PairMetric, all_metrics, all_pair_metrics, metric, metric_from_config, metric_names,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::pga::{Distance, NullKind};
-use crate::readout::Pga;
+use crate::pga_metric::Pga;
 use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
 use crate::{Error, Result};
 

@@ -400,28 +400,28 @@ impl<'a> PairInput<'a> {
 
 /// A serde error that captures the list of registered names typetag reports for an unknown tag.
 #[derive(Debug)]
-enum Probe {
+enum TagListing {
     Names(&'static [&'static str]),
     Other(String),
 }
 
-impl std::fmt::Display for Probe {
+impl std::fmt::Display for TagListing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Probe::Names(n) => write!(f, "names {n:?}"),
-            Probe::Other(s) => f.write_str(s),
+            TagListing::Names(n) => write!(f, "names {n:?}"),
+            TagListing::Other(s) => f.write_str(s),
         }
     }
 }
 
-impl std::error::Error for Probe {}
+impl std::error::Error for TagListing {}
 
-impl serde::de::Error for Probe {
+impl serde::de::Error for TagListing {
     fn custom<T: std::fmt::Display>(msg: T) -> Self {
-        Probe::Other(msg.to_string())
+        TagListing::Other(msg.to_string())
     }
     fn unknown_variant(_variant: &str, expected: &'static [&'static str]) -> Self {
-        Probe::Names(expected)
+        TagListing::Names(expected)
     }
 }
 
@@ -433,9 +433,9 @@ where
     use serde::de::value::MapDeserializer;
     // No name starts with a NUL byte, so this tag is always unknown and typetag answers with
     // the full list of registered names.
-    let probe = MapDeserializer::<_, Probe>::new(std::iter::once(("metric", "\u{0}")));
+    let probe = MapDeserializer::<_, TagListing>::new(std::iter::once(("metric", "\u{0}")));
     let mut names = match Box::<T>::deserialize(probe) {
-        Err(Probe::Names(names)) => names.to_vec(),
+        Err(TagListing::Names(names)) => names.to_vec(),
         _ => Vec::new(),
     };
     names.sort_unstable();

@@ -1,5 +1,5 @@
-//! Extra numerics for the metric registry: singular values of a point cloud, Gram matrices and
-//! the linear HSIC estimators behind CKA. All in `f64`.
+//! Kernel numerics for the metric registry: singular values of a point cloud, Gram matrices,
+//! the linear HSIC estimators behind CKA and their feature-space form. All in `f64`.
 
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::matmul::matmul;
