@@ -25,13 +25,15 @@
 #![allow(clippy::single_range_in_vec_init)]
 
 mod error;
+mod model;
 mod params;
 mod probe;
 mod solver;
 mod split;
 
 pub use error::{Error, Result};
-pub use params::{DEFAULT_GRID, ProbeParams, ValidProbeParams};
+pub use model::FittedProbe;
+pub use params::{DEFAULT_GRID, ProbeParams, Solver, ValidProbeParams};
 pub use probe::{
     ControlProbe, Features, LayerProbe, METRICS, ProbePlan, ProbeReport, TidyRow, accuracy,
     macro_f1, wilson_interval,
