@@ -128,6 +128,64 @@ pub enum Error {
         /// L2 strength.
         l2: f64,
     },
+    /// linfa-logistic failed on one fit of the protocol (`solver = linfa`).
+    #[error("layer {layer}: linfa-logistic failed at l2 = {l2}: {source}")]
+    LinfaSolver {
+        /// Layer index (0 for a [`linfa::traits::Fit`] on a dataset).
+        layer: usize,
+        /// L2 strength.
+        l2: f64,
+        /// linfa-logistic's error.
+        source: linfa_logistic::error::Error,
+    },
+    /// An error of linfa itself (e.g. from its cross-validation helpers); linfa's
+    /// [`Fit`](linfa::traits::Fit) requires the fit error to convert from it.
+    #[error("linfa: {source}")]
+    Linfa {
+        /// linfa's error.
+        #[from]
+        source: linfa::Error,
+    },
+    /// A linfa dataset has no records or no features.
+    #[error("dataset records [{rows}, {cols}] are empty")]
+    EmptyDataset {
+        /// Records (rows).
+        rows: usize,
+        /// Features (columns).
+        cols: usize,
+    },
+    /// A linfa dataset has a different number of targets than records.
+    #[error("dataset has {rows} records but {targets} targets")]
+    TargetCount {
+        /// Records (rows).
+        rows: usize,
+        /// Targets.
+        targets: usize,
+    },
+    /// A record value is NaN, infinite, or beyond the f32 range the solver computes in.
+    #[error(
+        "record [{row}, {col}] of [{rows}, {cols}] is {value:e}; records must be finite f32 values"
+    )]
+    NonFiniteRecord {
+        /// Row of the first bad value.
+        row: usize,
+        /// Column of the first bad value.
+        col: usize,
+        /// Records (rows).
+        rows: usize,
+        /// Features (columns).
+        cols: usize,
+        /// The offending value.
+        value: f64,
+    },
+    /// Records to predict have a different feature count than the fitted probe.
+    #[error("records have {found} features but the probe was fitted on {expected}")]
+    FeatureCount {
+        /// Features the probe was fitted on.
+        expected: usize,
+        /// Features of the records.
+        found: usize,
+    },
 }
 
 /// Result alias for this crate.

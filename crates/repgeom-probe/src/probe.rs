@@ -5,9 +5,9 @@ use std::ops::Range;
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
-use crate::solver::{Problem, StopReason, column_stats};
+use crate::solver::{Fit, Linear, Problem, StopReason, column_stats};
 use crate::split::{Labels, Split, rng, shuffle, stratified_folds, train_test};
-use crate::{Error, Result, ValidProbeParams};
+use crate::{Error, FittedProbe, ProbeParams, Result, ValidProbeParams};
 
 /// A borrowed row-major feature matrix: one row per labelled example.
 #[derive(Debug, Clone, Copy)]
@@ -231,21 +231,40 @@ pub struct ProbePlan {
     control_labels: Option<Vec<usize>>,
 }
 
-/// What one protocol run (CV over the grid, final fit, test predictions) gives.
-struct Scored {
-    pred: Vec<usize>,
-    chosen_l2: f64,
-    cv_accuracy: Vec<(f64, f64)>,
-    iterations: usize,
-    stop: StopReason,
-}
-
 impl ValidProbeParams {
     /// Fix the train/test split and the cross-validation folds for `labels`.
     pub fn plan(&self, labels: Labels, split: &Split) -> Result<ProbePlan> {
         let p = &self.0;
         let (train, test) = train_test(&labels, split, p.train_frac, p.seed)?;
-        let fold_of = stratified_folds(&labels, &train, p.folds, p.seed)?;
+        // Stream 2 of the seed: the split uses 0 and the folds 1.
+        let control_labels = p.control.then(|| {
+            let mut v = labels.values().to_vec();
+            shuffle(&mut v, &mut rng(p.seed, 2));
+            v
+        });
+        self.plan_rows(labels, &train, test, control_labels)
+    }
+
+    /// The plan of a linfa [`Fit`](linfa::traits::Fit): every example trains (folds as
+    /// [`ValidProbeParams::plan`] would deal them for these training rows), no test rows,
+    /// no control task.
+    pub(crate) fn plan_all(&self, labels: Labels) -> Result<ProbePlan> {
+        let train: Vec<usize> = (0..labels.len()).collect();
+        self.plan_rows(labels, &train, Vec::new(), None)
+    }
+
+    /// Deal `train` (ascending) into stratified folds and fix the plan.
+    fn plan_rows(
+        &self,
+        labels: Labels,
+        train: &[usize],
+        test: Vec<usize>,
+        control_labels: Option<Vec<usize>>,
+    ) -> Result<ProbePlan> {
+        // Through linfa's `check_ref` the grid may still be in the caller's order.
+        let params = self.normalised();
+        let p = &params.0;
+        let fold_of = stratified_folds(&labels, train, p.folds, p.seed)?;
         let mut order: Vec<(usize, usize)> =
             train.iter().zip(&fold_of).map(|(&i, &f)| (f, i)).collect();
         order.sort_unstable();
@@ -256,14 +275,8 @@ impl ValidProbeParams {
             fold_ranges.push(start..start + len);
             start += len;
         }
-        // Stream 2 of the seed: the split uses 0 and the folds 1.
-        let control_labels = p.control.then(|| {
-            let mut v = labels.values().to_vec();
-            shuffle(&mut v, &mut rng(p.seed, 2));
-            v
-        });
         Ok(ProbePlan {
-            params: self.clone(),
+            params,
             labels,
             train_order: order.into_iter().map(|(_, i)| i).collect(),
             fold_ranges,
@@ -278,11 +291,47 @@ fn gather(f: &Features<'_>, idx: &[usize], mu: &[f64], inv_s: &[f64]) -> Array2<
     let d = f.cols();
     let mut out = Array2::<f32>::zeros((idx.len(), d));
     for (mut row, &i) in out.rows_mut().into_iter().zip(idx) {
-        for (j, (o, v)) in row.iter_mut().zip(f.row(i)).enumerate() {
-            *o = ((f64::from(*v) - mu[j]) * inv_s[j]) as f32;
-        }
+        standardise_row(f.row(i), mu, inv_s, row.iter_mut());
     }
     out
+}
+
+/// `out_j = (raw_j − μ_j) σ_j⁻¹` in f64, stored as f32: how every scored row is standardised.
+pub(crate) fn standardise_row<'o>(
+    raw: &[f32],
+    mu: &[f64],
+    inv_s: &[f64],
+    out: impl Iterator<Item = &'o mut f32>,
+) {
+    for (j, (o, v)) in out.zip(raw).enumerate() {
+        *o = ((f64::from(*v) - mu[j]) * inv_s[j]) as f32;
+    }
+}
+
+/// The training rows of one layer, standardised on themselves.
+struct Standardised {
+    mu: Vec<f64>,
+    inv_s: Vec<f64>,
+    /// Rows in `train_order`.
+    x_tr: Array2<f32>,
+}
+
+/// What the protocol (CV over the grid, then the final fit) gives for one set of labels.
+struct Trained {
+    /// The final model, in the training rows' standardised coordinates.
+    theta: Vec<f64>,
+    chosen_l2: f64,
+    cv_accuracy: Vec<(f64, f64)>,
+    iterations: usize,
+    stop: StopReason,
+}
+
+impl Trained {
+    /// Predicted class of every row of `x` (standardised like the training rows).
+    fn predict(&self, x: &Array2<f32>, k: usize) -> Vec<usize> {
+        let d = x.ncols();
+        Linear::new(&self.theta, d, k, &vec![0.0; d], &vec![1.0; d]).predict(x.view(), 0..x.nrows())
+    }
 }
 
 impl ProbePlan {
@@ -301,8 +350,91 @@ impl ProbePlan {
         self.test.len()
     }
 
+    /// Training examples in ascending order (the rows of a linfa dataset that
+    /// [`Fit`](linfa::traits::Fit)s the same model as [`ProbePlan::fit_layer`]).
+    pub fn train_rows(&self) -> Vec<usize> {
+        let mut v = self.train_order.clone();
+        v.sort_unstable();
+        v
+    }
+
+    /// Test examples in ascending order (the order they are scored in).
+    pub fn test_rows(&self) -> &[usize] {
+        &self.test
+    }
+
     /// Probe one layer's features (one row per labelled example).
     pub fn probe_layer(&self, layer: usize, features: Features<'_>) -> Result<LayerProbe> {
+        let s = self.standardise(layer, &features)?;
+        let d = features.cols();
+        let k = self.labels.n_classes();
+        let y = self.labels.values();
+        let x_te = gather(&features, &self.test, &s.mu, &s.inv_s);
+        let y_te: Vec<usize> = self.test.iter().map(|&i| y[i]).collect();
+        let run = self.cv_fit(layer, &s.x_tr, y, k)?;
+        let pred = run.predict(&x_te, k);
+
+        let y_tr: Vec<usize> = self.train_order.iter().map(|&i| y[i]).collect();
+        let majority = majority_class(&y_tr, k);
+        let n_test = y_te.len();
+        let majority_hits = y_te.iter().filter(|&&c| c == majority).count();
+        let n_hits = hits(&pred, &y_te);
+        let control = match &self.control_labels {
+            Some(yc) => {
+                let c = self.cv_fit(layer, &s.x_tr, yc, k)?;
+                let c_pred = c.predict(&x_te, k);
+                let yc_te: Vec<usize> = self.test.iter().map(|&i| yc[i]).collect();
+                let c_hits = hits(&c_pred, &yc_te);
+                Some(ControlProbe {
+                    accuracy: c_hits as f64 / n_test as f64,
+                    accuracy_ci: wilson_interval(c_hits, n_test),
+                    chosen_l2: c.chosen_l2,
+                    converged: c.stop.converged(),
+                    stop: c.stop,
+                })
+            }
+            None => None,
+        };
+        Ok(LayerProbe {
+            layer,
+            accuracy: accuracy(&pred, &y_te),
+            macro_f1: macro_f1(&pred, &y_te, k),
+            chosen_l2: run.chosen_l2,
+            majority_baseline: majority_hits as f64 / n_test as f64,
+            cv_accuracy: run.cv_accuracy,
+            n_train: self.train_order.len(),
+            n_test: self.test.len(),
+            dim: d,
+            iterations: run.iterations,
+            converged: run.stop.converged(),
+            stop: run.stop,
+            accuracy_ci: wilson_interval(n_hits, n_test),
+            majority_ci: wilson_interval(majority_hits, n_test),
+            control,
+        })
+    }
+
+    /// The model [`ProbePlan::probe_layer`] scores for this layer: cross-validated on the
+    /// plan's folds and fitted on its training rows. It predicts raw feature rows (a linfa
+    /// [`Predict`](linfa::traits::Predict) model; see [`FittedProbe`]).
+    pub fn fit_layer(&self, layer: usize, features: Features<'_>) -> Result<FittedProbe> {
+        let s = self.standardise(layer, &features)?;
+        let k = self.labels.n_classes();
+        let run = self.cv_fit(layer, &s.x_tr, self.labels.values(), k)?;
+        Ok(FittedProbe {
+            classes: (0..k).collect(),
+            mu: s.mu,
+            inv_s: s.inv_s,
+            theta: run.theta,
+            chosen_l2: run.chosen_l2,
+            cv_accuracy: run.cv_accuracy,
+            iterations: run.iterations,
+            stop: run.stop,
+        })
+    }
+
+    /// Check `features` against the labels and standardise the training rows on themselves.
+    fn standardise(&self, layer: usize, features: &Features<'_>) -> Result<Standardised> {
         let (rows, d) = (features.rows(), features.cols());
         if rows != self.labels.len() {
             return Err(Error::LabelCount {
@@ -322,68 +454,18 @@ impl ProbePlan {
                 value: features.data[pos],
             });
         }
-        let k = self.labels.n_classes();
-        let y = self.labels.values();
-
         // Standardise on the training rows only: compute stats on the raw training rows.
-        let raw_train = gather(&features, &self.train_order, &vec![0.0; d], &vec![1.0; d]);
+        let raw_train = gather(features, &self.train_order, &vec![0.0; d], &vec![1.0; d]);
         let all_train = [0..self.train_order.len()];
         let (mu, inv_s) = column_stats(raw_train.view(), &all_train);
         drop(raw_train);
-        let x_tr = gather(&features, &self.train_order, &mu, &inv_s);
-        let x_te = gather(&features, &self.test, &mu, &inv_s);
-        let y_te: Vec<usize> = self.test.iter().map(|&i| y[i]).collect();
-        let run = self.cv_fit_predict(layer, &x_tr, &x_te, y, k)?;
-
-        let y_tr: Vec<usize> = self.train_order.iter().map(|&i| y[i]).collect();
-        let majority = majority_class(&y_tr, k);
-        let n_test = y_te.len();
-        let majority_hits = y_te.iter().filter(|&&c| c == majority).count();
-        let n_hits = hits(&run.pred, &y_te);
-        let control = match &self.control_labels {
-            Some(yc) => {
-                let c = self.cv_fit_predict(layer, &x_tr, &x_te, yc, k)?;
-                let yc_te: Vec<usize> = self.test.iter().map(|&i| yc[i]).collect();
-                let c_hits = hits(&c.pred, &yc_te);
-                Some(ControlProbe {
-                    accuracy: c_hits as f64 / n_test as f64,
-                    accuracy_ci: wilson_interval(c_hits, n_test),
-                    chosen_l2: c.chosen_l2,
-                    converged: c.stop.converged(),
-                    stop: c.stop,
-                })
-            }
-            None => None,
-        };
-        Ok(LayerProbe {
-            layer,
-            accuracy: accuracy(&run.pred, &y_te),
-            macro_f1: macro_f1(&run.pred, &y_te, k),
-            chosen_l2: run.chosen_l2,
-            majority_baseline: majority_hits as f64 / n_test as f64,
-            cv_accuracy: run.cv_accuracy,
-            n_train: self.train_order.len(),
-            n_test: self.test.len(),
-            dim: d,
-            iterations: run.iterations,
-            converged: run.stop.converged(),
-            stop: run.stop,
-            accuracy_ci: wilson_interval(n_hits, n_test),
-            majority_ci: wilson_interval(majority_hits, n_test),
-            control,
-        })
+        let x_tr = gather(features, &self.train_order, &mu, &inv_s);
+        Ok(Standardised { mu, inv_s, x_tr })
     }
 
-    /// Cross-validates the L2 strength, fits on all training rows and predicts the test rows,
-    /// for labels `y` (one per example; the standardised `x_tr` rows follow `train_order`).
-    fn cv_fit_predict(
-        &self,
-        layer: usize,
-        x_tr: &Array2<f32>,
-        x_te: &Array2<f32>,
-        y: &[usize],
-        k: usize,
-    ) -> Result<Scored> {
+    /// Cross-validates the L2 strength and fits on all training rows, for labels `y` (one per
+    /// example; the standardised `x_tr` rows follow `train_order`), with `params.solver`.
+    fn cv_fit(&self, layer: usize, x_tr: &Array2<f32>, y: &[usize], k: usize) -> Result<Trained> {
         let p = self.params.params();
         let d = x_tr.ncols();
         let all_train = [0..self.train_order.len()];
@@ -401,9 +483,7 @@ impl ProbePlan {
                 let mut theta = vec![0.0; prob.n_params()];
                 let mut per_grid = Vec::with_capacity(n_grid);
                 for (g, &l2) in p.grid.iter().enumerate() {
-                    let fit = prob
-                        .fit(theta, l2, p.max_iter, p.tol)
-                        .ok_or(Error::Diverged { layer, l2 })?;
+                    let fit = solve(&prob, p, theta, l2, layer)?;
                     let pred = prob.predict(&fit.theta, x_tr.view(), val.clone());
                     correct[g] += pred
                         .iter()
@@ -446,15 +526,9 @@ impl ProbePlan {
                 *t += v / fold_thetas.len() as f64;
             }
         }
-        let fit = prob
-            .fit(theta0, chosen_l2, p.max_iter, p.tol)
-            .ok_or(Error::Diverged {
-                layer,
-                l2: chosen_l2,
-            })?;
-        let pred = prob.predict(&fit.theta, x_te.view(), 0..self.test.len());
-        Ok(Scored {
-            pred,
+        let fit = solve(&prob, p, theta0, chosen_l2, layer)?;
+        Ok(Trained {
+            theta: fit.theta,
             chosen_l2,
             cv_accuracy,
             iterations: fit.iterations,
@@ -475,6 +549,21 @@ impl ProbePlan {
             class_names: self.labels.class_names().to_vec(),
             layers,
         })
+    }
+}
+
+/// One fit with the params' solver, iteration cap and tolerance.
+fn solve(
+    prob: &Problem<'_>,
+    p: &ProbeParams,
+    theta0: Vec<f64>,
+    l2: f64,
+    layer: usize,
+) -> Result<Fit> {
+    match prob.solve(p.solver, theta0, l2, p.max_iter, p.tol) {
+        Ok(Some(fit)) => Ok(fit),
+        Ok(None) => Err(Error::Diverged { layer, l2 }),
+        Err(source) => Err(Error::LinfaSolver { layer, l2, source }),
     }
 }
 

@@ -5,12 +5,21 @@
 //! where `s(x) = (x − μ) ⊙ σ⁻¹` is the subset's own standardisation. `s` is folded into the
 //! weights (`v = W ⊙ σ⁻¹`, `c = b − μ·v`) so cross-validation folds standardise on their own
 //! training rows without copying the matrix.
+//!
+//! With [`Solver::Linfa`] the same problem (same rows, standardisation, objective, L2 strength
+//! and iteration cap) is handed to linfa-logistic instead of the in-house L-BFGS.
 
 use std::ops::Range;
+use std::sync::OnceLock;
 
-use ndarray::{ArrayView2, s};
+use linfa::DatasetBase;
+use linfa::traits::Fit as _;
+use linfa_logistic::MultiLogisticRegression;
+use ndarray::{Array1, Array2, ArrayView2, s};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+
+use crate::Solver;
 
 /// Rows per kernel block. Fixed, so the reduction order (and every bit of the result) is
 /// independent of the number of threads.
@@ -30,6 +39,9 @@ pub(crate) struct Problem<'a> {
     mu: Vec<f64>,
     inv_s: Vec<f64>,
     parallel: bool,
+    /// The rows standardised into an f64 copy with their labels, made on the first
+    /// linfa-logistic fit (it cannot fold the standardisation into the weights).
+    linfa_rows: OnceLock<(Array2<f64>, Array1<usize>)>,
 }
 
 /// Per-column mean and inverse standard deviation (population, ddof = 0) over the given
@@ -106,6 +118,9 @@ pub enum StopReason {
     LineSearchFailed,
     /// The loss stopped decreasing (relative change ≤ 1e-12) with the gradient above `tol`.
     Stalled,
+    /// linfa-logistic ([`Solver::Linfa`]) returned a solution whose gradient is above `tol`:
+    /// it stopped at `max_iter` or on its own cost-change test (it does not say which).
+    LinfaStopped,
 }
 
 impl StopReason {
@@ -137,6 +152,7 @@ impl<'a> Problem<'a> {
             mu,
             inv_s,
             parallel,
+            linfa_rows: OnceLock::new(),
         }
     }
 
@@ -144,25 +160,15 @@ impl<'a> Problem<'a> {
         (self.x.ncols() + 1) * self.k
     }
 
-    /// Effective f32 weights (k × d, class-major) and f64 intercepts on the raw rows.
-    fn effective(&self, theta: &[f64]) -> (Vec<f32>, Vec<f64>) {
-        let (d, k) = (self.x.ncols(), self.k);
-        let mut v = vec![0.0f32; k * d];
-        let mut c = theta[d * k..].to_vec();
-        for j in 0..d {
-            for q in 0..k {
-                let e = theta[j * k + q] * self.inv_s[j];
-                v[q * d + j] = e as f32;
-                c[q] -= self.mu[j] * e;
-            }
-        }
-        (v, c)
+    /// The model `theta` (in this problem's standardised coordinates) on the raw rows.
+    fn effective(&self, theta: &[f64]) -> Linear {
+        Linear::new(theta, self.x.ncols(), self.k, &self.mu, &self.inv_s)
     }
 
     /// Objective and gradient at `theta`.
     pub(crate) fn eval(&self, theta: &[f64], l2: f64) -> (f64, Vec<f64>) {
         let (d, k) = (self.x.ncols(), self.k);
-        let (v, c) = self.effective(theta);
+        let Linear { v, c, .. } = self.effective(theta);
         let block = |r: &Range<usize>| -> (f64, Vec<f32>, Vec<f64>) {
             // One pass per row: logits, softmax, then the row's gradient contribution while
             // the row is still in L1.
@@ -234,23 +240,96 @@ impl<'a> Problem<'a> {
         x: ArrayView2<'_, f32>,
         rows: Range<usize>,
     ) -> Vec<usize> {
+        self.effective(theta).predict(x, rows)
+    }
+
+    /// Minimise the objective with `solver` from `theta0`. `Ok(None)` if the loss becomes
+    /// non-finite; `Err` if linfa-logistic fails.
+    pub(crate) fn solve(
+        &self,
+        solver: Solver,
+        theta0: Theta,
+        l2: f64,
+        max_iter: usize,
+        tol: f64,
+    ) -> Result<Option<Fit>, linfa_logistic::error::Error> {
+        match solver {
+            Solver::Lbfgs => Ok(self.fit(theta0, l2, max_iter, tol)),
+            Solver::Linfa => self.fit_linfa(&theta0, l2, max_iter, tol),
+        }
+    }
+
+    /// The same fit by linfa-logistic: `alpha = n λ` (its loss is a sum), `max_iter`,
+    /// `gradient_tolerance = n · tol` on the L2 norm of its gradient (so the mean-loss
+    /// gradient meets `tol` in the max norm too), warm-started at `theta0`. linfa only models
+    /// the classes present in the rows: a class absent here gets zero weights and a `−∞`
+    /// intercept (never predicted; the optimum's limit), and a warm-start column that is not
+    /// finite (such a class) starts at zero. Converged when the in-house criterion holds at
+    /// the solution (`‖∇f‖_∞ ≤ tol`, one pass of [`Problem::eval`]).
+    fn fit_linfa(
+        &self,
+        theta0: &[f64],
+        l2: f64,
+        max_iter: usize,
+        tol: f64,
+    ) -> Result<Option<Fit>, linfa_logistic::error::Error> {
         let (d, k) = (self.x.ncols(), self.k);
-        let (v, c) = self.effective(theta);
-        let mut z = vec![0.0f32; k];
-        rows.map(|i| {
-            logits(row(x, i), &v, d, &mut z);
-            let mut best = 0;
-            let mut bv = f64::NEG_INFINITY;
-            for q in 0..k {
-                let t = f64::from(z[q]) + c[q];
-                if t > bv {
-                    bv = t;
-                    best = q;
+        let (x, y) = self.linfa_rows.get_or_init(|| self.standardised_rows());
+        let mut present = y.to_vec();
+        present.sort_unstable();
+        present.dedup();
+        let mut init = Array2::<f64>::zeros((d + 1, present.len()));
+        for (col, &q) in present.iter().enumerate() {
+            if (0..=d).all(|j| theta0[j * k + q].is_finite()) {
+                for j in 0..=d {
+                    init[[j, col]] = theta0[j * k + q];
                 }
             }
-            best
-        })
-        .collect()
+        }
+        let n = self.n as f64;
+        let model = MultiLogisticRegression::default()
+            .alpha(n * l2)
+            .max_iterations(max_iter as u64)
+            .gradient_tolerance(n * tol)
+            .initial_params(init)
+            .fit(&DatasetBase::new(x.view(), y.view()))?;
+        let mut theta = vec![0.0; self.n_params()];
+        theta[d * k..].fill(f64::NEG_INFINITY);
+        for (col, &q) in model.classes().iter().enumerate() {
+            for j in 0..d {
+                theta[j * k + q] = model.params()[[j, col]];
+            }
+            theta[d * k + q] = model.intercept()[col];
+        }
+        let (f, g) = self.eval(&theta, l2);
+        if !f.is_finite() {
+            return Ok(None);
+        }
+        let stop = if inf_norm(&g) <= tol {
+            StopReason::GradientTolerance
+        } else {
+            StopReason::LinfaStopped
+        };
+        Ok(Some(Fit {
+            theta,
+            iterations: 0,
+            stop,
+        }))
+    }
+
+    /// The problem's rows standardised (`(x − μ) ⊙ σ⁻¹`, f64) and their labels, in row order.
+    fn standardised_rows(&self) -> (Array2<f64>, Array1<usize>) {
+        let d = self.x.ncols();
+        let mut out = Array2::<f64>::zeros((self.n, d));
+        let mut y = Array1::<usize>::zeros(self.n);
+        let rows = self.blocks.iter().flat_map(|r| r.clone());
+        for ((mut o, t), i) in out.rows_mut().into_iter().zip(y.iter_mut()).zip(rows) {
+            for (j, (ov, xv)) in o.iter_mut().zip(row(self.x, i)).enumerate() {
+                *ov = (f64::from(*xv) - self.mu[j]) * self.inv_s[j];
+            }
+            *t = self.y[i];
+        }
+        (out, y)
     }
 
     /// Minimise the objective with L-BFGS (two-loop recursion, Armijo backtracking) from
@@ -334,6 +413,54 @@ impl<'a> Problem<'a> {
             iterations,
             stop,
         })
+    }
+}
+
+/// A linear classifier on raw rows: f32 weights (k × d, class-major) and f64 intercepts.
+/// Every prediction of the crate (cross-validation, test rows, [`crate::FittedProbe`]) goes
+/// through [`Linear::predict`].
+pub(crate) struct Linear {
+    v: Vec<f32>,
+    c: Vec<f64>,
+    d: usize,
+    k: usize,
+}
+
+impl Linear {
+    /// The model `theta` (`W` d × k row-major, then `b`), fitted in coordinates standardised
+    /// by `mu`/`inv_s`, folded onto raw rows: `v = W ⊙ σ⁻¹`, `c = b − μ·v`.
+    pub(crate) fn new(theta: &[f64], d: usize, k: usize, mu: &[f64], inv_s: &[f64]) -> Self {
+        let mut v = vec![0.0f32; k * d];
+        let mut c = theta[d * k..].to_vec();
+        for j in 0..d {
+            for q in 0..k {
+                let e = theta[j * k + q] * inv_s[j];
+                v[q * d + j] = e as f32;
+                c[q] -= mu[j] * e;
+            }
+        }
+        Self { v, c, d, k }
+    }
+
+    /// Predicted class (argmax logit, lowest class on ties) of each row in `rows` of `x`
+    /// (standard layout, `d` columns).
+    pub(crate) fn predict(&self, x: ArrayView2<'_, f32>, rows: Range<usize>) -> Vec<usize> {
+        let (d, k) = (self.d, self.k);
+        let mut z = vec![0.0f32; k];
+        rows.map(|i| {
+            logits(row(x, i), &self.v, d, &mut z);
+            let mut best = 0;
+            let mut bv = f64::NEG_INFINITY;
+            for q in 0..k {
+                let t = f64::from(z[q]) + self.c[q];
+                if t > bv {
+                    bv = t;
+                    best = q;
+                }
+            }
+            best
+        })
+        .collect()
     }
 }
 

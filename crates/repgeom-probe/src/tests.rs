@@ -88,6 +88,31 @@ fn params_check_rejects_bad_values_and_sorts_grid() {
     }
 }
 
+#[test]
+fn solver_names_parse_print_and_serialise() {
+    use crate::Solver;
+    for (solver, name) in [(Solver::Lbfgs, "lbfgs"), (Solver::Linfa, "linfa")] {
+        assert_eq!(solver.to_string(), name);
+        assert_eq!(name.to_uppercase().parse::<Solver>(), Ok(solver));
+        let json = format!("{{\"solver\": \"{name}\"}}");
+        let p: ProbeParams = serde_json::from_str(&json).unwrap();
+        assert_eq!(p.solver, solver);
+        assert!(
+            serde_json::to_string(&p)
+                .unwrap()
+                .contains(&format!("\"solver\":\"{name}\""))
+        );
+    }
+    assert_eq!(
+        "newton".parse::<Solver>(),
+        Err("unknown solver \"newton\": use lbfgs or linfa".to_owned())
+    );
+    // Options written before the solver existed keep the in-house default.
+    let old: ProbeParams = serde_json::from_str(r#"{"folds": 4}"#).unwrap();
+    assert_eq!(old.solver, Solver::Lbfgs);
+    assert!(serde_json::from_str::<ProbeParams>(r#"{"solver": "newton"}"#).is_err());
+}
+
 mod solver {
     use linfa::prelude::*;
     use linfa_logistic::MultiLogisticRegression;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use repgeom_metrics::MetricValue;
-use repgeom_probe::{Features, Labels, ProbeParams, Split, StopReason};
+use repgeom_probe::{Features, Labels, ProbeParams, Solver, Split, StopReason};
 
 use crate::output::{Cell, Format, emit, metric_table};
 
@@ -39,6 +39,10 @@ pub(crate) struct ProbeArgs {
     /// L-BFGS iteration cap per fit.
     #[arg(long, default_value_t = 100)]
     pub(crate) max_iter: usize,
+    /// Solver of every fit: lbfgs (the in-house L-BFGS, the default) or linfa
+    /// (linfa-logistic: same objective and accuracy, much slower; see docs/probes.md).
+    #[arg(long, default_value = "lbfgs")]
+    pub(crate) solver: Solver,
     /// Skip the random-label control task (no probe_control_accuracy / probe_selectivity rows;
     /// halves the fitting time).
     #[arg(long)]
@@ -66,6 +70,7 @@ pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> 
         seed: args.seed,
         max_iter: args.max_iter,
         control: !args.no_control,
+        solver: args.solver,
         ..ProbeParams::default()
     }
     .check()?;
@@ -109,13 +114,17 @@ pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> 
         for (which, stop) in fits {
             let why = match stop {
                 StopReason::GradientTolerance => continue,
-                StopReason::MaxIter => format!("stopped at --max-iter {}", args.max_iter),
-                StopReason::LineSearchFailed => "stopped on a failed line search".to_owned(),
-                StopReason::Stalled => "stopped when the loss stalled".to_owned(),
+                StopReason::MaxIter => format!("L-BFGS stopped at --max-iter {}", args.max_iter),
+                StopReason::LineSearchFailed => "L-BFGS stopped on a failed line search".to_owned(),
+                StopReason::Stalled => "L-BFGS stopped when the loss stalled".to_owned(),
+                StopReason::LinfaStopped => format!(
+                    "linfa-logistic stopped (at --max-iter {} or on its cost tolerance)",
+                    args.max_iter
+                ),
             };
             ctx.note(format!(
-                "layer {}: {which} final fit not converged: L-BFGS {why} before the \
-                 gradient tolerance (column converged = 0)",
+                "layer {}: {which} final fit not converged: {why} before the gradient \
+                 tolerance (column converged = 0)",
                 r.layer
             ));
         }

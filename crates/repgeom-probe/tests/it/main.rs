@@ -1,6 +1,7 @@
 //! Integration tests of repgeom-probe: every test goes through [`check`].
 
 mod detour;
+mod linfa_model;
 
 use rand::RngCore;
 use rand_chacha::ChaCha8Rng;

@@ -410,7 +410,8 @@ def probe(features: Any, labels: Any, *, class_names: Optional[Sequence[str]] = 
 
     ``labels`` are class indices or class names (one per point). Options are the probe's
     parameters: ``train_frac`` (0.8), ``folds`` (3), ``grid`` (L2 strengths), ``seed`` (0),
-    ``max_iter`` (100), ``tol``, ``parallel``. One row per layer: ``accuracy``,
+    ``max_iter`` (100), ``tol``, ``parallel``, ``control`` (True), ``solver`` (``"lbfgs"``, or
+    ``"linfa"``: linfa-logistic, same accuracy, much slower). One row per layer: ``accuracy``,
     ``majority_baseline``, ``chosen_l2``, ``n_train``, ``n_test`` and the rest of the report.
     """
     labels = np.asarray(labels)
