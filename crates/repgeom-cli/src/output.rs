@@ -1,6 +1,6 @@
 //! Formatting of result tables: aligned text, JSON lines, CSV; written atomically.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
@@ -166,6 +166,17 @@ fn csv_escape(s: &str) -> String {
 }
 
 /// Prints to stdout, or writes atomically to `out` (format from its extension unless given).
+/// `--format` and `--out`, the same in every command that writes a table.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct OutputArgs {
+    /// Output format (default: table on stdout; with --out, from the file's extension).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<Format>,
+    /// Write the results to this file (atomically) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+}
+
 pub(crate) fn emit(
     table: &Table,
     format: Option<Format>,

@@ -1,12 +1,10 @@
 //! `repgeom checkpoints`: audit a model's revisions: commit, weights hash, parameters, and
 //! which revisions serve the same weights.
 
-use std::path::PathBuf;
-
 use repgeom_hub::Hub;
 
 use super::Context;
-use crate::output::{Cell, Format, Table, emit};
+use crate::output::{Cell, OutputArgs, Table, emit};
 
 /// Arguments of `repgeom checkpoints`.
 #[derive(clap::Args, Debug)]
@@ -25,12 +23,8 @@ pub(crate) struct CheckpointsArgs {
     /// Every branch and tag of the model (step branches in step order, then the rest by name).
     #[arg(long)]
     all: bool,
-    /// Output format (default: table on stdout; with --out, from the file's extension).
-    #[arg(long, value_enum)]
-    format: Option<Format>,
-    /// Write to this file (atomically) instead of stdout.
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
@@ -69,5 +63,5 @@ pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
             })
             .collect(),
     };
-    emit(&table, args.format, args.out.as_deref())
+    emit(&table, args.output.format, args.output.out.as_deref())
 }

@@ -10,7 +10,7 @@ use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
 use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
-use crate::output::{Cell, Format, emit, metric_table};
+use crate::output::{Cell, OutputArgs, emit, metric_table};
 
 /// Arguments of `repgeom compare`.
 #[derive(clap::Args, Debug)]
@@ -63,12 +63,8 @@ pub(crate) struct CompareArgs {
     /// Label of model B (default: file stem).
     #[arg(long)]
     pub(crate) model_b: Option<String>,
-    /// Output format (default: table on stdout; with --out, from the file's extension).
-    #[arg(long, value_enum)]
-    pub(crate) format: Option<Format>,
-    /// Write the results to this file (atomically) instead of stdout.
-    #[arg(long)]
-    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
 }
 
 /// One side of the comparison, loaded.
@@ -225,8 +221,8 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
     bar.finish_and_clear();
     emit(
         &metric_table(&["model", "layer", "other_model", "other_layer"], rows),
-        args.format,
-        args.out.as_deref(),
+        args.output.format,
+        args.output.out.as_deref(),
     )
 }
 

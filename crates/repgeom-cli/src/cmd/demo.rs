@@ -1,12 +1,10 @@
 //! `repgeom demo`: PGA on the built-in synthetic model zoo (clearly labelled synthetic).
 
-use std::path::PathBuf;
-
 use repgeom_metrics::pga::pga_ccr_sweep;
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
-use crate::output::{Cell, Format, Table, emit};
+use crate::output::{Cell, Format, OutputArgs, Table, emit};
 
 /// Arguments of `repgeom demo`.
 #[derive(clap::Args, Debug)]
@@ -17,12 +15,8 @@ pub(crate) struct DemoArgs {
     /// Number of random subspaces in the null.
     #[arg(long, default_value_t = 100)]
     pub(crate) n_null: usize,
-    /// Output format (default: table on stdout; with --out, from the file's extension).
-    #[arg(long, value_enum)]
-    pub(crate) format: Option<Format>,
-    /// Write the results to this file (atomically) instead of stdout.
-    #[arg(long)]
-    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
 }
 
 pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
@@ -94,7 +88,7 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    if args.out.is_none() && args.format.unwrap_or(Format::Table) == Format::Table {
+    if args.output.out.is_none() && args.output.format.unwrap_or(Format::Table) == Format::Table {
         #[allow(clippy::print_stdout)] // the banner belongs to the table a person reads
         {
             println!(
@@ -104,5 +98,5 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
             );
         }
     }
-    emit(&table, args.format, args.out.as_deref())
+    emit(&table, args.output.format, args.output.out.as_deref())
 }

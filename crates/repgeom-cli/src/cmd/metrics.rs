@@ -9,7 +9,7 @@ use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
 use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
-use crate::output::{Cell, Format, Table, emit, metric_table};
+use crate::output::{Cell, Format, OutputArgs, Table, emit, metric_table};
 
 /// Arguments of `repgeom metrics`.
 #[derive(clap::Args, Debug)]
@@ -58,17 +58,13 @@ pub(crate) struct MetricsArgs {
     /// Model label in the `model` column (default: the activation file's stem).
     #[arg(long)]
     pub(crate) model: Option<String>,
-    /// Output format (default: table on stdout; with --out, from the file's extension).
-    #[arg(long, value_enum)]
-    pub(crate) format: Option<Format>,
-    /// Write the results to this file (atomically) instead of stdout.
-    #[arg(long)]
-    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
 }
 
 pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
     if args.list {
-        return list(args.format, args.out.as_deref());
+        return list(args.output.format, args.output.out.as_deref());
     }
     let acts_path = args
         .acts
@@ -176,8 +172,8 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
     bar.finish_and_clear();
     emit(
         &metric_table(&["model", "layer"], rows),
-        args.format,
-        args.out.as_deref(),
+        args.output.format,
+        args.output.out.as_deref(),
     )
 }
 

@@ -11,7 +11,7 @@ use repgeom_metrics::pga::{
 use repgeom_null::{NullBases, NullKind, NullParams};
 
 use super::Context;
-use crate::output::{Cell, Format, Table, emit};
+use crate::output::{Cell, OutputArgs, Table, emit};
 
 /// Arguments of `repgeom pga`.
 #[derive(clap::Args, Debug)]
@@ -100,12 +100,8 @@ pub(crate) struct PgaArgs {
     /// and all null draws) instead of all N(N-1)/2; adds n_pairs and rho_se columns.
     #[arg(long)]
     pub(crate) max_pairs: Option<usize>,
-    /// Output format (default: table on stdout; with --out, from the file's extension).
-    #[arg(long, value_enum)]
-    pub(crate) format: Option<Format>,
-    /// Write the results to this file (atomically) instead of stdout.
-    #[arg(long)]
-    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
 }
 
 /// The columns of `repgeom pga`'s output, in order.
@@ -334,7 +330,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         ]);
         table.rows.push(cells);
     }
-    emit(&table, args.format, args.out.as_deref())
+    emit(&table, args.output.format, args.output.out.as_deref())
 }
 
 /// The k values to run: the `-k` list, or `round(f·d)` for `--k-frac f`.

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use repgeom_metrics::MetricValue;
 use repgeom_probe::{Features, Labels, ProbeParams, Solver, Split, StopReason};
 
-use crate::output::{Cell, Format, emit, metric_table};
+use crate::output::{Cell, OutputArgs, emit, metric_table};
 
 /// Arguments of `repgeom probe`.
 #[derive(Debug, Clone, clap::Args)]
@@ -53,12 +53,8 @@ pub(crate) struct ProbeArgs {
     /// Model name in the output rows (default: the features file stem).
     #[arg(long)]
     pub(crate) model: Option<String>,
-    /// Output format (default: table on stdout; with --out, from the file's extension).
-    #[arg(long, value_enum)]
-    pub(crate) format: Option<Format>,
-    /// Write to this file (atomically) instead of stdout.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
 }
 
 /// Run `repgeom probe`.
@@ -179,5 +175,5 @@ pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> 
     for (row, extra) in table.rows.iter_mut().zip(appended) {
         row.extend(extra);
     }
-    emit(&table, args.format, args.out.as_deref())
+    emit(&table, args.output.format, args.output.out.as_deref())
 }
