@@ -1,5 +1,6 @@
 //! Formatting of result tables: aligned text, JSON lines, CSV; written atomically.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -52,10 +53,10 @@ fn format_float_exact(v: f64) -> String {
     }
 }
 
-/// A table with named columns.
+/// A table with named columns (fixed names borrowed, a metric's extra columns owned).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Table {
-    pub(crate) columns: Vec<&'static str>,
+    pub(crate) columns: Vec<Cow<'static, str>>,
     pub(crate) rows: Vec<Vec<Cell>>,
 }
 
@@ -125,7 +126,7 @@ impl Table {
             out.push_str(parts.join("  ").trim_end());
             out.push('\n');
         };
-        line(self.columns.clone(), &mut out);
+        line(self.columns.iter().map(|c| c.as_ref()).collect(), &mut out);
         for row in &cells {
             line(row.iter().map(String::as_str).collect(), &mut out);
         }
@@ -137,7 +138,7 @@ impl Table {
         for row in &self.rows {
             let mut obj = serde_json::Map::new();
             for (c, cell) in self.columns.iter().zip(row) {
-                obj.insert((*c).to_string(), cell.json());
+                obj.insert(c.to_string(), cell.json());
             }
             out.push_str(&serde_json::Value::Object(obj).to_string());
             out.push('\n');
@@ -215,16 +216,16 @@ pub(crate) fn metric_table(
         .iter()
         .flat_map(|(_, v)| v.extra.keys().cloned())
         .collect();
-    let mut columns = leading.to_vec();
-    columns.extend([
+    let mut columns = names(leading);
+    columns.extend(names(&[
         "metric",
         "variant",
         "value",
         "null_mean",
         "null_std",
         "p_value",
-    ]);
-    columns.extend(extras.iter().map(|e| column_name(e)));
+    ]));
+    columns.extend(extras.iter().map(|e| Cow::Owned(e.clone())));
     let number = |v: f64| {
         if v.fract() == 0.0 && v.abs() < 1e15 {
             Cell::Int(v as i64)
@@ -255,17 +256,7 @@ pub(crate) fn metric_table(
     Table { columns, rows }
 }
 
-/// A `'static` column name for a metric's extra column (interned: each distinct name is
-/// allocated once per process).
-fn column_name(name: &str) -> &'static str {
-    use std::sync::Mutex;
-    static NAMES: Mutex<std::collections::BTreeSet<&'static str>> =
-        Mutex::new(std::collections::BTreeSet::new());
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = names.get(name) {
-        return found;
-    }
-    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    names.insert(leaked);
-    leaked
+/// Column names from fixed strings.
+pub(crate) fn names(columns: &[&'static str]) -> Vec<Cow<'static, str>> {
+    columns.iter().map(|c| Cow::Borrowed(*c)).collect()
 }

@@ -41,14 +41,14 @@ pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
         &mut super::hub::download_bar(ctx),
     )?;
     let table = Table {
-        columns: vec![
+        columns: crate::output::names(&[
             "model",
             "revision",
             "commit",
             "weights_sha256",
             "parameters",
             "duplicate_of",
-        ],
+        ]),
         rows: audit
             .into_iter()
             .map(|a| {

@@ -39,7 +39,7 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
         .sum();
     let bar = ctx.progress(total as u64, "demo");
     let mut table = Table {
-        columns: vec![
+        columns: crate::output::names(&[
             "model",
             "layer",
             "planted",
@@ -51,7 +51,7 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
             "null_std",
             "z",
             "p_value",
-        ],
+        ]),
         rows: Vec::new(),
     };
     for model in &zoo {

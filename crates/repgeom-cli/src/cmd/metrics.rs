@@ -253,7 +253,7 @@ fn list(format: Option<Format>, out: Option<&Path>) -> anyhow::Result<()> {
         }
         _ => {
             let table = Table {
-                columns: vec![
+                columns: crate::output::names(&[
                     "name",
                     "kind",
                     "summary",
@@ -261,7 +261,7 @@ fn list(format: Option<Format>, out: Option<&Path>) -> anyhow::Result<()> {
                     "needs",
                     "rotation_invariant",
                     "source",
-                ],
+                ]),
                 rows: entries
                     .iter()
                     .map(|(kind, info, options)| {

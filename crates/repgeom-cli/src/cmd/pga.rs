@@ -286,7 +286,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     }
     columns.extend(NULL_COLUMNS);
     let mut table = Table {
-        columns,
+        columns: crate::output::names(&columns),
         rows: Vec::new(),
     };
     for c in &computed {

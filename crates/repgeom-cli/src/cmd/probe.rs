@@ -171,7 +171,9 @@ pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> 
         })
         .collect();
     let mut table = metric_table(&["model", "layer"], rows);
-    table.columns.extend(["ci_lo", "ci_hi", "converged"]);
+    table
+        .columns
+        .extend(crate::output::names(&["ci_lo", "ci_hi", "converged"]));
     for (row, extra) in table.rows.iter_mut().zip(appended) {
         row.extend(extra);
     }
