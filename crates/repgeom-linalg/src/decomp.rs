@@ -307,8 +307,9 @@ pub fn ccr(x: MatRef<'_, f32>, c: usize, par: Par) -> Result<Mat<f64>> {
 /// Top-`k` right singular vectors (`d × k`) and the top-`k` singular values of a `V × d` matrix.
 ///
 /// Computed from the `d × d` Gram matrix $W^\top W$, accumulated in `f64` over blocks of rows
-/// (so a 50k-row readout never exists in `f64` at once), then a sequential symmetric
-/// eigendecomposition. The subspace is what PGA uses; signs are fixed deterministically.
+/// (so a 50k-row readout never exists in `f64` at once), then its top `k` eigenpairs
+/// ([`top_eigen_desc`]: sequential Krylov–Schur when `k ≤ d/8`, else the full decomposition).
+/// The subspace is what PGA uses; signs are fixed deterministically.
 pub fn top_right_singular_vectors(
     w: MatRef<'_, f32>,
     k: usize,
@@ -332,9 +333,11 @@ pub fn top_right_singular_vectors(
         matmul(&mut g, Accum::Add, block.transpose(), &block, 1.0, par);
         start += len;
     }
-    let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
-    let sv = vals.iter().take(k).map(|v| v.max(0.0).sqrt()).collect();
-    Ok((vecs.subcols(0, k).to_owned(), sv))
+    // Only the top k of d eigenpairs are needed: a partial (Krylov–Schur) solve when k ≪ d,
+    // the full decomposition otherwise (`top_eigen_desc`).
+    let (vals, vecs) = top_eigen_desc(g.as_ref(), k)?;
+    let sv = vals.iter().map(|v| v.max(0.0).sqrt()).collect();
+    Ok((vecs, sv))
 }
 
 /// The readout subspace $V_k$ of `W_U` (`V × d`): its top-`k` right singular vectors.

@@ -217,3 +217,42 @@ fn euclidean_distances_match_definition_and_blockwise_spearman() {
     );
     assert!("manhattan".parse::<Distance>().is_err());
 }
+
+/// The readout subspace through the partial solver (d = 512 ≥ 384, k = 32 ≤ d/8) spans the
+/// same subspace as the full decomposition of WᵀW: projectors agree to 1e-9, at 1 and 2
+/// threads bit for bit.
+#[test]
+fn readout_subspace_partial_path_matches_full_decomposition() {
+    let (v, d, k) = (800, 512, 32);
+    let w = Mat::<f32>::from_fn(v, d, |i, j| {
+        let scale = 1.0 / (1.0 + j as f32).sqrt();
+        scale * (((i * 37 + j * 11) % 97) as f32 / 97.0 - 0.5)
+    });
+    let (partial, sv) = top_right_singular_vectors(w.as_ref(), k, Par::Seq).unwrap();
+    let (again, _) = top_right_singular_vectors(w.as_ref(), k, Par::rayon(2)).unwrap();
+    assert!(partial == again, "partial path differs between 1 and 2 threads");
+    let w64 = to_f64(w.as_ref());
+    let mut g = Mat::<f64>::zeros(d, d);
+    faer::linalg::matmul::matmul(
+        &mut g,
+        faer::Accum::Replace,
+        w64.transpose(),
+        &w64,
+        1.0,
+        Par::Seq,
+    );
+    let (vals, vecs) = symmetric_eigen_desc(g.as_ref()).unwrap();
+    for (j, s) in sv.iter().enumerate() {
+        assert!((s * s - vals[j]).abs() <= 1e-10 * vals[0], "singular value {j}");
+    }
+    let full = vecs.subcols(0, k);
+    let p1 = &partial * partial.transpose();
+    let p2 = full * full.transpose();
+    let mut worst = 0.0f64;
+    for i in 0..d {
+        for j in 0..d {
+            worst = worst.max((p1[(i, j)] - p2[(i, j)]).abs());
+        }
+    }
+    assert!(worst < 1e-9, "projectors differ by {worst:e}");
+}

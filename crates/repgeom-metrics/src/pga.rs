@@ -99,6 +99,17 @@ pub struct PgaResult {
 
 impl PgaResult {
     /// Builds a result from the readout correlation and the null sample.
+    /// The null comparison of `rho_readout` (mean, sample std, z, upper-tail p) as the null
+    /// crate's summary, the form every other metric reports its null in.
+    pub fn null_summary(&self) -> NullSummary {
+        NullSummary {
+            null_mean: self.null_mean,
+            null_std: self.null_std,
+            z: self.z,
+            p_value: self.p_value,
+        }
+    }
+
     fn from_null(
         (n_points, d, k, ccr): (usize, usize, usize, usize),
         rho_readout: f64,

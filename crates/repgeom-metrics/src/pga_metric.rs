@@ -181,12 +181,7 @@ impl Metric for Pga {
         let mut out = Vec::with_capacity(10 * results.len());
         for r in &results {
             let variant = Self::variant(self.null, r.ccr);
-            let summary = repgeom_null::NullSummary {
-                null_mean: r.null_mean,
-                null_std: r.null_std,
-                z: r.z,
-                p_value: r.p_value,
-            };
+            let summary = r.null_summary();
             let mut z = MetricValue::new("pga_z", &variant, r.z)
                 .with_null(&summary)
                 .with_extra("rho_readout", r.rho_readout)
