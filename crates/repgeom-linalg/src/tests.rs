@@ -230,7 +230,10 @@ fn readout_subspace_partial_path_matches_full_decomposition() {
     });
     let (partial, sv) = top_right_singular_vectors(w.as_ref(), k, Par::Seq).unwrap();
     let (again, _) = top_right_singular_vectors(w.as_ref(), k, Par::rayon(2)).unwrap();
-    assert!(partial == again, "partial path differs between 1 and 2 threads");
+    assert!(
+        partial == again,
+        "partial path differs between 1 and 2 threads"
+    );
     let w64 = to_f64(w.as_ref());
     let mut g = Mat::<f64>::zeros(d, d);
     faer::linalg::matmul::matmul(
@@ -243,7 +246,10 @@ fn readout_subspace_partial_path_matches_full_decomposition() {
     );
     let (vals, vecs) = symmetric_eigen_desc(g.as_ref()).unwrap();
     for (j, s) in sv.iter().enumerate() {
-        assert!((s * s - vals[j]).abs() <= 1e-10 * vals[0], "singular value {j}");
+        assert!(
+            (s * s - vals[j]).abs() <= 1e-10 * vals[0],
+            "singular value {j}"
+        );
     }
     let full = vecs.subcols(0, k);
     let p1 = &partial * partial.transpose();

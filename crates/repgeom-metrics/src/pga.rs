@@ -265,12 +265,7 @@ pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str
             col,
         });
     }
-    if let Some(row) = (0..n).find(|&i| acts.row(i).iter().all(|&v| v == 0.0)) {
-        return Err(Error::Linalg(repgeom_linalg::Error::ZeroNorm {
-            what: what.into(),
-            row,
-        }));
-    }
+    check_no_zero_rows(acts, what)?;
     if let Some((row, col)) = first_non_finite(basis) {
         return Err(Error::NonFinite {
             what: format!("readout basis for {what}"),
@@ -279,6 +274,41 @@ pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str
         });
     }
     Ok(())
+}
+
+/// A point at the origin has no direction, so its cosine distances are undefined.
+fn check_no_zero_rows(acts: MatRef<'_, f32>, what: &str) -> Result<()> {
+    match (0..acts.nrows()).find(|&i| acts.row(i).iter().all(|&v| v == 0.0)) {
+        Some(row) => Err(Error::Linalg(repgeom_linalg::Error::ZeroNorm {
+            what: what.into(),
+            row,
+        })),
+        None => Ok(()),
+    }
+}
+
+/// [`pga_ccr_sweep_with`] on a [`LayerInput`](crate::LayerInput) with its readout and null
+/// bases attached: the input was validated when it was built (points, finiteness, the basis'
+/// shape and `k`, the null's shape), so only what PGA adds is checked here (no point at the
+/// origin, the CCR level). The `pga` registry metric's way into the engine.
+pub fn pga_layer(
+    input: &crate::LayerInput<'_>,
+    ccrs: &[usize],
+    on_draw: &(dyn Fn() + Sync),
+    opts: &EngineOptions,
+) -> Result<Vec<PgaResult>> {
+    let (acts, what) = (input.acts(), input.what());
+    check_no_zero_rows(acts, what)?;
+    sweep_validated(
+        acts,
+        input.readout_basis("pga")?,
+        input.null("pga")?,
+        ccrs,
+        what,
+        input.par(),
+        on_draw,
+        opts,
+    )
 }
 
 /// Subspace PGA of one layer at each CCR level in `ccrs`, sharing the centring and one
@@ -320,6 +350,20 @@ pub fn pga_ccr_sweep_with(
     opts: &EngineOptions,
 ) -> Result<Vec<PgaResult>> {
     validate_inputs(acts, readout_basis, what)?;
+    sweep_validated(acts, readout_basis, null, ccrs, what, par, on_draw, opts)
+}
+
+/// The engine behind [`pga_ccr_sweep_with`] and [`pga_layer`], once the inputs are valid.
+fn sweep_validated(
+    acts: MatRef<'_, f32>,
+    readout_basis: MatRef<'_, f64>,
+    null: &NullBases,
+    ccrs: &[usize],
+    what: &str,
+    par: Par,
+    on_draw: &(dyn Fn() + Sync),
+    opts: &EngineOptions,
+) -> Result<Vec<PgaResult>> {
     let (n, d, k) = (acts.nrows(), acts.ncols(), readout_basis.ncols());
     if null.d() != d || null.k() != k {
         return Err(Error::ShapeMismatch {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::pga::{
-    BootstrapOptions, BootstrapUnit, EngineOptions, NullKind, bootstrap_ci, pga_ccr_sweep_with,
+    BootstrapOptions, BootstrapUnit, EngineOptions, NullKind, bootstrap_ci, pga_layer,
 };
 use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
 use crate::{Error, Result};
@@ -154,16 +154,7 @@ impl Metric for Pga {
         self.check()?;
         let basis = input.readout_basis("pga")?;
         let null = input.null("pga")?;
-        let results = pga_ccr_sweep_with(
-            input.acts(),
-            basis,
-            null,
-            &self.ccr,
-            input.what(),
-            input.par(),
-            &|| {},
-            &self.engine(),
-        )?;
+        let results = pga_layer(input, &self.ccr, &|| {}, &self.engine())?;
         let cis = match &self.bootstrap {
             Some(boot) => Some(bootstrap_ci(
                 input.acts(),
