@@ -307,9 +307,10 @@ pub fn ccr(x: MatRef<'_, f32>, c: usize, par: Par) -> Result<Mat<f64>> {
 /// Top-`k` right singular vectors (`d × k`) and the top-`k` singular values of a `V × d` matrix.
 ///
 /// Computed from the `d × d` Gram matrix $W^\top W$, accumulated in `f64` over blocks of rows
-/// (so a 50k-row readout never exists in `f64` at once), then its top `k` eigenpairs
-/// ([`top_eigen_desc`]: sequential Krylov–Schur when `k ≤ d/8`, else the full decomposition).
-/// The subspace is what PGA uses; signs are fixed deterministically.
+/// (so a 50k-row readout never exists in `f64` at once), then a sequential symmetric
+/// eigendecomposition (full: a partial solver can silently miss an eigenvalue where the
+/// spectrum is nearly flat around `k`). The subspace is what PGA uses; signs are fixed
+/// deterministically.
 pub fn top_right_singular_vectors(
     w: MatRef<'_, f32>,
     k: usize,
@@ -333,11 +334,14 @@ pub fn top_right_singular_vectors(
         matmul(&mut g, Accum::Add, block.transpose(), &block, 1.0, par);
         start += len;
     }
-    // Only the top k of d eigenpairs are needed: a partial (Krylov–Schur) solve when k ≪ d,
-    // the full decomposition otherwise (`top_eigen_desc`).
-    let (vals, vecs) = top_eigen_desc(g.as_ref(), k)?;
-    let sv = vals.iter().map(|v| v.max(0.0).sqrt()).collect();
-    Ok((vecs, sv))
+    // The full decomposition, not the partial Krylov–Schur solve of `top_eigen_desc`: on a
+    // W_U whose spectrum is nearly flat around k (random 4000 × 2048, λ_100/λ_101 − 1 = 5e-4)
+    // the restarted solver converged to 100 eigenpairs that were not the top 100 (a principal
+    // angle of 90° to the true subspace; PGA's rho_readout 0.7698 instead of 0.7739), and
+    // nothing in its output shows it (`examples/readout_timing.rs` compares the two on any W_U).
+    let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
+    let sv = vals.iter().take(k).map(|v| v.max(0.0).sqrt()).collect();
+    Ok((vecs.subcols(0, k).to_owned(), sv))
 }
 
 /// The readout subspace $V_k$ of `W_U` (`V × d`): its top-`k` right singular vectors.
