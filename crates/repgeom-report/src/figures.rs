@@ -3,13 +3,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use plotters::prelude::*;
+use plotters::style::RGBColor;
 
 use crate::error::{Error, Result};
 use crate::io::atomic_write;
 use crate::plot::{
     ColorBar, HLine, HeatPanel, LegendEntry, LinePanel, Panel, Plot, Scale, Series, Stroke,
-    register_fonts, render,
 };
 use crate::table::{ResultsTable, Row};
 
@@ -106,17 +105,11 @@ pub struct Figure {
 
 impl Figure {
     fn new(name: &str, caption: String, plot: Plot) -> Result<Self> {
-        register_fonts();
-        let mut svg = String::new();
-        {
-            let root =
-                SVGBackend::with_string(&mut svg, (plot.width, plot.height)).into_drawing_area();
-            render(&plot, &root).map_err(|message| Error::Draw {
-                figure: name.to_owned(),
-                backend: "svg",
-                message,
-            })?;
-        }
+        let svg = crate::plot::svg(&plot).map_err(|message| Error::Draw {
+            figure: name.to_owned(),
+            backend: "svg",
+            message,
+        })?;
         Ok(Self {
             name: name.to_owned(),
             title: plot.title.clone(),
@@ -133,17 +126,12 @@ impl Figure {
 
     /// Renders the figure as an 8-bit RGB PNG.
     pub fn png(&self) -> Result<Vec<u8>> {
-        register_fonts();
         let (w, h) = self.size();
-        let mut rgb = vec![255u8; w as usize * h as usize * 3];
-        {
-            let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
-            render(&self.plot, &root).map_err(|message| Error::Draw {
-                figure: self.name.clone(),
-                backend: "png",
-                message,
-            })?;
-        }
+        let rgb = crate::plot::rgb(&self.plot).map_err(|message| Error::Draw {
+            figure: self.name.clone(),
+            backend: "png",
+            message,
+        })?;
         let png_err = |e: png::EncodingError| Error::Png {
             figure: self.name.clone(),
             message: e.to_string(),
