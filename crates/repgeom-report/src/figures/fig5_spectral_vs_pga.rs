@@ -1,0 +1,82 @@
+//! Figure 5: spectral metrics (RankMe, α-ReQ, isotropy, condition number) per layer beside PGA z.
+
+use super::{
+    Figure, FigureOptions, footnote, metric_panel, model_legend, models_for, no_data,
+    nonfinite_note, plot, select, size_note, z_label, z_refs, z_scale,
+};
+use crate::error::Result;
+use crate::plot::{Panel, Scale};
+use crate::table::ResultsTable;
+
+/// Figure 5: spectral metrics (RankMe, α-ReQ, isotropy, condition number) per layer beside PGA z.
+pub fn fig5_spectral_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Result<Figure> {
+    let o = opts.check()?;
+    let name = "fig5_spectral_vs_pga";
+    let metrics = [
+        "pga_z",
+        "rankme",
+        "alpha_req",
+        "isotropy",
+        "condition_number",
+    ];
+    let spectral_present = metrics[1..]
+        .iter()
+        .any(|m| !select(table, m, None).is_empty());
+    if !spectral_present {
+        return Err(no_data(
+            name,
+            "rankme/alpha_req/isotropy/condition_number",
+            None,
+        ));
+    }
+    let (models, strokes) = models_for(table, &metrics, o);
+    let v = o.pga_variant.as_str();
+    let zrows = select(table, "pga_z", Some(v));
+    let scale = z_scale(o, zrows.iter().map(|r| r.value));
+    let mut used = Vec::new();
+    let mut panels = Vec::new();
+    let mut zp = metric_panel(
+        table,
+        "pga_z",
+        Some(v),
+        "PGA z",
+        &z_label(scale),
+        scale,
+        &strokes,
+        &models,
+        &mut used,
+    );
+    if let Panel::Lines(p) = &mut zp {
+        (p.hlines, p.band) = z_refs(o);
+    }
+    panels.push(zp);
+    for (m, title, yl, sc) in [
+        ("rankme", "RankMe", "effective rank", Scale::Linear),
+        ("alpha_req", "α-ReQ", "eigenspectrum decay α", Scale::Linear),
+        ("isotropy", "isotropy", "isotropy (0–1)", Scale::Linear),
+        (
+            "condition_number",
+            "condition number",
+            "λmax / λmin (log)",
+            Scale::Log10,
+        ),
+    ] {
+        panels.push(metric_panel(
+            table, m, None, title, yl, sc, &strokes, &models, &mut used,
+        ));
+    }
+    let n_bad = used
+        .iter()
+        .filter(|r| !r.value.is_finite() || (r.metric == "condition_number" && r.value <= 0.0))
+        .count();
+    let mut p = plot(o, "Spectral metrics per layer beside PGA z", 3, panels);
+    p.legend_title = "model".to_owned();
+    p.legend = model_legend(&models, &strokes);
+    p.footnote = footnote(vec![size_note(&models, o), nonfinite_note(n_bad)]);
+    let caption = format!(
+        "Per layer at each model's final checkpoint: PGA z ({v}) and the spectral metrics RankMe, α-ReQ, \
+         isotropy and condition number (log scale), sharing relative depth on x. {}.",
+        size_note(&models, o)
+    );
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
+}

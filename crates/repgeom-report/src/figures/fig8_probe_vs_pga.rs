@@ -1,0 +1,68 @@
+//! Figure 8: linear-probe accuracy per layer beside PGA z (two stacked panels, shared x).
+
+use super::{
+    Figure, FigureOptions, band_entry, footnote, metric_panel, model_legend, models_for, no_data,
+    nonfinite_note, plot, select, size_note, z_label, z_refs, z_scale,
+};
+use crate::error::Result;
+use crate::plot::{Panel, Scale};
+use crate::table::ResultsTable;
+
+/// Figure 8: linear-probe accuracy per layer beside PGA z (two stacked panels, shared x).
+pub fn fig8_probe_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Result<Figure> {
+    let o = opts.check()?;
+    let name = "fig8_probe_vs_pga";
+    if select(table, "probe_accuracy", None).is_empty() {
+        return Err(no_data(name, "probe_accuracy", None));
+    }
+    let (models, strokes) = models_for(table, &["pga_z", "probe_accuracy"], o);
+    let v = o.pga_variant.as_str();
+    let zrows = select(table, "pga_z", Some(v));
+    let scale = z_scale(o, zrows.iter().map(|r| r.value));
+    let mut used = Vec::new();
+    let mut zp = metric_panel(
+        table,
+        "pga_z",
+        Some(v),
+        "PGA z",
+        &z_label(scale),
+        scale,
+        &strokes,
+        &models,
+        &mut used,
+    );
+    if let Panel::Lines(p) = &mut zp {
+        (p.hlines, p.band) = z_refs(o);
+    }
+    let mut pp = metric_panel(
+        table,
+        "probe_accuracy",
+        None,
+        "linear-probe accuracy",
+        "accuracy (fraction correct)",
+        Scale::Linear,
+        &strokes,
+        &models,
+        &mut used,
+    );
+    if let Panel::Lines(p) = &mut pp {
+        p.y_range = None;
+    }
+    let n_bad = used.iter().filter(|r| !r.value.is_finite()).count();
+    let mut p = plot(
+        o,
+        "Linear-probe accuracy per layer beside PGA z",
+        2,
+        vec![zp, pp],
+    );
+    p.legend_title = "model".to_owned();
+    p.legend = model_legend(&models, &strokes);
+    p.legend.push(band_entry(o));
+    p.footnote = footnote(vec![size_note(&models, o), nonfinite_note(n_bad)]);
+    let caption = format!(
+        "Left: PGA z ({v}) per layer; right: accuracy of a multinomial logistic-regression probe on the same \
+         layer's features, both at each model's final checkpoint. {}.",
+        size_note(&models, o)
+    );
+    Figure::new(name, caption, p.with_synthetic(table.any_synthetic()))
+}
