@@ -1,9 +1,9 @@
 //! Figure 1: PGA z per layer, one line per model at its final checkpoint.
 
 use super::{
-    Figure, FigureOptions, band_entry, count_nonfinite, depth_panel, depth_series, final_rows,
-    footnote, model_infos, model_legend, model_strokes, no_data, nonfinite_note, plot, select,
-    size_note, z_label, z_refs, z_scale,
+    Figure, FigureOptions, band_entry, count_nonfinite, final_rows, footnote, model_infos,
+    model_legend, model_strokes, no_data, nonfinite_note, pga_z_panel, plot, select, size_note,
+    z_scale,
 };
 use crate::error::Result;
 use crate::plot::{Panel, Scale};
@@ -24,13 +24,7 @@ pub fn fig1_pga_z_by_layer(table: &ResultsTable, opts: &FigureOptions) -> Result
     let models = model_infos(used.iter().copied());
     let strokes = model_strokes(&models, o);
     let scale = z_scale(o, used.iter().map(|r| r.value));
-    let mut panel = depth_panel(
-        "",
-        &z_label(scale),
-        scale,
-        depth_series(&per_model, &models, &strokes),
-    );
-    (panel.hlines, panel.band) = z_refs(o);
+    let panel = pga_z_panel("", scale, &per_model, &models, &strokes, o);
     let title = format!("PGA z per layer (final checkpoint, {v})");
     let mut p = plot(o, &title, 1, vec![Panel::Lines(panel)]);
     p.legend_title = "model".to_owned();

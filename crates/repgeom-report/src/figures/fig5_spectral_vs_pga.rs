@@ -2,10 +2,10 @@
 
 use super::{
     Figure, FigureOptions, footnote, metric_panel, model_legend, models_for, no_data,
-    nonfinite_note, plot, select, size_note, z_label, z_refs, z_scale,
+    nonfinite_note, pga_z_beside, plot, select, size_note,
 };
 use crate::error::Result;
-use crate::plot::{Panel, Scale};
+use crate::plot::Scale;
 use crate::table::ResultsTable;
 
 /// Figure 5: spectral metrics (RankMe, α-ReQ, isotropy, condition number) per layer beside PGA z.
@@ -30,26 +30,8 @@ pub fn fig5_spectral_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Resul
         ));
     }
     let (models, strokes) = models_for(table, &metrics, o);
-    let v = o.pga_variant.as_str();
-    let zrows = select(table, "pga_z", Some(v));
-    let scale = z_scale(o, zrows.iter().map(|r| r.value));
     let mut used = Vec::new();
-    let mut panels = Vec::new();
-    let mut zp = metric_panel(
-        table,
-        "pga_z",
-        Some(v),
-        "PGA z",
-        &z_label(scale),
-        scale,
-        &strokes,
-        &models,
-        &mut used,
-    );
-    if let Panel::Lines(p) = &mut zp {
-        (p.hlines, p.band) = z_refs(o);
-    }
-    panels.push(zp);
+    let mut panels = vec![pga_z_beside(table, o, &models, &strokes, &mut used)];
     for (m, title, yl, sc) in [
         ("rankme", "RankMe", "effective rank", Scale::Linear),
         ("alpha_req", "α-ReQ", "eigenspectrum decay α", Scale::Linear),
@@ -73,6 +55,7 @@ pub fn fig5_spectral_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Resul
     p.legend_title = "model".to_owned();
     p.legend = model_legend(&models, &strokes);
     p.footnote = footnote(vec![size_note(&models, o), nonfinite_note(n_bad)]);
+    let v = o.pga_variant.as_str();
     let caption = format!(
         "Per layer at each model's final checkpoint: PGA z ({v}) and the spectral metrics RankMe, α-ReQ, \
          isotropy and condition number (log scale), sharing relative depth on x. {}.",

@@ -1,11 +1,11 @@
 //! Figure 8: linear-probe accuracy per layer beside PGA z (two stacked panels, shared x).
 
 use super::{
-    Figure, FigureOptions, band_entry, footnote, metric_panel, model_legend, models_for, no_data,
-    nonfinite_note, plot, select, size_note, z_label, z_refs, z_scale,
+    Figure, FigureOptions, band_entry, count_nonfinite, footnote, metric_panel, model_legend,
+    models_for, no_data, nonfinite_note, pga_z_beside, plot, select, size_note,
 };
 use crate::error::Result;
-use crate::plot::{Panel, Scale};
+use crate::plot::Scale;
 use crate::table::ResultsTable;
 
 /// Figure 8: linear-probe accuracy per layer beside PGA z (two stacked panels, shared x).
@@ -16,25 +16,9 @@ pub fn fig8_probe_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Result<F
         return Err(no_data(name, "probe_accuracy", None));
     }
     let (models, strokes) = models_for(table, &["pga_z", "probe_accuracy"], o);
-    let v = o.pga_variant.as_str();
-    let zrows = select(table, "pga_z", Some(v));
-    let scale = z_scale(o, zrows.iter().map(|r| r.value));
     let mut used = Vec::new();
-    let mut zp = metric_panel(
-        table,
-        "pga_z",
-        Some(v),
-        "PGA z",
-        &z_label(scale),
-        scale,
-        &strokes,
-        &models,
-        &mut used,
-    );
-    if let Panel::Lines(p) = &mut zp {
-        (p.hlines, p.band) = z_refs(o);
-    }
-    let mut pp = metric_panel(
+    let zp = pga_z_beside(table, o, &models, &strokes, &mut used);
+    let pp = metric_panel(
         table,
         "probe_accuracy",
         None,
@@ -45,10 +29,7 @@ pub fn fig8_probe_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Result<F
         &models,
         &mut used,
     );
-    if let Panel::Lines(p) = &mut pp {
-        p.y_range = None;
-    }
-    let n_bad = used.iter().filter(|r| !r.value.is_finite()).count();
+    let n_bad = count_nonfinite(&used);
     let mut p = plot(
         o,
         "Linear-probe accuracy per layer beside PGA z",
@@ -59,6 +40,7 @@ pub fn fig8_probe_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Result<F
     p.legend = model_legend(&models, &strokes);
     p.legend.push(band_entry(o));
     p.footnote = footnote(vec![size_note(&models, o), nonfinite_note(n_bad)]);
+    let v = o.pga_variant.as_str();
     let caption = format!(
         "Left: PGA z ({v}) per layer; right: accuracy of a multinomial logistic-regression probe on the same \
          layer's features, both at each model's final checkpoint. {}.",

@@ -388,6 +388,8 @@ fn size_note(models: &[ModelInfo], o: &FigureOptions) -> String {
     p.join(", ")
 }
 
+/// The reference lines of every PGA-z axis: the z = 0 line and the shaded ±band (none when the
+/// band is 0).
 fn z_refs(o: &FigureOptions) -> (Vec<HLine>, Option<(f64, f64)>) {
     let zero = HLine {
         y: 0.0,
@@ -470,6 +472,26 @@ fn depth_panel(title: &str, y_label: &str, y_scale: Scale, series: Vec<Series>) 
     }
 }
 
+/// The PGA-z panel (figures 1, 5 and 8): z against relative depth, one line per model at its
+/// final checkpoint, on the z axis `scale`, with the z = 0 line and the shaded ±band.
+fn pga_z_panel(
+    title: &str,
+    scale: Scale,
+    per_model: &BTreeMap<String, Vec<&Row>>,
+    models: &[ModelInfo],
+    strokes: &BTreeMap<String, Stroke>,
+    o: &FigureOptions,
+) -> LinePanel {
+    let mut p = depth_panel(
+        title,
+        &z_label(scale),
+        scale,
+        depth_series(per_model, models, strokes),
+    );
+    (p.hlines, p.band) = z_refs(o);
+    p
+}
+
 fn plot(o: &FigureOptions, title: &str, cols: usize, panels: Vec<Panel>) -> Plot {
     Plot {
         title: title.to_owned(),
@@ -550,9 +572,11 @@ fn pick_variant(rows: &[&Row]) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// One depth panel per metric with one line per model; a message panel when the metric is absent.
-fn metric_panel(
-    table: &ResultsTable,
+/// A panel of one metric per layer with one line per model: `metric` at `variant` (else the
+/// variant [`pick_variant`] picks) at each model's final checkpoint, titled with the variant; a
+/// message panel when the table has no such rows. The rows drawn are added to `used`.
+fn metric_panel<'a>(
+    table: &'a ResultsTable,
     metric: &str,
     variant: Option<&str>,
     title: &str,
@@ -560,7 +584,26 @@ fn metric_panel(
     y_scale: Scale,
     strokes: &BTreeMap<String, Stroke>,
     models: &[ModelInfo],
-    used: &mut Vec<Row>,
+    used: &mut Vec<&'a Row>,
+) -> Panel {
+    metric_panel_with(table, metric, variant, title, used, |title, per_model| {
+        depth_panel(
+            title,
+            y_label,
+            y_scale,
+            depth_series(per_model, models, strokes),
+        )
+    })
+}
+
+/// [`metric_panel`] with the line panel drawn by `lines` from its title and rows per model.
+fn metric_panel_with<'a>(
+    table: &'a ResultsTable,
+    metric: &str,
+    variant: Option<&str>,
+    title: &str,
+    used: &mut Vec<&'a Row>,
+    lines: impl FnOnce(&str, &BTreeMap<String, Vec<&'a Row>>) -> LinePanel,
 ) -> Panel {
     let rows = select(table, metric, variant);
     let v = match variant {
@@ -578,17 +621,33 @@ fn metric_panel(
         };
     }
     let per_model = final_rows(&rows);
-    used.extend(per_model.values().flatten().map(|r| (*r).clone()));
+    used.extend(per_model.values().flatten().copied());
     let title = match v.as_deref() {
         Some("") | None => title.to_owned(),
         Some(v) => format!("{title} ({v})"),
     };
-    Panel::Lines(depth_panel(
-        &title,
-        y_label,
-        y_scale,
-        depth_series(&per_model, models, strokes),
-    ))
+    Panel::Lines(lines(&title, &per_model))
+}
+
+/// The PGA-z panel beside other metrics (figures 5 and 8): the figure's variant on a z axis
+/// scaled for all its rows; a message panel when the table has none.
+fn pga_z_beside<'a>(
+    table: &'a ResultsTable,
+    o: &FigureOptions,
+    models: &[ModelInfo],
+    strokes: &BTreeMap<String, Stroke>,
+    used: &mut Vec<&'a Row>,
+) -> Panel {
+    let v = o.pga_variant.as_str();
+    let scale = z_scale(o, select(table, "pga_z", Some(v)).iter().map(|r| r.value));
+    metric_panel_with(
+        table,
+        "pga_z",
+        Some(v),
+        "PGA z",
+        used,
+        |title, per_model| pga_z_panel(title, scale, per_model, models, strokes, o),
+    )
 }
 
 /// Models present in any of the metrics, with their strokes.
