@@ -73,15 +73,14 @@ pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Resu
             patch: false,
         })
         .collect();
-    p.legend.push(LegendEntry {
-        label: if o.readout_k_by_model.is_empty() {
+    p.legend.push(LegendEntry::line(
+        if o.readout_k_by_model.is_empty() {
             format!("random (k/d, k={})", o.readout_k)
         } else {
             "random (k/d)".to_owned()
         },
-        stroke: random,
-        patch: false,
-    });
+        random,
+    ));
     p.footnote = footnote(vec![nonfinite_note(count_nonfinite(&rows))]);
     let caption = format!(
         "For each of the top principal directions u_j of a layer (final checkpoint), the share ‖V_kᵀu_j‖² lying \

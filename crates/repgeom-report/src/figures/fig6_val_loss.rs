@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 
 use super::{
-    Figure, FigureOptions, ckpt_key, count_nonfinite, footnote, model_infos, model_label,
-    model_legend, model_strokes, no_data, nonfinite_note, plot, select, size_note,
+    Figure, FigureOptions, ckpt_key, count_nonfinite, footnote, model_infos, model_legend,
+    model_series, model_strokes, no_data, nonfinite_note, plot, select, size_note,
 };
 use crate::error::Result;
-use crate::plot::{LinePanel, Panel, Scale, Series};
+use crate::plot::{LinePanel, Panel, Scale};
 use crate::table::ResultsTable;
 
 /// Figure 6: validation loss over training checkpoints, small vs large models.
@@ -35,12 +35,7 @@ pub fn fig6_val_loss(table: &ResultsTable, opts: &FigureOptions) -> Result<Figur
             .map(|(i, (&(s, _), &v))| (if all_steps { s as f64 } else { i as f64 }, v))
             .collect();
         zero_steps += points.iter().filter(|q| q.0 <= 0.0).count();
-        series.push(Series {
-            label: model_label(m),
-            stroke: strokes[&m.model],
-            points,
-            yerr: Vec::new(),
-        });
+        series.push(model_series(m, &strokes, points));
     }
     let pos: Vec<f64> = series
         .iter()
@@ -53,25 +48,20 @@ pub fn fig6_val_loss(table: &ResultsTable, opts: &FigureOptions) -> Result<Figur
     );
     let log_x = all_steps && !pos.is_empty() && hi / lo >= 100.0;
     let x_label = if !all_steps {
-        "checkpoint (index, oldest first)".to_owned()
+        "checkpoint (index, oldest first)"
     } else if log_x {
-        "training step (log)".to_owned()
+        "training step (log)"
     } else {
-        "training step".to_owned()
+        "training step"
     };
-    let panel = LinePanel {
-        title: String::new(),
+    let panel = LinePanel::new(
+        "",
         x_label,
-        y_label: "validation loss (nats/token)".to_owned(),
-        x_scale: if log_x { Scale::Log10 } else { Scale::Linear },
-        y_scale: Scale::Linear,
-        y_range: None,
-        x_range: None,
+        "validation loss (nats/token)",
+        if log_x { Scale::Log10 } else { Scale::Linear },
+        Scale::Linear,
         series,
-        hlines: Vec::new(),
-        band: None,
-        inline_legend: false,
-    };
+    );
     let mut p = plot(
         o,
         "Validation loss over training",

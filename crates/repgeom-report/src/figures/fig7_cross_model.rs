@@ -130,11 +130,7 @@ pub fn fig7_cross_model(table: &ResultsTable, opts: &FigureOptions) -> Result<Fi
         p.legend_title = "space".to_owned();
         p.legend = kinds
             .iter()
-            .map(|(_, label, color)| LegendEntry {
-                label: (*label).to_owned(),
-                stroke: Stroke::solid(*color),
-                patch: false,
-            })
+            .map(|(_, label, color)| LegendEntry::line((*label).to_owned(), Stroke::solid(*color)))
             .collect();
     }
     p.footnote = footnote(vec![nonfinite_note(count_nonfinite(&rows))]);
@@ -168,12 +164,7 @@ pub fn fig7_cross_model(table: &ResultsTable, opts: &FigureOptions) -> Result<Fi
 fn distance_series(fr: &[&Row], kinds: &[(&str, &str, RGBColor); 3]) -> Vec<Series> {
     let mut series = Vec::new();
     for &(v, label, color) in kinds {
-        let mut s = Series {
-            label: label.to_owned(),
-            stroke: Stroke::solid(color),
-            points: Vec::new(),
-            yerr: Vec::new(),
-        };
+        let mut s = Series::new(label.to_owned(), Stroke::solid(color), Vec::new());
         let direct: Vec<&&Row> = fr.iter().filter(|r| r.variant == v).collect();
         if !direct.is_empty() {
             for r in direct {
@@ -225,16 +216,15 @@ fn pair_metric_series(rows: &[&Row]) -> Vec<Series> {
     let mut series = Vec::new();
     for (i, v) in variants.iter().enumerate() {
         let of: Vec<&&Row> = rows.iter().filter(|r| r.variant == *v).collect();
-        series.push(Series {
-            label: if v.is_empty() {
+        series.push(Series::new(
+            if v.is_empty() {
                 "value".to_owned()
             } else {
                 (*v).to_owned()
             },
-            stroke: Stroke::solid(colors[i % colors.len()]),
-            points: of.iter().map(|r| (r.relative_depth, r.value)).collect(),
-            yerr: Vec::new(),
-        });
+            Stroke::solid(colors[i % colors.len()]),
+            of.iter().map(|r| (r.relative_depth, r.value)).collect(),
+        ));
         let null: Vec<&&&Row> = of.iter().filter(|r| r.null_mean.is_some()).collect();
         if !null.is_empty() {
             series.push(Series {

@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 
 use super::{
-    Figure, FigureOptions, band_entry, final_rows, footnote, model_infos, model_label,
-    model_legend, model_strokes, nonfinite_note, plot, select, size_note, z_label, z_refs, z_scale,
+    Figure, FigureOptions, band_entry, final_rows, footnote, model_infos, model_legend,
+    model_series, model_strokes, nonfinite_note, plot, select, size_note, z_label, z_refs, z_scale,
 };
 use crate::error::{Error, Result};
-use crate::plot::{LinePanel, Panel, Scale, Series};
+use crate::plot::{LinePanel, Panel, Scale};
 use crate::table::{ResultsTable, Row};
 
 /// Figure 9: sensitivity of PGA z to the readout dimension: z against k/d per model at its
@@ -81,31 +81,21 @@ pub fn fig9_k_sensitivity(table: &ResultsTable, opts: &FigureOptions) -> Result<
             }
             all_z.extend(rs.iter().map(|r| r.value));
         }
-        let series = |points| Series {
-            label: model_label(m),
-            stroke: strokes[&m.model],
-            points,
-            yerr: Vec::new(),
-        };
-        last.push(series(pl));
-        mid.push(series(pm));
+        last.push(model_series(m, &strokes, pl));
+        mid.push(model_series(m, &strokes, pm));
     }
     let scale = z_scale(o, all_z.iter().copied());
     let panel = |title: &str, series| {
-        let (hlines, band) = z_refs(o);
-        Panel::Lines(LinePanel {
-            title: title.to_owned(),
-            x_label: "k / d (readout dimension over width)".to_owned(),
-            y_label: z_label(scale),
-            x_scale: Scale::Linear,
-            y_scale: scale,
-            y_range: None,
-            x_range: None,
+        let mut p = LinePanel::new(
+            title,
+            "k / d (readout dimension over width)",
+            &z_label(scale),
+            Scale::Linear,
+            scale,
             series,
-            hlines,
-            band,
-            inline_legend: false,
-        })
+        );
+        (p.hlines, p.band) = z_refs(o);
+        Panel::Lines(p)
     };
     let n_bad = all_z.iter().filter(|z| !z.is_finite()).count();
     let mut p = plot(

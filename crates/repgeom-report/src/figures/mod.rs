@@ -416,15 +416,21 @@ fn band_entry(o: &FigureOptions) -> LegendEntry {
     }
 }
 
+/// One legend entry per model, in its stroke.
 fn model_legend(models: &[ModelInfo], strokes: &BTreeMap<String, Stroke>) -> Vec<LegendEntry> {
     models
         .iter()
-        .map(|m| LegendEntry {
-            label: model_label(m),
-            stroke: strokes[&m.model],
-            patch: false,
-        })
+        .map(|m| LegendEntry::line(model_label(m), strokes[&m.model]))
         .collect()
+}
+
+/// A model's line: labelled with its name and width, in the model's stroke.
+fn model_series(
+    m: &ModelInfo,
+    strokes: &BTreeMap<String, Stroke>,
+    points: Vec<(f64, f64)>,
+) -> Series {
+    Series::new(model_label(m), strokes[&m.model], points)
 }
 
 fn grid_cols(n: usize) -> usize {
@@ -446,30 +452,29 @@ fn depth_series(
     models
         .iter()
         .filter_map(|m| {
-            per_model.get(&m.model).map(|rows| Series {
-                label: model_label(m),
-                stroke: strokes[&m.model],
-                points: rows.iter().map(|r| (r.relative_depth, r.value)).collect(),
-                yerr: Vec::new(),
+            per_model.get(&m.model).map(|rows| {
+                model_series(
+                    m,
+                    strokes,
+                    rows.iter().map(|r| (r.relative_depth, r.value)).collect(),
+                )
             })
         })
         .collect()
 }
 
+/// A panel against relative depth, x fixed to [0, 1].
 fn depth_panel(title: &str, y_label: &str, y_scale: Scale, series: Vec<Series>) -> LinePanel {
-    LinePanel {
-        title: title.to_owned(),
-        x_label: "relative depth (layer / (L−1))".to_owned(),
-        y_label: y_label.to_owned(),
-        x_scale: Scale::Linear,
+    let mut p = LinePanel::new(
+        title,
+        "relative depth (layer / (L−1))",
+        y_label,
+        Scale::Linear,
         y_scale,
-        y_range: None,
-        x_range: Some((0.0, 1.0)),
         series,
-        hlines: Vec::new(),
-        band: None,
-        inline_legend: false,
-    }
+    );
+    p.x_range = Some((0.0, 1.0));
+    p
 }
 
 /// The PGA-z panel (figures 1, 5 and 8): z against relative depth, one line per model at its
@@ -545,15 +550,13 @@ fn variant_panels(
             let series = variants
                 .iter()
                 .zip(strokes)
-                .map(|(v, s)| Series {
-                    label: v.clone(),
-                    stroke: *s,
-                    points: mrows
+                .map(|(v, s)| {
+                    let points = mrows
                         .iter()
                         .filter(|r| &r.variant == v)
                         .map(|r| (r.relative_depth, r.value))
-                        .collect(),
-                    yerr: Vec::new(),
+                        .collect();
+                    Series::new(v.clone(), *s, points)
                 })
                 .collect();
             depth_panel(&model_label(m), y_label, y_scale, series)

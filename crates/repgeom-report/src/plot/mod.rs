@@ -25,6 +25,7 @@ pub(crate) enum Scale {
 }
 
 impl Scale {
+    /// Data value to axis position.
     pub(crate) fn fwd(self, v: f64) -> f64 {
         match self {
             Scale::Linear => v,
@@ -33,6 +34,7 @@ impl Scale {
         }
     }
 
+    /// Axis position to data value.
     pub(crate) fn inv(self, t: f64) -> f64 {
         match self {
             Scale::Linear => t,
@@ -52,6 +54,7 @@ pub(crate) struct Stroke {
 }
 
 impl Stroke {
+    /// A solid 2 px line with markers.
     pub(crate) fn solid(color: RGBColor) -> Self {
         Self {
             color,
@@ -62,6 +65,7 @@ impl Stroke {
     }
 }
 
+/// One line of a line panel.
 #[derive(Debug, Clone)]
 pub(crate) struct Series {
     pub(crate) label: String,
@@ -72,6 +76,19 @@ pub(crate) struct Series {
     pub(crate) yerr: Vec<f64>,
 }
 
+impl Series {
+    /// A series without error bars.
+    pub(crate) fn new(label: String, stroke: Stroke, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            label,
+            stroke,
+            points,
+            yerr: Vec::new(),
+        }
+    }
+}
+
+/// A horizontal reference line across a line panel.
 #[derive(Debug, Clone)]
 pub(crate) struct HLine {
     pub(crate) y: f64,
@@ -79,6 +96,7 @@ pub(crate) struct HLine {
     pub(crate) label: Option<String>,
 }
 
+/// A panel of lines against x, with reference lines and a shaded band.
 #[derive(Debug, Clone)]
 pub(crate) struct LinePanel {
     pub(crate) title: String,
@@ -98,6 +116,33 @@ pub(crate) struct LinePanel {
     pub(crate) inline_legend: bool,
 }
 
+impl LinePanel {
+    /// A panel of `series` with both ranges from the data and no reference lines, band or key.
+    pub(crate) fn new(
+        title: &str,
+        x_label: &str,
+        y_label: &str,
+        x_scale: Scale,
+        y_scale: Scale,
+        series: Vec<Series>,
+    ) -> Self {
+        Self {
+            title: title.to_owned(),
+            x_label: x_label.to_owned(),
+            y_label: y_label.to_owned(),
+            x_scale,
+            y_scale,
+            y_range: None,
+            x_range: None,
+            series,
+            hlines: Vec::new(),
+            band: None,
+            inline_legend: false,
+        }
+    }
+}
+
+/// A heat map of cells on a grid of labelled rows and columns.
 #[derive(Debug, Clone)]
 pub(crate) struct HeatPanel {
     pub(crate) title: String,
@@ -109,6 +154,7 @@ pub(crate) struct HeatPanel {
     pub(crate) cells: Vec<Vec<Option<f64>>>,
 }
 
+/// One cell of the plot's grid of panels.
 #[derive(Debug, Clone)]
 pub(crate) enum Panel {
     Lines(LinePanel),
@@ -120,6 +166,7 @@ pub(crate) enum Panel {
     },
 }
 
+/// One entry of the legend beside the panels.
 #[derive(Debug, Clone)]
 pub(crate) struct LegendEntry {
     pub(crate) label: String,
@@ -128,6 +175,18 @@ pub(crate) struct LegendEntry {
     pub(crate) patch: bool,
 }
 
+impl LegendEntry {
+    /// An entry keyed by a line in `stroke`.
+    pub(crate) fn line(label: String, stroke: Stroke) -> Self {
+        Self {
+            label,
+            stroke,
+            patch: false,
+        }
+    }
+}
+
+/// The colour bar beside heat maps: diverging colours symmetric around 0, saturating at `vmax`.
 #[derive(Debug, Clone)]
 pub(crate) struct ColorBar {
     pub(crate) label: String,
@@ -135,6 +194,7 @@ pub(crate) struct ColorBar {
     pub(crate) scale: Scale,
 }
 
+/// A whole figure: title, a grid of panels, the legend or colour bar beside them, a footnote.
 #[derive(Debug, Clone)]
 pub(crate) struct Plot {
     pub(crate) title: String,
