@@ -2,7 +2,7 @@
 
 use super::{
     Figure, FigureOptions, band_entry, count_nonfinite, final_rows, footnote, model_infos,
-    model_legend, model_strokes, no_data, nonfinite_note, pga_z_panel, plot, select, size_note,
+    model_key, model_strokes, no_data, nonfinite_note, pga_z_panel, plot, select, size_note,
     z_scale,
 };
 use crate::error::Result;
@@ -27,9 +27,7 @@ pub fn fig1_pga_z_by_layer(table: &ResultsTable, opts: &FigureOptions) -> Result
     let panel = pga_z_panel("", scale, &per_model, &models, &strokes, o);
     let title = format!("PGA z per layer (final checkpoint, {v})");
     let mut p = plot(o, &title, 1, vec![Panel::Lines(panel)]);
-    p.legend_title = "model".to_owned();
-    p.legend = model_legend(&models, &strokes);
-    p.legend.push(band_entry(o));
+    (p.legend_title, p.legend) = model_key(&models, &strokes, [band_entry(o)]);
     p.footnote = footnote(vec![
         size_note(&models, o),
         nonfinite_note(count_nonfinite(&used)),

@@ -1,8 +1,8 @@
 //! Figure 2: PGA z over checkpoints × layers, one heat map per model.
 
 use super::{
-    Figure, FigureOptions, ckpt_key, count_nonfinite, footnote, grid_cols, model_infos,
-    model_label, no_data, nonfinite_note, plot, select, z_scale,
+    Figure, FigureOptions, ckpt_key, count_nonfinite, footnote, grid_plot, model_infos,
+    model_label, no_data, nonfinite_note, select, z_scale,
 };
 use crate::error::Result;
 use crate::plot::{ColorBar, HeatPanel, Panel, Scale};
@@ -63,7 +63,7 @@ pub fn fig2_pga_z_heatmap(table: &ResultsTable, opts: &FigureOptions) -> Result<
         }));
     }
     let title = format!("PGA z over training checkpoints × layers ({v})");
-    let mut p = plot(o, &title, grid_cols(panels.len()), panels);
+    let mut p = grid_plot(o, &title, panels);
     p.colorbar = Some(ColorBar {
         label: "PGA z".to_owned(),
         vmax,

@@ -1,14 +1,12 @@
 //! Figure 3: CCR ablation, PGA z per layer at CCR-1/5/10, one panel per model.
 
-use std::collections::BTreeSet;
-
 use super::{
-    Figure, FigureOptions, band_entry, count_nonfinite, footnote, grid_cols, no_data,
-    nonfinite_note, plot, select, variant_number, variant_panels, variant_strokes, z_label, z_refs,
-    z_scale,
+    Figure, FigureOptions, band_entry, count_nonfinite, footnote, grid_plot, no_data,
+    nonfinite_note, select, variant_legend, variant_number, variant_panels, variant_strokes,
+    variants_by_number, z_label, z_refs, z_scale,
 };
 use crate::error::Result;
-use crate::plot::{LegendEntry, Panel};
+use crate::plot::Panel;
 use crate::table::{ResultsTable, Row};
 
 /// Figure 3: CCR ablation, PGA z per layer at CCR-1/5/10, one panel per model.
@@ -22,35 +20,22 @@ pub fn fig3_ccr_ablation(table: &ResultsTable, opts: &FigureOptions) -> Result<F
     if rows.is_empty() {
         return Err(no_data(name, "pga_z", Some("ccr1/ccr5/ccr10")));
     }
-    let mut variants: Vec<String> = rows
-        .iter()
-        .map(|r| r.variant.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    variants.sort_by_key(|v| variant_number(v, "ccr"));
+    let variants = variants_by_number(&rows, "ccr");
     let strokes = variant_strokes(&variants);
     let scale = z_scale(o, rows.iter().map(|r| r.value));
     let (models, mut panels) = variant_panels(&rows, &variants, &strokes, &z_label(scale), scale);
     for p in &mut panels {
         (p.hlines, p.band) = z_refs(o);
     }
-    let mut p = plot(
+    let mut p = grid_plot(
         o,
         "CCR ablation: PGA z per layer after removing the top c principal directions",
-        grid_cols(panels.len()),
         panels.into_iter().map(Panel::Lines).collect(),
     );
     p.legend_title = "variant".to_owned();
-    p.legend = variants
-        .iter()
-        .zip(&strokes)
-        .map(|(v, s)| LegendEntry {
-            label: format!("CCR-{}", variant_number(v, "ccr").unwrap_or(0)),
-            stroke: *s,
-            patch: false,
-        })
-        .collect();
+    p.legend = variant_legend(&variants, &strokes, |v| {
+        format!("CCR-{}", variant_number(v, "ccr").unwrap_or(0))
+    });
     p.legend.push(band_entry(o));
     p.footnote = footnote(vec![nonfinite_note(count_nonfinite(&rows))]);
     let caption = format!(

@@ -1,12 +1,10 @@
 //! Figure 4: share of the top principal directions inside the readout subspace.
 
-use std::collections::BTreeSet;
-
 use plotters::style::RGBColor;
 
 use super::{
-    Figure, FigureOptions, count_nonfinite, footnote, grid_cols, no_data, nonfinite_note, plot,
-    select, variant_number, variant_panels, variant_strokes,
+    Figure, FigureOptions, count_nonfinite, footnote, grid_plot, no_data, nonfinite_note, select,
+    variant_legend, variant_panels, variant_strokes, variants_by_number,
 };
 use crate::error::Result;
 use crate::plot::{HLine, LegendEntry, Panel, Scale, Stroke};
@@ -21,13 +19,7 @@ pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Resu
     if rows.is_empty() {
         return Err(no_data(name, "pc_readout_share", None));
     }
-    let mut variants: Vec<String> = rows
-        .iter()
-        .map(|r| r.variant.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    variants.sort_by_key(|v| (variant_number(v, "pc").unwrap_or(u32::MAX), v.clone()));
+    let variants = variants_by_number(&rows, "pc");
     let strokes = variant_strokes(&variants);
     let (models, mut panels) = variant_panels(
         &rows,
@@ -43,12 +35,7 @@ pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Resu
         width: 2,
     };
     for (p, m) in panels.iter_mut().zip(&models) {
-        let k = o
-            .readout_k_by_model
-            .get(&m.model)
-            .copied()
-            .unwrap_or(o.readout_k);
-        let kd = (f64::from(k) / f64::from(m.d.max(1))).min(1.0);
+        let kd = (f64::from(o.readout_k_of(&m.model)) / f64::from(m.d.max(1))).min(1.0);
         p.y_range = Some((0.0, 1.0));
         p.title = format!("{}, k/d = {}", p.title, crate::plot::tick_label(kd));
         p.hlines = vec![HLine {
@@ -57,22 +44,13 @@ pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Resu
             label: None,
         }];
     }
-    let mut p = plot(
+    let mut p = grid_plot(
         o,
         "Top principal directions: share inside the readout subspace",
-        grid_cols(panels.len()),
         panels.into_iter().map(Panel::Lines).collect(),
     );
     p.legend_title = "direction".to_owned();
-    p.legend = variants
-        .iter()
-        .zip(&strokes)
-        .map(|(v, s)| LegendEntry {
-            label: v.to_uppercase(),
-            stroke: *s,
-            patch: false,
-        })
-        .collect();
+    p.legend = variant_legend(&variants, &strokes, str::to_uppercase);
     p.legend.push(LegendEntry::line(
         if o.readout_k_by_model.is_empty() {
             format!("random (k/d, k={})", o.readout_k)

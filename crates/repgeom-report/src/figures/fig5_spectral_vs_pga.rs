@@ -1,8 +1,8 @@
 //! Figure 5: spectral metrics (RankMe, α-ReQ, isotropy, condition number) per layer beside PGA z.
 
 use super::{
-    Figure, FigureOptions, footnote, metric_panel, model_legend, models_for, no_data,
-    nonfinite_note, pga_z_beside, plot, select, size_note,
+    Figure, FigureOptions, footnote, metric_panel, model_key, models_for, no_data, nonfinite_note,
+    pga_z_beside, plot, select, size_note,
 };
 use crate::error::Result;
 use crate::plot::Scale;
@@ -52,8 +52,7 @@ pub fn fig5_spectral_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Resul
         .filter(|r| !r.value.is_finite() || (r.metric == "condition_number" && r.value <= 0.0))
         .count();
     let mut p = plot(o, "Spectral metrics per layer beside PGA z", 3, panels);
-    p.legend_title = "model".to_owned();
-    p.legend = model_legend(&models, &strokes);
+    (p.legend_title, p.legend) = model_key(&models, &strokes, []);
     p.footnote = footnote(vec![size_note(&models, o), nonfinite_note(n_bad)]);
     let v = o.pga_variant.as_str();
     let caption = format!(

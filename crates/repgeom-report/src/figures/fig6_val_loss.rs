@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{
-    Figure, FigureOptions, ckpt_key, count_nonfinite, footnote, model_infos, model_legend,
+    Figure, FigureOptions, ckpt_key, count_nonfinite, footnote, model_infos, model_key,
     model_series, model_strokes, no_data, nonfinite_note, plot, select, size_note,
 };
 use crate::error::Result;
@@ -68,8 +68,7 @@ pub fn fig6_val_loss(table: &ResultsTable, opts: &FigureOptions) -> Result<Figur
         1,
         vec![Panel::Lines(panel)],
     );
-    p.legend_title = "model".to_owned();
-    p.legend = model_legend(&models, &strokes);
+    (p.legend_title, p.legend) = model_key(&models, &strokes, []);
     p.footnote = footnote(vec![
         size_note(&models, o),
         if log_x && zero_steps > 0 {

@@ -1,7 +1,7 @@
 //! Figure 8: linear-probe accuracy per layer beside PGA z (two stacked panels, shared x).
 
 use super::{
-    Figure, FigureOptions, band_entry, count_nonfinite, footnote, metric_panel, model_legend,
+    Figure, FigureOptions, band_entry, count_nonfinite, footnote, metric_panel, model_key,
     models_for, no_data, nonfinite_note, pga_z_beside, plot, select, size_note,
 };
 use crate::error::Result;
@@ -36,9 +36,7 @@ pub fn fig8_probe_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Result<F
         2,
         vec![zp, pp],
     );
-    p.legend_title = "model".to_owned();
-    p.legend = model_legend(&models, &strokes);
-    p.legend.push(band_entry(o));
+    (p.legend_title, p.legend) = model_key(&models, &strokes, [band_entry(o)]);
     p.footnote = footnote(vec![size_note(&models, o), nonfinite_note(n_bad)]);
     let v = o.pga_variant.as_str();
     let caption = format!(

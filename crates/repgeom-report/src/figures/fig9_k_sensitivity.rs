@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    Figure, FigureOptions, band_entry, final_rows, footnote, model_infos, model_legend,
-    model_series, model_strokes, nonfinite_note, plot, select, size_note, z_label, z_refs, z_scale,
+    Figure, FigureOptions, band_entry, final_rows, footnote, model_infos, model_key, model_series,
+    model_strokes, nonfinite_note, plot, select, size_note, z_label, z_refs, z_scale,
 };
 use crate::error::{Error, Result};
 use crate::plot::{LinePanel, Panel, Scale};
@@ -104,9 +104,7 @@ pub fn fig9_k_sensitivity(table: &ResultsTable, opts: &FigureOptions) -> Result<
         2,
         vec![panel("last layer", last), panel("median over layers", mid)],
     );
-    p.legend_title = "model".to_owned();
-    p.legend = model_legend(&models, &strokes);
-    p.legend.push(band_entry(o));
+    (p.legend_title, p.legend) = model_key(&models, &strokes, [band_entry(o)]);
     p.footnote = footnote(vec![size_note(&models, o), nonfinite_note(n_bad)]);
     let caption = format!(
         "PGA z ({v}) against k/d at each model's final checkpoint, for the models measured at two or \
@@ -124,12 +122,7 @@ fn pga_row_k(r: &Row, o: &FigureOptions) -> u32 {
     r.variant
         .split(['_', '/', ':'])
         .find_map(|t| t.strip_prefix('k').and_then(|n| n.parse::<u32>().ok()))
-        .unwrap_or_else(|| {
-            o.readout_k_by_model
-                .get(&r.model)
-                .copied()
-                .unwrap_or(o.readout_k)
-        })
+        .unwrap_or_else(|| o.readout_k_of(&r.model))
 }
 
 /// Whether a PGA variant is `base` itself or `base` at some k (`ccr1`, `ccr1_k50`; not

@@ -86,6 +86,14 @@ impl Default for FigureOptions {
 }
 
 impl FigureOptions {
+    /// The readout dimension k of `model`: its entry in `readout_k_by_model`, else `readout_k`.
+    fn readout_k_of(&self, model: &str) -> u32 {
+        self.readout_k_by_model
+            .get(model)
+            .copied()
+            .unwrap_or(self.readout_k)
+    }
+
     /// Checks the ranges (size 400..=8000 px, small_max_d < large_min_d, k > 0, band ≥ 0).
     pub fn check(&self) -> Result<&Self> {
         let bad = |problem: String| Err(Error::InvalidOptions { problem });
@@ -416,12 +424,19 @@ fn band_entry(o: &FigureOptions) -> LegendEntry {
     }
 }
 
-/// One legend entry per model, in its stroke.
-fn model_legend(models: &[ModelInfo], strokes: &BTreeMap<String, Stroke>) -> Vec<LegendEntry> {
-    models
+/// The legend title and entries of a figure with a line per model: one entry per model in its
+/// stroke, then `extra` (the |z| band's where the panels shade it).
+fn model_key(
+    models: &[ModelInfo],
+    strokes: &BTreeMap<String, Stroke>,
+    extra: impl IntoIterator<Item = LegendEntry>,
+) -> (String, Vec<LegendEntry>) {
+    let entries = models
         .iter()
         .map(|m| LegendEntry::line(model_label(m), strokes[&m.model]))
-        .collect()
+        .chain(extra)
+        .collect();
+    ("model".to_owned(), entries)
 }
 
 /// A model's line: labelled with its name and width, in the model's stroke.
@@ -433,6 +448,7 @@ fn model_series(
     Series::new(model_label(m), strokes[&m.model], points)
 }
 
+/// Columns of a grid of `n` panels.
 fn grid_cols(n: usize) -> usize {
     match n {
         0..=1 => 1,
@@ -497,6 +513,7 @@ fn pga_z_panel(
     p
 }
 
+/// A plot of `panels` in `cols` columns at the options' size, without legend or footnote.
 fn plot(o: &FigureOptions, title: &str, cols: usize, panels: Vec<Panel>) -> Plot {
     Plot {
         title: title.to_owned(),
@@ -512,9 +529,40 @@ fn plot(o: &FigureOptions, title: &str, cols: usize, panels: Vec<Panel>) -> Plot
     }
 }
 
+/// A plot of `panels` in a grid (see [`grid_cols`]).
+fn grid_plot(o: &FigureOptions, title: &str, panels: Vec<Panel>) -> Plot {
+    plot(o, title, grid_cols(panels.len()), panels)
+}
+
 /// Numeric suffix of variants like `ccr10` or `pc3`, for natural ordering.
 fn variant_number(v: &str, prefix: &str) -> Option<u32> {
     v.strip_prefix(prefix)?.parse().ok()
+}
+
+/// The distinct variants of `rows` in natural order: by the number after `prefix` (`ccr5`
+/// before `ccr10`), then by name; variants without such a number last.
+fn variants_by_number(rows: &[&Row], prefix: &str) -> Vec<String> {
+    let mut variants: Vec<String> = rows
+        .iter()
+        .map(|r| r.variant.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    variants.sort_by_key(|v| (variant_number(v, prefix).unwrap_or(u32::MAX), v.clone()));
+    variants
+}
+
+/// One legend entry per variant in its stroke, named by `label`.
+fn variant_legend(
+    variants: &[String],
+    strokes: &[Stroke],
+    label: impl Fn(&str) -> String,
+) -> Vec<LegendEntry> {
+    variants
+        .iter()
+        .zip(strokes)
+        .map(|(v, s)| LegendEntry::line(label(v), *s))
+        .collect()
 }
 
 const VARIANT_COLORS: [RGBColor; 6] = [
