@@ -133,17 +133,9 @@ pub(super) fn draw_lines<DB: DrawingBackend>(
         if !(y >= ty0 && y <= ty1) {
             continue;
         }
-        let pts = vec![(tx0, y), (tx1, y)];
         let style = ShapeStyle::from(&l.stroke.color).stroke_width(l.stroke.width);
-        if l.stroke.dashed {
-            chart
-                .draw_series(DashedLineSeries::new(pts, 8, 6, style))
-                .map_err(e2s)?;
-        } else {
-            chart
-                .draw_series(LineSeries::new(pts, style))
-                .map_err(e2s)?;
-        }
+        let dash = l.stroke.dashed.then_some((8, 6));
+        draw_line(&mut chart, vec![(tx0, y), (tx1, y)], style, dash)?;
         if let Some(label) = &l.label {
             chart
                 .draw_series([Text::new(
@@ -171,15 +163,7 @@ pub(super) fn draw_lines<DB: DrawingBackend>(
             }
         }
         for seg in segs.into_iter().filter(|v| !v.is_empty()) {
-            if s.stroke.dashed {
-                chart
-                    .draw_series(DashedLineSeries::new(seg, 9, 5, style))
-                    .map_err(e2s)?;
-            } else {
-                chart
-                    .draw_series(LineSeries::new(seg, style))
-                    .map_err(e2s)?;
-            }
+            draw_line(&mut chart, seg, style, s.stroke.dashed.then_some((9, 5)))?;
         }
         if !s.yerr.is_empty() {
             let bars: Vec<_> = all
@@ -255,4 +239,20 @@ pub(super) fn draw_lines<DB: DrawingBackend>(
         }
     }
     Ok(())
+}
+
+/// Draws `pts` (axis coordinates) as one line in `style`: dashed with `dash` (dash and gap in
+/// pixels) or, without it, solid.
+fn draw_line<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<TickAxis, TickAxis>>,
+    pts: Vec<(f64, f64)>,
+    style: ShapeStyle,
+    dash: Option<(i32, i32)>,
+) -> DResult<()> {
+    match dash {
+        Some((size, gap)) => chart.draw_series(DashedLineSeries::new(pts, size, gap, style)),
+        None => chart.draw_series(LineSeries::new(pts, style)),
+    }
+    .map(|_| ())
+    .map_err(e2s)
 }
