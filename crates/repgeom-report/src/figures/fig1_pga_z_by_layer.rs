@@ -2,7 +2,7 @@
 
 use super::{
     Figure, FigureOptions, band_entry, count_nonfinite, final_rows, footnote, model_infos,
-    model_key, model_strokes, no_data, nonfinite_note, pga_z_panel, plot, select, size_note,
+    model_key, model_strokes, nonfinite_note, pga_z_panel, plot, select_or_no_data, size_note,
     z_scale,
 };
 use crate::error::Result;
@@ -15,10 +15,7 @@ pub fn fig1_pga_z_by_layer(table: &ResultsTable, opts: &FigureOptions) -> Result
     let o = opts.check()?;
     let name = "fig1_pga_z_by_layer";
     let v = o.pga_variant.as_str();
-    let rows = select(table, "pga_z", Some(v));
-    if rows.is_empty() {
-        return Err(no_data(name, "pga_z", Some(v)));
-    }
+    let rows = select_or_no_data(table, name, "pga_z", Some(v))?;
     let per_model = final_rows(&rows);
     let used: Vec<&Row> = per_model.values().flatten().copied().collect();
     let models = model_infos(used.iter().copied());

@@ -2,7 +2,7 @@
 
 use super::{
     Figure, FigureOptions, ckpt_key, count_nonfinite, footnote, grid_plot, model_infos,
-    model_label, no_data, nonfinite_note, select, z_scale,
+    model_label, nonfinite_note, select_or_no_data, z_scale,
 };
 use crate::error::Result;
 use crate::plot::{ColorBar, HeatPanel, Panel, Scale};
@@ -14,10 +14,7 @@ pub fn fig2_pga_z_heatmap(table: &ResultsTable, opts: &FigureOptions) -> Result<
     let o = opts.check()?;
     let name = "fig2_pga_z_heatmap";
     let v = o.pga_variant.as_str();
-    let rows = select(table, "pga_z", Some(v));
-    if rows.is_empty() {
-        return Err(no_data(name, "pga_z", Some(v)));
-    }
+    let rows = select_or_no_data(table, name, "pga_z", Some(v))?;
     let models = model_infos(rows.iter().copied());
     let scale = z_scale(o, rows.iter().map(|r| r.value));
     let vmax = rows

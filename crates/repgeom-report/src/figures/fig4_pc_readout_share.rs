@@ -3,7 +3,7 @@
 use plotters::style::RGBColor;
 
 use super::{
-    Figure, FigureOptions, count_nonfinite, footnote, grid_plot, no_data, nonfinite_note, select,
+    Figure, FigureOptions, count_nonfinite, footnote, grid_plot, nonfinite_note, select_or_no_data,
     variant_legend, variant_panels, variant_strokes, variants_by_number,
 };
 use crate::error::Result;
@@ -15,10 +15,7 @@ use crate::table::ResultsTable;
 pub fn fig4_pc_readout_share(table: &ResultsTable, opts: &FigureOptions) -> Result<Figure> {
     let o = opts.check()?;
     let name = "fig4_pc_readout_share";
-    let rows = select(table, "pc_readout_share", None);
-    if rows.is_empty() {
-        return Err(no_data(name, "pc_readout_share", None));
-    }
+    let rows = select_or_no_data(table, name, "pc_readout_share", None)?;
     let variants = variants_by_number(&rows, "pc");
     let strokes = variant_strokes(&variants);
     let (models, mut panels) = variant_panels(

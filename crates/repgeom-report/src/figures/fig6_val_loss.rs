@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::{
     Figure, FigureOptions, ckpt_key, count_nonfinite, footnote, model_infos, model_key,
-    model_series, model_strokes, no_data, nonfinite_note, plot, select, size_note,
+    model_series, model_strokes, nonfinite_note, plot, select_or_no_data, size_note,
 };
 use crate::error::Result;
 use crate::plot::{LinePanel, Panel, Scale};
@@ -14,10 +14,7 @@ use crate::table::ResultsTable;
 pub fn fig6_val_loss(table: &ResultsTable, opts: &FigureOptions) -> Result<Figure> {
     let o = opts.check()?;
     let name = "fig6_val_loss";
-    let rows = select(table, "val_loss", None);
-    if rows.is_empty() {
-        return Err(no_data(name, "val_loss", None));
-    }
+    let rows = select_or_no_data(table, name, "val_loss", None)?;
     let models = model_infos(rows.iter().copied());
     let strokes = model_strokes(&models, o);
     let all_steps = rows.iter().all(|r| r.step.is_some());

@@ -2,7 +2,7 @@
 
 use super::{
     Figure, FigureOptions, band_entry, count_nonfinite, footnote, metric_panel, model_key,
-    models_for, no_data, nonfinite_note, pga_z_beside, plot, select, size_note,
+    models_for, nonfinite_note, pga_z_beside, plot, select_or_no_data, size_note,
 };
 use crate::error::Result;
 use crate::plot::Scale;
@@ -12,9 +12,7 @@ use crate::table::ResultsTable;
 pub fn fig8_probe_vs_pga(table: &ResultsTable, opts: &FigureOptions) -> Result<Figure> {
     let o = opts.check()?;
     let name = "fig8_probe_vs_pga";
-    if select(table, "probe_accuracy", None).is_empty() {
-        return Err(no_data(name, "probe_accuracy", None));
-    }
+    select_or_no_data(table, name, "probe_accuracy", None)?;
     let (models, strokes) = models_for(table, &["pga_z", "probe_accuracy"], o);
     let mut used = Vec::new();
     let zp = pga_z_beside(table, o, &models, &strokes, &mut used);

@@ -295,6 +295,7 @@ fn model_label(m: &ModelInfo) -> String {
     format!("{} (d={})", m.model, m.d)
 }
 
+/// The rows of `metric` (at `variant`, if given).
 fn select<'a>(t: &'a ResultsTable, metric: &str, variant: Option<&str>) -> Vec<&'a Row> {
     t.rows()
         .iter()
@@ -302,6 +303,21 @@ fn select<'a>(t: &'a ResultsTable, metric: &str, variant: Option<&str>) -> Vec<&
         .collect()
 }
 
+/// The rows [`select`] picks, or the figure's [`no_data`] error when there are none.
+fn select_or_no_data<'a>(
+    t: &'a ResultsTable,
+    figure: &str,
+    metric: &str,
+    variant: Option<&str>,
+) -> Result<Vec<&'a Row>> {
+    let rows = select(t, metric, variant);
+    if rows.is_empty() {
+        return Err(no_data(figure, metric, variant));
+    }
+    Ok(rows)
+}
+
+/// The error of a figure the table has no rows for.
 fn no_data(figure: &str, metric: &str, variant: Option<&str>) -> Error {
     Error::NoData {
         figure: figure.to_owned(),
