@@ -3,6 +3,14 @@
 use super::Scale;
 
 impl Scale {
+    /// Tick positions (in axis units, after [`Scale::fwd`]) covering the axis span `[t0, t1]`.
+    pub(super) fn axis_ticks(self, t0: f64, t1: f64, n_max: usize) -> Vec<f64> {
+        self.ticks(self.inv(t0), self.inv(t1), n_max)
+            .into_iter()
+            .map(|v| self.fwd(v))
+            .collect()
+    }
+
     /// Tick values (in data units) covering `[lo, hi]` (data units), about `n_max` at most.
     pub(super) fn ticks(self, lo: f64, hi: f64, n_max: usize) -> Vec<f64> {
         let n_max = n_max.max(3);

@@ -76,23 +76,11 @@ pub(super) fn draw_lines<DB: DrawingBackend>(
         (pw.saturating_sub(110) / 70) as usize,
         (ph.saturating_sub(90) / 22) as usize,
     );
-    let (ty0, ty1) = if p.y_range.is_some() {
-        padded(p.y_scale.fwd(y_lo), p.y_scale.fwd(y_hi), 0.0)
-    } else {
-        padded(p.y_scale.fwd(y_lo), p.y_scale.fwd(y_hi), 0.06)
-    };
-    let xt: Vec<f64> = p
-        .x_scale
-        .ticks(p.x_scale.inv(tx0), p.x_scale.inv(tx1), nx)
-        .into_iter()
-        .map(|v| p.x_scale.fwd(v))
-        .collect();
-    let yt: Vec<f64> = p
-        .y_scale
-        .ticks(p.y_scale.inv(ty0), p.y_scale.inv(ty1), ny)
-        .into_iter()
-        .map(|v| p.y_scale.fwd(v))
-        .collect();
+    // a fixed y range is drawn as given; one from the data gets a little room
+    let pad = if p.y_range.is_some() { 0.0 } else { 0.06 };
+    let (ty0, ty1) = padded(p.y_scale.fwd(y_lo), p.y_scale.fwd(y_hi), pad);
+    let xt = p.x_scale.axis_ticks(tx0, tx1, nx);
+    let yt = p.y_scale.axis_ticks(ty0, ty1, ny);
     let (xs_, ys_) = (p.x_scale, p.y_scale);
     let mut builder = ChartBuilder::on(area);
     if !p.title.is_empty() {
