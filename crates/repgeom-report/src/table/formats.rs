@@ -6,7 +6,7 @@ use std::path::Path;
 use polars::prelude::{Column as PlColumn, *};
 
 use super::{Column, ResultsTable, Row};
-use crate::error::{Error, Result, polars_err};
+use crate::error::{Error, Result, io_err, polars_err};
 use crate::io::atomic_write;
 
 /// The file formats a [`ResultsTable`] reads and writes.
@@ -206,11 +206,7 @@ impl ResultsTable {
         match TableFormat::from_path(path)? {
             TableFormat::Json => Self::read_json(path),
             TableFormat::Parquet => {
-                let file = std::fs::File::open(path).map_err(|source| Error::Io {
-                    op: "open",
-                    path: path.to_owned(),
-                    source,
-                })?;
+                let file = std::fs::File::open(path).map_err(io_err("open", path))?;
                 let df = ParquetReader::new(file)
                     .finish()
                     .map_err(polars_err(format!("reading Parquet {}", path.display())))?;
@@ -234,19 +230,11 @@ impl ResultsTable {
 /// dtypes for the schema columns present in a CSV file's header line.
 fn csv_known_columns(path: &Path) -> Result<Schema> {
     use std::io::BufRead as _;
-    let file = std::fs::File::open(path).map_err(|source| Error::Io {
-        op: "open",
-        path: path.to_owned(),
-        source,
-    })?;
+    let file = std::fs::File::open(path).map_err(io_err("open", path))?;
     let mut header = String::new();
     std::io::BufReader::new(file)
         .read_line(&mut header)
-        .map_err(|source| Error::Io {
-            op: "read",
-            path: path.to_owned(),
-            source,
-        })?;
+        .map_err(io_err("read", path))?;
     let mut schema = Schema::default();
     for name in header.trim_end_matches(['\n', '\r']).split(',') {
         let name = name.trim_matches('"');

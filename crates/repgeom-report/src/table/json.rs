@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{ResultsTable, Row};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, io_err};
 use crate::io::atomic_write;
 
 impl ResultsTable {
@@ -20,11 +20,7 @@ impl ResultsTable {
 
     /// Reads a JSON array of rows (see [`ResultsTable::read`]).
     pub(super) fn read_json(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            op: "read",
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(io_err("read", path))?;
         let rows: Vec<Row> = serde_json::from_slice(&bytes).map_err(|source| Error::Json {
             path: path.to_owned(),
             source,
