@@ -215,14 +215,16 @@ pub fn all_figures(
         .collect()
 }
 
-// ---------------------------------------------------------------- helpers
+// ------------------------------------------------ models: which are drawn, and in which stroke
 
+/// A model as the figures key it: width first, so models sort by size.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct ModelInfo {
     d: u32,
     model: String,
 }
 
+/// Small, medium or large by width (see [`FigureOptions::small_max_d`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SizeClass {
     Small,
@@ -230,6 +232,7 @@ enum SizeClass {
     Large,
 }
 
+/// The size class of width `d`.
 fn size_class(d: u32, o: &FigureOptions) -> SizeClass {
     if d <= o.small_max_d {
         SizeClass::Small
@@ -240,6 +243,35 @@ fn size_class(d: u32, o: &FigureOptions) -> SizeClass {
     }
 }
 
+/// The distinct models of `rows`, by width then name.
+fn model_infos<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Vec<ModelInfo> {
+    let set: BTreeSet<ModelInfo> = rows
+        .into_iter()
+        .map(|r| ModelInfo {
+            d: r.d,
+            model: r.model.clone(),
+        })
+        .collect();
+    set.into_iter().collect()
+}
+
+/// Models present in any of the metrics, with their strokes.
+fn models_for(
+    table: &ResultsTable,
+    metrics: &[&str],
+    o: &FigureOptions,
+) -> (Vec<ModelInfo>, BTreeMap<String, Stroke>) {
+    let models = model_infos(
+        table
+            .rows()
+            .iter()
+            .filter(|r| metrics.contains(&r.metric.as_str())),
+    );
+    let strokes = model_strokes(&models, o);
+    (models, strokes)
+}
+
+/// The colour `t` of the way from `a` to `b`.
 fn lerp(a: (u8, u8, u8), b: (u8, u8, u8), t: f64) -> RGBColor {
     let m = |x: u8, y: u8| (f64::from(x) + (f64::from(y) - f64::from(x)) * t).round() as u8;
     RGBColor(m(a.0, b.0), m(a.1, b.1), m(a.2, b.2))
@@ -280,20 +312,21 @@ fn model_strokes(models: &[ModelInfo], o: &FigureOptions) -> BTreeMap<String, St
     out
 }
 
-fn model_infos<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Vec<ModelInfo> {
-    let set: BTreeSet<ModelInfo> = rows
-        .into_iter()
-        .map(|r| ModelInfo {
-            d: r.d,
-            model: r.model.clone(),
-        })
-        .collect();
-    set.into_iter().collect()
-}
-
+/// A model's name in legends: `pythia-70m (d=512)`.
 fn model_label(m: &ModelInfo) -> String {
     format!("{} (d={})", m.model, m.d)
 }
+
+/// A model's line: labelled with its name and width, in the model's stroke.
+fn model_series(
+    m: &ModelInfo,
+    strokes: &BTreeMap<String, Stroke>,
+    points: Vec<(f64, f64)>,
+) -> Series {
+    Series::new(model_label(m), strokes[&m.model], points)
+}
+
+// ------------------------------------------------------------------- rows: what a figure reads
 
 /// The rows of `metric` (at `variant`, if given).
 fn select<'a>(t: &'a ResultsTable, metric: &str, variant: Option<&str>) -> Vec<&'a Row> {
@@ -359,6 +392,9 @@ fn final_rows<'a>(rows: &[&'a Row]) -> BTreeMap<String, Vec<&'a Row>> {
     out
 }
 
+// -------------------------------------------------------------------- the PGA-z axis and panel
+
+/// The PGA-z axis scale for `values` under [`FigureOptions::z_scale`].
 fn z_scale(o: &FigureOptions, values: impl Iterator<Item = f64>) -> Scale {
     match o.z_scale {
         ZScale::Linear => Scale::Linear,
@@ -373,43 +409,12 @@ fn z_scale(o: &FigureOptions, values: impl Iterator<Item = f64>) -> Scale {
     }
 }
 
+/// The PGA-z axis label on scale `s`.
 fn z_label(s: Scale) -> String {
     match s {
         Scale::SymLog => "PGA z (σ vs random; symlog)".to_owned(),
         _ => "PGA z (σ vs random)".to_owned(),
     }
-}
-
-fn count_nonfinite(rows: &[&Row]) -> usize {
-    rows.iter().filter(|r| !r.value.is_finite()).count()
-}
-
-fn footnote(parts: Vec<String>) -> Option<String> {
-    let parts: Vec<String> = parts.into_iter().filter(|p| !p.is_empty()).collect();
-    (!parts.is_empty()).then(|| parts.join("   ·   "))
-}
-
-fn nonfinite_note(n: usize) -> String {
-    if n == 0 {
-        String::new()
-    } else {
-        format!("{n} non-finite value(s) not drawn")
-    }
-}
-
-fn size_note(models: &[ModelInfo], o: &FigureOptions) -> String {
-    let has = |c| models.iter().any(|m| size_class(m.d, o) == c);
-    let mut p = Vec::new();
-    if has(SizeClass::Small) {
-        p.push(format!("dashed blue: small (d ≤ {})", o.small_max_d));
-    }
-    if has(SizeClass::Medium) {
-        p.push("solid green: medium".to_owned());
-    }
-    if has(SizeClass::Large) {
-        p.push(format!("solid red: large (d ≥ {})", o.large_min_d));
-    }
-    p.join(", ")
 }
 
 /// The reference lines of every PGA-z axis: the z = 0 line and the shaded ±band (none when the
@@ -429,6 +434,7 @@ fn z_refs(o: &FigureOptions) -> (Vec<HLine>, Option<(f64, f64)>) {
     (vec![zero], band)
 }
 
+/// The legend entry of the shaded |z| band.
 fn band_entry(o: &FigureOptions) -> LegendEntry {
     LegendEntry {
         label: format!(
@@ -440,40 +446,48 @@ fn band_entry(o: &FigureOptions) -> LegendEntry {
     }
 }
 
-/// The legend title and entries of a figure with a line per model: one entry per model in its
-/// stroke, then `extra` (the |z| band's where the panels shade it).
-fn model_key(
+/// The PGA-z panel (figures 1, 5 and 8): z against relative depth, one line per model at its
+/// final checkpoint, on the z axis `scale`, with the z = 0 line and the shaded ±band.
+fn pga_z_panel(
+    title: &str,
+    scale: Scale,
+    per_model: &BTreeMap<String, Vec<&Row>>,
     models: &[ModelInfo],
     strokes: &BTreeMap<String, Stroke>,
-    extra: impl IntoIterator<Item = LegendEntry>,
-) -> (String, Vec<LegendEntry>) {
-    let entries = models
-        .iter()
-        .map(|m| LegendEntry::line(model_label(m), strokes[&m.model]))
-        .chain(extra)
-        .collect();
-    ("model".to_owned(), entries)
+    o: &FigureOptions,
+) -> LinePanel {
+    let mut p = depth_panel(
+        title,
+        &z_label(scale),
+        scale,
+        depth_series(per_model, models, strokes),
+    );
+    (p.hlines, p.band) = z_refs(o);
+    p
 }
 
-/// A model's line: labelled with its name and width, in the model's stroke.
-fn model_series(
-    m: &ModelInfo,
+/// The PGA-z panel beside other metrics (figures 5 and 8): the figure's variant on a z axis
+/// scaled for all its rows; a message panel when the table has none.
+fn pga_z_beside<'a>(
+    table: &'a ResultsTable,
+    o: &FigureOptions,
+    models: &[ModelInfo],
     strokes: &BTreeMap<String, Stroke>,
-    points: Vec<(f64, f64)>,
-) -> Series {
-    Series::new(model_label(m), strokes[&m.model], points)
+    used: &mut Vec<&'a Row>,
+) -> Panel {
+    let v = o.pga_variant.as_str();
+    let scale = z_scale(o, select(table, "pga_z", Some(v)).iter().map(|r| r.value));
+    metric_panel_with(
+        table,
+        "pga_z",
+        Some(v),
+        "PGA z",
+        used,
+        |title, per_model| pga_z_panel(title, scale, per_model, models, strokes, o),
+    )
 }
 
-/// Columns of a grid of `n` panels.
-fn grid_cols(n: usize) -> usize {
-    match n {
-        0..=1 => 1,
-        2 => 2,
-        3..=4 => 2,
-        5..=9 => 3,
-        _ => 4,
-    }
-}
+// ---------------------------------------------------------------------------- panels and plots
 
 /// Per-model series of `value` against relative depth.
 fn depth_series(
@@ -507,126 +521,6 @@ fn depth_panel(title: &str, y_label: &str, y_scale: Scale, series: Vec<Series>) 
     );
     p.x_range = Some((0.0, 1.0));
     p
-}
-
-/// The PGA-z panel (figures 1, 5 and 8): z against relative depth, one line per model at its
-/// final checkpoint, on the z axis `scale`, with the z = 0 line and the shaded ±band.
-fn pga_z_panel(
-    title: &str,
-    scale: Scale,
-    per_model: &BTreeMap<String, Vec<&Row>>,
-    models: &[ModelInfo],
-    strokes: &BTreeMap<String, Stroke>,
-    o: &FigureOptions,
-) -> LinePanel {
-    let mut p = depth_panel(
-        title,
-        &z_label(scale),
-        scale,
-        depth_series(per_model, models, strokes),
-    );
-    (p.hlines, p.band) = z_refs(o);
-    p
-}
-
-/// A plot of `panels` in `cols` columns at the options' size, without legend or footnote.
-fn plot(o: &FigureOptions, title: &str, cols: usize, panels: Vec<Panel>) -> Plot {
-    Plot {
-        title: title.to_owned(),
-        width: o.width,
-        height: o.height,
-        cols,
-        panels,
-        legend_title: String::new(),
-        legend: Vec::new(),
-        colorbar: None,
-        footnote: None,
-        synthetic: false,
-    }
-}
-
-/// A plot of `panels` in a grid (see [`grid_cols`]).
-fn grid_plot(o: &FigureOptions, title: &str, panels: Vec<Panel>) -> Plot {
-    plot(o, title, grid_cols(panels.len()), panels)
-}
-
-/// Numeric suffix of variants like `ccr10` or `pc3`, for natural ordering.
-fn variant_number(v: &str, prefix: &str) -> Option<u32> {
-    v.strip_prefix(prefix)?.parse().ok()
-}
-
-/// The distinct variants of `rows` in natural order: by the number after `prefix` (`ccr5`
-/// before `ccr10`), then by name; variants without such a number last.
-fn variants_by_number(rows: &[&Row], prefix: &str) -> Vec<String> {
-    let mut variants: Vec<String> = rows
-        .iter()
-        .map(|r| r.variant.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    variants.sort_by_key(|v| (variant_number(v, prefix).unwrap_or(u32::MAX), v.clone()));
-    variants
-}
-
-/// One legend entry per variant in its stroke, named by `label`.
-fn variant_legend(
-    variants: &[String],
-    strokes: &[Stroke],
-    label: impl Fn(&str) -> String,
-) -> Vec<LegendEntry> {
-    variants
-        .iter()
-        .zip(strokes)
-        .map(|(v, s)| LegendEntry::line(label(v), *s))
-        .collect()
-}
-
-const VARIANT_COLORS: [RGBColor; 6] = [
-    RGBColor(30, 30, 30),
-    RGBColor(230, 120, 0),
-    RGBColor(0, 114, 178),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-    RGBColor(150, 150, 150),
-];
-
-fn variant_strokes(variants: &[String]) -> Vec<Stroke> {
-    (0..variants.len())
-        .map(|i| Stroke::solid(VARIANT_COLORS[i % VARIANT_COLORS.len()]))
-        .collect()
-}
-
-/// Small multiples: one panel per model, one series per variant (at the final checkpoint).
-fn variant_panels(
-    rows: &[&Row],
-    variants: &[String],
-    strokes: &[Stroke],
-    y_label: &str,
-    y_scale: Scale,
-) -> (Vec<ModelInfo>, Vec<LinePanel>) {
-    let per_model = final_rows(rows);
-    let used: Vec<&Row> = per_model.values().flatten().copied().collect();
-    let models = model_infos(used.iter().copied());
-    let panels = models
-        .iter()
-        .map(|m| {
-            let mrows = &per_model[&m.model];
-            let series = variants
-                .iter()
-                .zip(strokes)
-                .map(|(v, s)| {
-                    let points = mrows
-                        .iter()
-                        .filter(|r| &r.variant == v)
-                        .map(|r| (r.relative_depth, r.value))
-                        .collect();
-                    Series::new(v.clone(), *s, points)
-                })
-                .collect();
-            depth_panel(&model_label(m), y_label, y_scale, series)
-        })
-        .collect();
-    (models, panels)
 }
 
 /// The variant to show for a metric: `""`, then `full`, then the alphabetically first.
@@ -696,39 +590,170 @@ fn metric_panel_with<'a>(
     Panel::Lines(lines(&title, &per_model))
 }
 
-/// The PGA-z panel beside other metrics (figures 5 and 8): the figure's variant on a z axis
-/// scaled for all its rows; a message panel when the table has none.
-fn pga_z_beside<'a>(
-    table: &'a ResultsTable,
-    o: &FigureOptions,
-    models: &[ModelInfo],
-    strokes: &BTreeMap<String, Stroke>,
-    used: &mut Vec<&'a Row>,
-) -> Panel {
-    let v = o.pga_variant.as_str();
-    let scale = z_scale(o, select(table, "pga_z", Some(v)).iter().map(|r| r.value));
-    metric_panel_with(
-        table,
-        "pga_z",
-        Some(v),
-        "PGA z",
-        used,
-        |title, per_model| pga_z_panel(title, scale, per_model, models, strokes, o),
-    )
+/// Columns of a grid of `n` panels.
+fn grid_cols(n: usize) -> usize {
+    match n {
+        0..=1 => 1,
+        2 => 2,
+        3..=4 => 2,
+        5..=9 => 3,
+        _ => 4,
+    }
 }
 
-/// Models present in any of the metrics, with their strokes.
-fn models_for(
-    table: &ResultsTable,
-    metrics: &[&str],
-    o: &FigureOptions,
-) -> (Vec<ModelInfo>, BTreeMap<String, Stroke>) {
-    let models = model_infos(
-        table
-            .rows()
-            .iter()
-            .filter(|r| metrics.contains(&r.metric.as_str())),
-    );
-    let strokes = model_strokes(&models, o);
-    (models, strokes)
+/// A plot of `panels` in `cols` columns at the options' size, without legend or footnote.
+fn plot(o: &FigureOptions, title: &str, cols: usize, panels: Vec<Panel>) -> Plot {
+    Plot {
+        title: title.to_owned(),
+        width: o.width,
+        height: o.height,
+        cols,
+        panels,
+        legend_title: String::new(),
+        legend: Vec::new(),
+        colorbar: None,
+        footnote: None,
+        synthetic: false,
+    }
+}
+
+/// A plot of `panels` in a grid (see [`grid_cols`]).
+fn grid_plot(o: &FigureOptions, title: &str, panels: Vec<Panel>) -> Plot {
+    plot(o, title, grid_cols(panels.len()), panels)
+}
+
+// -------------------------------------------------------- variants as series (figures 3 and 4)
+
+/// Numeric suffix of variants like `ccr10` or `pc3`, for natural ordering.
+fn variant_number(v: &str, prefix: &str) -> Option<u32> {
+    v.strip_prefix(prefix)?.parse().ok()
+}
+
+/// The distinct variants of `rows` in natural order: by the number after `prefix` (`ccr5`
+/// before `ccr10`), then by name; variants without such a number last.
+fn variants_by_number(rows: &[&Row], prefix: &str) -> Vec<String> {
+    let mut variants: Vec<String> = rows
+        .iter()
+        .map(|r| r.variant.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    variants.sort_by_key(|v| (variant_number(v, prefix).unwrap_or(u32::MAX), v.clone()));
+    variants
+}
+
+/// Colours of the per-variant series, in variant order.
+const VARIANT_COLORS: [RGBColor; 6] = [
+    RGBColor(30, 30, 30),
+    RGBColor(230, 120, 0),
+    RGBColor(0, 114, 178),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(150, 150, 150),
+];
+
+/// One solid stroke per variant, from [`VARIANT_COLORS`].
+fn variant_strokes(variants: &[String]) -> Vec<Stroke> {
+    (0..variants.len())
+        .map(|i| Stroke::solid(VARIANT_COLORS[i % VARIANT_COLORS.len()]))
+        .collect()
+}
+
+/// Small multiples: one panel per model, one series per variant (at the final checkpoint).
+fn variant_panels(
+    rows: &[&Row],
+    variants: &[String],
+    strokes: &[Stroke],
+    y_label: &str,
+    y_scale: Scale,
+) -> (Vec<ModelInfo>, Vec<LinePanel>) {
+    let per_model = final_rows(rows);
+    let used: Vec<&Row> = per_model.values().flatten().copied().collect();
+    let models = model_infos(used.iter().copied());
+    let panels = models
+        .iter()
+        .map(|m| {
+            let mrows = &per_model[&m.model];
+            let series = variants
+                .iter()
+                .zip(strokes)
+                .map(|(v, s)| {
+                    let points = mrows
+                        .iter()
+                        .filter(|r| &r.variant == v)
+                        .map(|r| (r.relative_depth, r.value))
+                        .collect();
+                    Series::new(v.clone(), *s, points)
+                })
+                .collect();
+            depth_panel(&model_label(m), y_label, y_scale, series)
+        })
+        .collect();
+    (models, panels)
+}
+
+/// One legend entry per variant in its stroke, named by `label`.
+fn variant_legend(
+    variants: &[String],
+    strokes: &[Stroke],
+    label: impl Fn(&str) -> String,
+) -> Vec<LegendEntry> {
+    variants
+        .iter()
+        .zip(strokes)
+        .map(|(v, s)| LegendEntry::line(label(v), *s))
+        .collect()
+}
+
+// ----------------------------------------------------------------------- legends and footnotes
+
+/// The legend title and entries of a figure with a line per model: one entry per model in its
+/// stroke, then `extra` (the |z| band's where the panels shade it).
+fn model_key(
+    models: &[ModelInfo],
+    strokes: &BTreeMap<String, Stroke>,
+    extra: impl IntoIterator<Item = LegendEntry>,
+) -> (String, Vec<LegendEntry>) {
+    let entries = models
+        .iter()
+        .map(|m| LegendEntry::line(model_label(m), strokes[&m.model]))
+        .chain(extra)
+        .collect();
+    ("model".to_owned(), entries)
+}
+
+/// The non-empty `parts` joined into one footnote line; none when all are empty.
+fn footnote(parts: Vec<String>) -> Option<String> {
+    let parts: Vec<String> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+    (!parts.is_empty()).then(|| parts.join("   ·   "))
+}
+
+/// The footnote part that explains the line styles of the size classes present.
+fn size_note(models: &[ModelInfo], o: &FigureOptions) -> String {
+    let has = |c| models.iter().any(|m| size_class(m.d, o) == c);
+    let mut p = Vec::new();
+    if has(SizeClass::Small) {
+        p.push(format!("dashed blue: small (d ≤ {})", o.small_max_d));
+    }
+    if has(SizeClass::Medium) {
+        p.push("solid green: medium".to_owned());
+    }
+    if has(SizeClass::Large) {
+        p.push(format!("solid red: large (d ≥ {})", o.large_min_d));
+    }
+    p.join(", ")
+}
+
+/// How many of `rows` have a non-finite value.
+fn count_nonfinite(rows: &[&Row]) -> usize {
+    rows.iter().filter(|r| !r.value.is_finite()).count()
+}
+
+/// The footnote part for `n` undrawn non-finite values (empty when 0).
+fn nonfinite_note(n: usize) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!("{n} non-finite value(s) not drawn")
+    }
 }
