@@ -1,6 +1,6 @@
 //! The crate's single error type.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong while building tables, figures and pages.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +115,13 @@ pub enum Error {
 /// The crate's result type.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Wraps a failed file operation: `op` on `path`.
+pub(crate) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_owned();
+    move |source| Error::Io { op, path, source }
+}
+
+/// Wraps a polars failure while doing `context`.
 pub(crate) fn polars_err(
     context: impl Into<String>,
 ) -> impl FnOnce(polars::error::PolarsError) -> Error {

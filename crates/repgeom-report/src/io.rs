@@ -4,14 +4,10 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{Error, Result};
+use crate::error::{Result, io_err};
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, then renames it.
 pub(crate) fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |op: &'static str, p: &Path| {
-        let path = p.to_owned();
-        move |source| Error::Io { op, path, source }
-    };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => std::path::PathBuf::from("."),
@@ -24,10 +20,10 @@ pub(crate) fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.tmp{}-{n}", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("sync", &tmp))?;
-        std::fs::rename(&tmp, path).map_err(io("rename to", path))
+        let mut f = std::fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
+        f.write_all(bytes).map_err(io_err("write", &tmp))?;
+        f.sync_all().map_err(io_err("sync", &tmp))?;
+        std::fs::rename(&tmp, path).map_err(io_err("rename to", path))
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

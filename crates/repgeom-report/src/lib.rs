@@ -1,5 +1,5 @@
 //! repgeom-report turns the tidy long results table into what a researcher reads: CSV, Parquet
-//! and JSON tables, the study's eight figures (SVG + PNG), a per-model summary (markdown + CSV)
+//! and JSON tables, the study's nine figures (SVG + PNG), a per-model summary (markdown + CSV)
 //! and a plain `index.html`.
 //!
 //! The main type is [`ResultsTable`], a validated, canonically sorted list of [`Row`]s (one metric
@@ -13,6 +13,10 @@
 //! symmetric-log axis for PGA z (which spans about −80..+20) is handled in one place, and tests
 //! can check the SVG's text without looking at pixels. Text is drawn with the embedded DejaVu font
 //! through ab_glyph, so no system fonts are needed.
+//!
+//! Modules: `table` is the row schema, with the file formats in `table/formats.rs` and
+//! `table/json.rs`; `plot` is the plot description, drawn by `plot/render`; `figures` has one file
+//! per figure over the helpers in `figures/mod.rs`; then `summary`, `html` and `report`.
 //!
 //! This crate computes no metrics and knows nothing of activations; it is the only crate that
 //! knows about polars and plotters. It never prints.

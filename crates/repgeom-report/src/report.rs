@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, io_err};
 use crate::figures::{FigureOptions, all_figures};
 use crate::html::index_html_with_notes;
 use crate::io::atomic_write;
@@ -25,11 +25,7 @@ pub struct ReportFiles {
 /// failure is an error.
 pub fn write_report(dir: &Path, table: &ResultsTable, opts: &FigureOptions) -> Result<ReportFiles> {
     opts.check()?;
-    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-        op: "create directory",
-        path: dir.to_owned(),
-        source,
-    })?;
+    std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
     let mut out = ReportFiles::default();
     for ext in ["csv", "parquet", "json"] {
         let p = dir.join(format!("results.{ext}"));

@@ -2,7 +2,7 @@
 
 use repgeom_report::{ALL_FIGURES, Error, Figure, FigureOptions, ResultsTable, Row, ZScale};
 
-use super::fixture;
+use super::{as_real, fixture};
 
 /// Text of every `<text>` element, in document order.
 fn svg_texts(svg: &str) -> Vec<String> {
@@ -239,14 +239,7 @@ fn pixel(png: &[u8], x: usize, y: usize) -> [u8; 3] {
 fn every_figure_file_of_synthetic_rows_carries_the_banner() {
     let t = with_k_sweep(&fixture());
     assert!(t.any_synthetic());
-    let real = ResultsTable::new(
-        t.rows()
-            .iter()
-            .cloned()
-            .map(|r| r.with_synthetic(false))
-            .collect(),
-    )
-    .unwrap();
+    let real = as_real(&t);
     let banner = "SYNTHETIC DATA: these results come from synthetic inputs, not real models";
     let o = FigureOptions::default();
     for (name, f) in ALL_FIGURES {

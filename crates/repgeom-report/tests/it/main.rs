@@ -193,3 +193,15 @@ fn fixture_with_p() -> ResultsTable {
     rows.extend(p);
     ResultsTable::new(rows).expect("fixture is valid")
 }
+
+/// `t` with every row marked as real (not synthetic).
+fn as_real(t: &ResultsTable) -> ResultsTable {
+    ResultsTable::new(
+        t.rows()
+            .iter()
+            .cloned()
+            .map(|r| r.with_synthetic(false))
+            .collect(),
+    )
+    .expect("same rows, same keys")
+}

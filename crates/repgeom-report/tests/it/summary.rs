@@ -2,7 +2,7 @@
 
 use repgeom_report::{FigureOptions, all_figures, index_html, layer_ranges, summary};
 
-use super::{fixture, fixture_with_p};
+use super::{as_real, fixture, fixture_with_p};
 
 #[test]
 fn summary_markdown_snapshot() {
@@ -92,14 +92,7 @@ fn index_page_has_banner_figures_and_summary() {
     assert_eq!(html.matches("<figure").count(), 8);
     assert!(html.contains("<th>collapse_zone</th>"));
     // a real (non-synthetic) table has no banner
-    let real = repgeom_report::ResultsTable::new(
-        t.rows()
-            .iter()
-            .cloned()
-            .map(|r| r.with_synthetic(false))
-            .collect(),
-    )
-    .unwrap();
+    let real = as_real(&t);
     assert!(!index_html(&figs, &summary(&real)).contains("SYNTHETIC DATA"));
 }
 
