@@ -365,19 +365,27 @@ impl Readout {
     /// Centres the rows of `W_U`: subtracts the mean over the vocabulary (accumulated in
     /// `f64`) from every row. Adding one vector to every row shifts all logits of a hidden
     /// state by the same amount, which the softmax ignores; centring removes that direction.
+    /// ([`Matrix::center_rows`] on the matrix.)
     pub fn center_rows(&mut self) {
-        let (rows, cols) = (self.matrix.rows, self.matrix.cols);
+        self.matrix.center_rows();
+    }
+}
+
+impl Matrix {
+    /// Subtracts the mean row (accumulated in `f64` over the rows in order) from every row.
+    pub fn center_rows(&mut self) {
+        let (rows, cols) = (self.rows, self.cols);
         if rows == 0 {
             return;
         }
         let mut mean = vec![0.0f64; cols];
-        for row in self.matrix.data.chunks_exact(cols) {
+        for row in self.data.chunks_exact(cols) {
             for (m, w) in mean.iter_mut().zip(row) {
                 *m += f64::from(*w);
             }
         }
         mean.iter_mut().for_each(|m| *m /= rows as f64);
-        for row in self.matrix.data.chunks_exact_mut(cols) {
+        for row in self.data.chunks_exact_mut(cols) {
             for (w, m) in row.iter_mut().zip(&mean) {
                 *w = (f64::from(*w) - m) as f32;
             }

@@ -184,18 +184,16 @@ impl<'s> Loader<'s> {
         let (readout, labels) = match &m.source {
             ModelSource::Synthetic { index, .. } => {
                 let run = &self.synth()?.runs[*index];
-                let mut readout = run.space.readout.clone();
+                let w = &run.space.readout;
+                let (rows, cols) = (w.nrows(), w.ncols());
+                let mut readout = repgeom_io::Matrix {
+                    rows,
+                    cols,
+                    data: (0..rows * cols).map(|x| w[(x / cols, x % cols)]).collect(),
+                };
+                // File readouts are centred by `read_readout_prepared`; the same code here.
                 if self.study.manifest.analysis.readout_center {
-                    // As `repgeom_io::Readout::center_rows` does for file readouts: subtract
-                    // the mean row, accumulated in f64 over the rows in order.
-                    let (v, d) = (readout.nrows(), readout.ncols());
-                    for j in 0..d {
-                        let mean =
-                            (0..v).map(|i| f64::from(readout[(i, j)])).sum::<f64>() / v as f64;
-                        for i in 0..v {
-                            readout[(i, j)] = (f64::from(readout[(i, j)]) - mean) as f32;
-                        }
-                    }
+                    readout.center_rows();
                 }
                 (readout, Some(run.space.labels.clone()))
             }
@@ -237,16 +235,18 @@ impl<'s> Loader<'s> {
                         found: format!("[{}, {}]", mx.rows, mx.cols),
                     });
                 }
-                let readout = Mat::from_fn(mx.rows, mx.cols, |i, j| mx.data[i * mx.cols + j]);
                 let labels = match &spec.labels {
                     Some(p) => {
                         Some(repgeom_io::read_labels(p, spec.labels_column.as_deref())?.values)
                     }
                     None => None,
                 };
-                (readout, labels)
+                (mx, labels)
             }
         };
+        let readout = Mat::from_fn(readout.rows, readout.cols, |i, j| {
+            readout.data[i * readout.cols + j]
+        });
         // Decompositions single-threaded: bit-identical bases at any thread count.
         let basis = repgeom_linalg::readout_subspace(readout.as_ref(), m.k, Par::Seq)?;
         let a = &self.study.manifest.analysis;
@@ -631,15 +631,14 @@ fn compute_unit(
             let olayers = loader.layers(o, &ockpt, &[ol])?;
             let oacts = &olayers[&ol];
             let owhat = format!("{} {ockpt} layer {ol}{synth}", o.label);
-            let pair = || -> Result<PairInput<'_>> {
-                let b = LayerInput::new(oacts.as_ref(), owhat.clone(), Par::Seq)?
-                    .with_readout(octx.basis.as_ref())?
-                    .with_null(&octx.null)?;
-                Ok(PairInput::new(input()?, b)?)
-            };
+            let b = LayerInput::new(oacts.as_ref(), owhat.clone(), Par::Seq)?
+                .with_readout(octx.basis.as_ref())?
+                .with_null(&octx.null)?;
+            // One input for every metric, so its caches (centred layers, spectra) are shared.
+            let pair = PairInput::new(input()?, b)?;
             let mut v = Vec::new();
             for metric in a.cross_metrics()? {
-                v.extend(metric.compute(&pair()?)?);
+                v.extend(metric.compute(&pair)?);
             }
             return Ok(v
                 .into_iter()
