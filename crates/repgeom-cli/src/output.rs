@@ -178,6 +178,13 @@ pub(crate) struct OutputArgs {
     pub(crate) out: Option<PathBuf>,
 }
 
+impl OutputArgs {
+    /// Writes `table` as these flags ask ([`emit`]).
+    pub(crate) fn emit(&self, table: &Table) -> anyhow::Result<()> {
+        emit(table, self.format, self.out.as_deref())
+    }
+}
+
 pub(crate) fn emit(
     table: &Table,
     format: Option<Format>,

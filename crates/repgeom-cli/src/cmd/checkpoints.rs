@@ -4,7 +4,7 @@
 use repgeom_hub::Hub;
 
 use super::Context;
-use crate::output::{Cell, OutputArgs, Table, emit};
+use crate::output::{Cell, OutputArgs, Table};
 
 /// Arguments of `repgeom checkpoints`.
 #[derive(clap::Args, Debug)]
@@ -63,5 +63,5 @@ pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
             })
             .collect(),
     };
-    emit(&table, args.output.format, args.output.out.as_deref())
+    args.output.emit(&table)
 }

@@ -10,7 +10,7 @@ use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
 use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
-use crate::output::{Cell, OutputArgs, emit, metric_table};
+use crate::output::{Cell, OutputArgs, metric_table};
 
 /// Arguments of `repgeom compare`.
 #[derive(clap::Args, Debug)]
@@ -219,11 +219,10 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    emit(
-        &metric_table(&["model", "layer", "other_model", "other_layer"], rows),
-        args.output.format,
-        args.output.out.as_deref(),
-    )
+    args.output.emit(&metric_table(
+        &["model", "layer", "other_model", "other_layer"],
+        rows,
+    ))
 }
 
 /// Whether a pair metric's configuration asks for a variant (an option `name` that is not false).

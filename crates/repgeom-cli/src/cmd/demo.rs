@@ -4,7 +4,7 @@ use repgeom_metrics::pga::pga_ccr_sweep;
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
-use crate::output::{Cell, Format, OutputArgs, Table, emit};
+use crate::output::{Cell, Format, OutputArgs, Table};
 
 /// Arguments of `repgeom demo`.
 #[derive(clap::Args, Debug)]
@@ -98,5 +98,5 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
             );
         }
     }
-    emit(&table, args.output.format, args.output.out.as_deref())
+    args.output.emit(&table)
 }

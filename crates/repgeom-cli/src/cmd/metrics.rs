@@ -1,7 +1,7 @@
 //! `repgeom metrics`: registered per-layer metrics of one activation file, as a tidy long table
 //! (one row per layer × metric × variant), or `--list` to describe the registry.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use repgeom_linalg::MatRef;
 use repgeom_metrics::{AnalysisParams, LayerInput, Metric, MetricInfo, options_of};
@@ -9,7 +9,7 @@ use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
 use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
-use crate::output::{Cell, Format, OutputArgs, Table, emit, metric_table};
+use crate::output::{Cell, Format, OutputArgs, Table, metric_table};
 
 /// Arguments of `repgeom metrics`.
 #[derive(clap::Args, Debug)]
@@ -64,7 +64,7 @@ pub(crate) struct MetricsArgs {
 
 pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
     if args.list {
-        return list(args.output.format, args.output.out.as_deref());
+        return list(&args.output);
     }
     let acts_path = args
         .acts
@@ -170,11 +170,7 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    emit(
-        &metric_table(&["model", "layer"], rows),
-        args.output.format,
-        args.output.out.as_deref(),
-    )
+    args.output.emit(&metric_table(&["model", "layer"], rows))
 }
 
 /// The analysis to run: from --config, or from --metric/--all and the flags.
@@ -219,7 +215,7 @@ fn parse_metric_spec(spec: &str) -> anyhow::Result<Box<dyn Metric>> {
 }
 
 /// `--list`: every registered metric and pair metric.
-fn list(format: Option<Format>, out: Option<&Path>) -> anyhow::Result<()> {
+fn list(output: &OutputArgs) -> anyhow::Result<()> {
     let mut entries: Vec<(&str, MetricInfo, String)> = Vec::new();
     for m in repgeom_metrics::all_metrics() {
         entries.push((
@@ -235,8 +231,8 @@ fn list(format: Option<Format>, out: Option<&Path>) -> anyhow::Result<()> {
             describe_options(m.info(), &options_of(&m)),
         ));
     }
-    match format {
-        None | Some(Format::Table) if out.is_none() => {
+    match output.format {
+        None | Some(Format::Table) if output.out.is_none() => {
             let mut text = String::new();
             for (kind, info, options) in &entries {
                 let needs = needs(info);
@@ -277,7 +273,7 @@ fn list(format: Option<Format>, out: Option<&Path>) -> anyhow::Result<()> {
                     })
                     .collect(),
             };
-            emit(&table, format, out)
+            output.emit(&table)
         }
     }
 }

@@ -11,7 +11,7 @@ use repgeom_metrics::pga::{
 use repgeom_null::{NullBases, NullKind, NullParams};
 
 use super::Context;
-use crate::output::{Cell, OutputArgs, Table, emit};
+use crate::output::{Cell, OutputArgs, Table};
 
 /// Arguments of `repgeom pga`.
 #[derive(clap::Args, Debug)]
@@ -330,7 +330,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         ]);
         table.rows.push(cells);
     }
-    emit(&table, args.output.format, args.output.out.as_deref())
+    args.output.emit(&table)
 }
 
 /// The k values to run: the `-k` list, or `round(f·d)` for `--k-frac f`.

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use repgeom_metrics::MetricValue;
 use repgeom_probe::{Features, Labels, ProbeParams, Solver, Split, StopReason};
 
-use crate::output::{Cell, OutputArgs, emit, metric_table};
+use crate::output::{Cell, OutputArgs, metric_table};
 
 /// Arguments of `repgeom probe`.
 #[derive(Debug, Clone, clap::Args)]
@@ -177,5 +177,5 @@ pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> 
     for (row, extra) in table.rows.iter_mut().zip(appended) {
         row.extend(extra);
     }
-    emit(&table, args.output.format, args.output.out.as_deref())
+    args.output.emit(&table)
 }
