@@ -61,6 +61,6 @@ fn main() {
     println!(
         "{{\"n\":{n},\"d\":{d},\"k\":{k},\"n_null\":{n_null},\"threads\":{threads},\"seconds\":{seconds:.4},\"peak_rss_bytes\":{},\"z\":{:.4}}}",
         peak_rss(),
-        res[0].z
+        res[0].summary.z
     );
 }

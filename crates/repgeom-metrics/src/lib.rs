@@ -18,7 +18,9 @@
 //! one named paper, pinned with its conventions in `docs/metrics.md`.
 //!
 //! To run Subspace PGA on an in-memory matrix in one call, use [`PgaParams`] →
-//! [`PgaParams::check`] → [`ValidPgaParams::run`] (module [`params`]).
+//! [`PgaParams::check`] → [`ValidPgaParams::run`] (module [`params`]); every other metric has
+//! the same shape: its options' `Default` → [`Metric::check`] → [`Metric::run`] on a faer or
+//! ndarray view.
 //!
 //! This crate does no file I/O and never prints: it sees matrices and returns numbers.
 #![deny(missing_docs)]

@@ -81,6 +81,24 @@ pub enum Acts<'a> {
     NdF64(ArrayView2<'a, f64>),
 }
 
+impl<'a> Acts<'a> {
+    /// The activations as a faer `f32` view: in place for `f32` faer views and row-major
+    /// ndarray views, else converted (or copied) once into `store`.
+    pub(crate) fn as_f32<'s>(self, store: &'s mut Option<Mat<f32>>) -> MatRef<'s, f32>
+    where
+        'a: 's,
+    {
+        match self {
+            Acts::F32(m) => m,
+            Acts::F64(m) => store.insert(repgeom_linalg::to_f32(m)).as_ref(),
+            Acts::NdF32(v) => faer_f32(v, store),
+            Acts::NdF64(v) => store
+                .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)] as f32))
+                .as_ref(),
+        }
+    }
+}
+
 impl<'a> From<ArrayView2<'a, f32>> for Acts<'a> {
     fn from(v: ArrayView2<'a, f32>) -> Self {
         Acts::NdF32(v)
@@ -237,7 +255,7 @@ impl ValidPgaParams {
     /// let params = PgaParams { k: 2, ccr: 0, n_null: 20, ..PgaParams::default() }.check()?;
     /// let r = params.run(acts.as_ref(), Readout::Basis(basis.as_ref()))?;
     /// assert_eq!((r.n_points, r.d, r.k, r.null_rhos.len()), (40, 8, 2, 20));
-    /// assert!(r.rho_readout > r.null_mean);
+    /// assert!(r.rho_readout > r.summary.null_mean);
     /// # Ok::<(), repgeom_metrics::Error>(())
     /// ```
     ///
@@ -258,8 +276,8 @@ impl ValidPgaParams {
     /// // A transposed (column-major) view is copied once and gives the same numbers.
     /// let t = acts.t().to_owned();
     /// let again = params.run(t.t(), Readout::NdBasis(basis.view()))?;
-    /// assert_eq!(r.z.to_bits(), again.z.to_bits());
-    /// assert!(r.rho_readout > r.null_mean);
+    /// assert_eq!(r.summary.z.to_bits(), again.summary.z.to_bits());
+    /// assert!(r.rho_readout > r.summary.null_mean);
     /// # Ok::<(), repgeom_metrics::Error>(())
     /// ```
     pub fn run<'a>(&self, acts: impl Into<Acts<'a>>, readout: Readout<'_>) -> Result<PgaResult> {
@@ -299,14 +317,7 @@ impl ValidPgaParams {
         extras: &PgaExtras<'_>,
     ) -> Result<Vec<PgaResult>> {
         let mut converted = None;
-        let acts = match acts.into() {
-            Acts::F32(m) => m,
-            Acts::F64(m) => converted.insert(repgeom_linalg::to_f32(m)).as_ref(),
-            Acts::NdF32(v) => faer_f32(v, &mut converted),
-            Acts::NdF64(v) => converted
-                .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)] as f32))
-                .as_ref(),
-        };
+        let acts = acts.into().as_f32(&mut converted);
         let (n, d) = (acts.nrows(), acts.ncols());
         let default_label;
         let what = match extras.label {

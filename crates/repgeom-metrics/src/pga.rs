@@ -46,14 +46,11 @@ pub struct PgaResult {
     pub ccr: usize,
     /// Spearman correlation of full and readout-projected distances.
     pub rho_readout: f64,
-    /// Mean of the null correlations.
-    pub null_mean: f64,
-    /// Sample standard deviation (ddof 1) of the null correlations.
-    pub null_std: f64,
-    /// The PGA z-score.
-    pub z: f64,
-    /// One-sided empirical p-value.
-    pub p_value: f64,
+    /// `rho_readout` against the null correlations: their mean and sample standard deviation
+    /// (ddof 1), the PGA z-score and the one-sided empirical p-value, as the null crate
+    /// summarises every metric's null (serialised flat: `null_mean`, `null_std`, `z`, `p_value`).
+    #[serde(flatten)]
+    pub summary: NullSummary,
     /// Every null correlation, in draw order.
     pub null_rhos: Vec<f64>,
     /// Pairs each correlation was computed on: all $N(N-1)/2$, or the sample of `--max-pairs`.
@@ -99,17 +96,6 @@ pub struct PgaResult {
 
 impl PgaResult {
     /// Builds a result from the readout correlation and the null sample.
-    /// The null comparison of `rho_readout` (mean, sample std, z, upper-tail p) as the null
-    /// crate's summary, the form every other metric reports its null in.
-    pub fn null_summary(&self) -> NullSummary {
-        NullSummary {
-            null_mean: self.null_mean,
-            null_std: self.null_std,
-            z: self.z,
-            p_value: self.p_value,
-        }
-    }
-
     fn from_null(
         (n_points, d, k, ccr): (usize, usize, usize, usize),
         rho_readout: f64,
@@ -118,30 +104,22 @@ impl PgaResult {
         rho_se: Option<f64>,
         distance: Distance,
     ) -> Result<Self> {
-        let NullSummary {
-            null_mean,
-            null_std,
-            z,
-            p_value,
-        } = repgeom_null::summarize(rho_readout, &null_rhos)?;
+        let summary = repgeom_null::summarize(rho_readout, &null_rhos)?;
         let tails = repgeom_null::tails(rho_readout, &null_rhos);
-        let z_se = repgeom_null::z_standard_error(z, null_rhos.len());
+        let z_se = repgeom_null::z_standard_error(summary.z, null_rhos.len());
         Ok(Self {
             n_points,
             d,
             k,
             ccr,
             rho_readout,
-            null_mean,
-            null_std,
-            z,
-            p_value,
+            summary,
             null_rhos,
             n_pairs,
             rho_se,
             p_lower: tails.p_lower,
             p_two_sided: tails.p_two_sided,
-            delta_rho: rho_readout - null_mean,
+            delta_rho: rho_readout - summary.null_mean,
             z_se,
             distance,
             q_value: None,
@@ -637,7 +615,7 @@ pub fn bootstrap_ci(
         )?;
         for (c, res) in results.iter().enumerate() {
             rhos[c].push(res.rho_readout);
-            zs[c].push(res.z);
+            zs[c].push(res.summary.z);
         }
     }
     let (lo, hi) = ((1.0 - boot.level) / 2.0, (1.0 + boot.level) / 2.0);

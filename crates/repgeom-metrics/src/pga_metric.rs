@@ -172,8 +172,8 @@ impl Metric for Pga {
         let mut out = Vec::with_capacity(10 * results.len());
         for r in &results {
             let variant = Self::variant(self.null, r.ccr);
-            let summary = r.null_summary();
-            let mut z = MetricValue::new("pga_z", &variant, r.z)
+            let summary = r.summary;
+            let mut z = MetricValue::new("pga_z", &variant, summary.z)
                 .with_null(&summary)
                 .with_extra("rho_readout", r.rho_readout)
                 .with_extra("k", r.k as f64)
@@ -188,7 +188,7 @@ impl Metric for Pga {
             out.push(
                 MetricValue::new("rho_readout", &variant, r.rho_readout)
                     .with_null(&summary)
-                    .with_extra("z", r.z),
+                    .with_extra("z", summary.z),
             );
             // The other tail and z's null-sampling error, as their own tidy rows so that the
             // columns of existing tables do not change; the report's summary reads

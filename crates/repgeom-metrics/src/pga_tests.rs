@@ -92,19 +92,24 @@ fn matches_scipy_reference() {
             );
         }
         close(
-            got.null_mean,
+            got.summary.null_mean,
             case["null_mean"].as_f64().unwrap(),
             RHO_TOL,
             &what,
         );
         close(
-            got.null_std,
+            got.summary.null_std,
             case["null_std"].as_f64().unwrap(),
             RHO_TOL,
             &what,
         );
-        close(got.z, case["z"].as_f64().unwrap(), Z_TOL, &what);
-        close(got.p_value, case["p_value"].as_f64().unwrap(), 1e-12, &what);
+        close(got.summary.z, case["z"].as_f64().unwrap(), Z_TOL, &what);
+        close(
+            got.summary.p_value,
+            case["p_value"].as_f64().unwrap(),
+            1e-12,
+            &what,
+        );
     }
 }
 
@@ -133,7 +138,7 @@ fn ccr_sweep_equals_separate_calls() {
         )
         .unwrap();
         assert_eq!(s.ccr, *c);
-        close(s.z, one.z, 1e-12, "sweep vs single");
+        close(s.summary.z, one.summary.z, 1e-12, "sweep vs single");
     }
 }
 
@@ -214,7 +219,7 @@ fn z_unchanged_by_a_rotation_of_everything() {
     )
     .unwrap();
     close(rotated.rho_readout, base.rho_readout, 1e-5, "rotated rho");
-    close(rotated.z, base.z, 1e-2, "rotated z");
+    close(rotated.summary.z, base.summary.z, 1e-2, "rotated z");
 }
 
 #[test]
@@ -320,11 +325,11 @@ fn sampled_pairs_estimate_lands_within_its_standard_error() {
         );
         // The sign of z (the finding) survives sampling on this fixture.
         assert_eq!(
-            est.z.signum(),
-            exact.z.signum(),
+            est.summary.z.signum(),
+            exact.summary.z.signum(),
             "layer {layer}: z {} vs {}",
-            est.z,
-            exact.z
+            est.summary.z,
+            exact.summary.z
         );
     }
 }
@@ -449,7 +454,12 @@ fn tails_effect_size_and_q_values_match_scipy() {
             .unwrap();
         let what = format!("layer {layer} ccr {ccr}");
         let f = |k: &str| case[k].as_f64().unwrap();
-        close(got.p_value, f("p_value"), P_TOL, &format!("{what} p_value"));
+        close(
+            got.summary.p_value,
+            f("p_value"),
+            P_TOL,
+            &format!("{what} p_value"),
+        );
         close(got.p_lower, f("p_lower"), P_TOL, &format!("{what} p_lower"));
         close(
             got.p_two_sided,
@@ -522,14 +532,14 @@ fn euclidean_distance_matches_scipy_reference() {
             );
         }
         close(
-            got.z,
+            got.summary.z,
             case["z"].as_f64().unwrap(),
             EUCLID_Z_TOL,
             &format!("{what} z"),
         );
         for k in ["p_value", "p_lower", "p_two_sided"] {
             let g = match k {
-                "p_value" => got.p_value,
+                "p_value" => got.summary.p_value,
                 "p_lower" => got.p_lower,
                 _ => got.p_two_sided,
             };
@@ -587,7 +597,7 @@ fn z_standard_error_matches_replicate_null_seeds() {
                     &|| {},
                 )
                 .unwrap();
-                (res.z, res.z_se)
+                (res.summary.z, res.z_se)
             })
             .collect();
         let n = zs.len() as f64;

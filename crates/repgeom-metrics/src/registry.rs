@@ -28,6 +28,34 @@ pub trait Metric: std::fmt::Debug + Send + Sync {
     fn check(&self) -> Result<()>;
     /// Computes the metric on one layer. Implementations call [`Metric::check`] first.
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>>;
+
+    /// The metric on one layer given as a faer or ndarray view, `f32` or `f64` (anything that
+    /// is `Into<`[`Acts`](crate::params::Acts)`>`), on the current rayon pool: the library
+    /// shape of every metric is options with `Default` → [`Metric::check`] → `run(acts)`, as
+    /// [`PgaParams`](crate::PgaParams) is for PGA. A metric that needs the readout or null bases
+    /// says so in its error; give it a [`LayerInput`] carrying them ([`Metric::compute`]).
+    ///
+    /// ```
+    /// use ndarray::Array2;
+    /// use repgeom_metrics::{Metric, RankMe};
+    ///
+    /// let acts = Array2::<f64>::from_shape_fn((50, 6), |(i, j)| ((i * 7 + j * j * 3) % 11) as f64);
+    /// let rankme = RankMe::default();
+    /// rankme.check()?;
+    /// let values = rankme.run(&acts)?;
+    /// assert_eq!(values[0].metric, "rankme");
+    /// assert!(values[0].value > 1.0 && values[0].value <= 6.0);
+    /// # Ok::<(), repgeom_metrics::Error>(())
+    /// ```
+    fn run<'a>(&self, acts: impl Into<crate::params::Acts<'a>>) -> Result<Vec<MetricValue>>
+    where
+        Self: Sized,
+    {
+        let mut store = None;
+        let view = acts.into().as_f32(&mut store);
+        let what = format!("activations [{}, {}]", view.nrows(), view.ncols());
+        self.compute(&LayerInput::new(view, what, Par::rayon(0))?)
+    }
 }
 
 /// A metric of two representations of the same `N` points (possibly of different widths).

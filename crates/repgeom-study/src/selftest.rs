@@ -375,10 +375,10 @@ fn planted_pga(push: &mut dyn FnMut(Check)) -> Result<()> {
                 subject: format!("{name}, {} null, CCR-{c}", kind.name()),
                 figure: format!(
                     "z = {:.1} (captured variance: readout {:.3}, null {:.3})",
-                    r.z, r.captured_variance_readout, r.captured_variance_null_mean
+                    r.summary.z, r.captured_variance_readout, r.captured_variance_null_mean
                 ),
                 rule: expect.rule(),
-                passed: expect.holds(r.z),
+                passed: expect.holds(r.summary.z),
             });
         }
     }

@@ -29,7 +29,12 @@ fn main() -> Result<(), repgeom_metrics::Error> {
     let r = pga.run(acts.as_ref(), Readout::Unembedding(w_u.as_ref()))?;
     println!(
         "PGA ccr{}: rho_readout {:.4}, null {:.4} ± {:.4}, z {:.2}, p (upper) {:.3}",
-        r.ccr, r.rho_readout, r.null_mean, r.null_std, r.z, r.p_value
+        r.ccr,
+        r.rho_readout,
+        r.summary.null_mean,
+        r.summary.null_std,
+        r.summary.z,
+        r.summary.p_value
     );
 
     // Any registered metric by name, with its default options.

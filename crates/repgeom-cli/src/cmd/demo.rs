@@ -4,7 +4,7 @@ use repgeom_metrics::pga::pga_ccr_sweep;
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
-use crate::output::{Cell, Format, OutputArgs, Table};
+use crate::output::{Cell, CellTable, Format, OutputArgs};
 
 /// Arguments of `repgeom demo`.
 #[derive(clap::Args, Debug)]
@@ -38,8 +38,8 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
         .map(|m| m.layers.len() * ccrs.len() * args.n_null)
         .sum();
     let bar = ctx.progress(total as u64, "demo");
-    let mut table = Table {
-        columns: crate::output::names(&[
+    let mut table = CellTable::new(
+        crate::output::names(&[
             "model",
             "layer",
             "planted",
@@ -52,8 +52,8 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
             "z",
             "p_value",
         ]),
-        rows: Vec::new(),
-    };
+        Vec::new(),
+    );
     for model in &zoo {
         // The same path as real data: the readout subspace is computed from W_U itself.
         let basis = repgeom_linalg::readout_subspace(model.readout.as_ref(), model.k, ctx.par())?;
@@ -79,10 +79,10 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
                     Cell::Int(r.k as i64),
                     Cell::Int(r.ccr as i64),
                     Cell::float(r.rho_readout, 6),
-                    Cell::float(r.null_mean, 6),
-                    Cell::float(r.null_std, 6),
-                    Cell::float(r.z, 3),
-                    Cell::float(r.p_value, 4),
+                    Cell::float(r.summary.null_mean, 6),
+                    Cell::float(r.summary.null_std, 6),
+                    Cell::float(r.summary.z, 3),
+                    Cell::float(r.summary.p_value, 4),
                 ]);
             }
         }

@@ -147,16 +147,16 @@ proptest! {
             (Ok(p), Ok(q)) => {
                 for (field, u, v) in [
                     ("rho_readout", p.rho_readout, q.rho_readout),
-                    ("null_mean", p.null_mean, q.null_mean),
-                    ("null_std", p.null_std, q.null_std),
+                    ("null_mean", p.summary.null_mean, q.summary.null_mean),
+                    ("null_std", p.summary.null_std, q.summary.null_std),
                 ] {
                     prop_assert!((u - v).abs() <= VALUE_TOL, "{}: {} vs {}", field, u, v);
                 }
                 prop_assert!(
-                    (p.z - q.z).abs() <= Z_TOL * p.z.abs().max(1.0),
+                    (p.summary.z - q.summary.z).abs() <= Z_TOL * p.summary.z.abs().max(1.0),
                     "z: {} vs {}",
-                    p.z,
-                    q.z
+                    p.summary.z,
+                    q.summary.z
                 );
             }
             // A degenerate draw (e.g. all-tied projected distances) must be refused the same
@@ -168,7 +168,7 @@ proptest! {
                 e,
                 f
             ),
-            (p, q) => prop_assert!(false, "definedness differs: {:?} vs {:?}", p.map(|r| r.z), q.map(|r| r.z)),
+            (p, q) => prop_assert!(false, "definedness differs: {:?} vs {:?}", p.map(|r| r.summary.z), q.map(|r| r.summary.z)),
         }
     }
 }

@@ -48,6 +48,7 @@ fn detour_layers_probe_well_while_z_is_negative() {
             &|| {},
         )
         .unwrap()
+        .summary
         .z;
         let data: Vec<f32> = (0..acts.nrows())
             .flat_map(|i| (0..acts.ncols()).map(move |j| (i, j)))
