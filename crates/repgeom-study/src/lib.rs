@@ -47,10 +47,17 @@ pub use stage::{
     CheckpointRecord, Duplicate, checkpoint_record_path, duplicates, read_checkpoint_records,
 };
 
-/// Figure options for a study: its small/large width classes and `k`.
+/// Figure options for a study: its small/large width classes, `k`, and its spectral metrics as
+/// figure 5's panels (the default four when it has none).
 pub fn figure_options(study: &Study) -> repgeom_report::FigureOptions {
     let r = &study.manifest.report;
+    let spectral = &study.manifest.analysis.spectral;
     repgeom_report::FigureOptions {
+        spectral: if spectral.is_empty() {
+            repgeom_report::DEFAULT_SPECTRAL.map(str::to_owned).to_vec()
+        } else {
+            spectral.clone()
+        },
         small_max_d: r.small_max_d,
         large_min_d: r.large_min_d,
         readout_k: study.manifest.analysis.k as u32,

@@ -67,7 +67,13 @@ pub struct FigureOptions {
     pub z_scale: ZScale,
     /// Half-width of the shaded "not significant" band around z = 0.
     pub z_band: f64,
+    /// The per-layer metrics figure 5 draws beside PGA z, one panel each, in this order (any
+    /// metric name in the table; default RankMe, α-ReQ, isotropy, condition number).
+    pub spectral: Vec<String>,
 }
+
+/// Figure 5's default panels: the spectral metrics of the built-in study.
+pub const DEFAULT_SPECTRAL: [&str; 4] = ["rankme", "alpha_req", "isotropy", "condition_number"];
 
 impl Default for FigureOptions {
     fn default() -> Self {
@@ -81,6 +87,7 @@ impl Default for FigureOptions {
             readout_k_by_model: std::collections::BTreeMap::new(),
             z_scale: ZScale::Auto,
             z_band: 2.0,
+            spectral: DEFAULT_SPECTRAL.map(str::to_owned).to_vec(),
         }
     }
 }
@@ -114,6 +121,20 @@ impl FigureOptions {
         }
         if !(self.z_band.is_finite() && self.z_band >= 0.0) {
             return bad(format!("z_band {} must be finite and >= 0", self.z_band));
+        }
+        if self.spectral.is_empty() {
+            return bad("spectral lists no metric for figure 5".to_owned());
+        }
+        for (i, m) in self.spectral.iter().enumerate() {
+            if m.is_empty() {
+                return bad("spectral has an empty metric name".to_owned());
+            }
+            if m == "pga_z" {
+                return bad("spectral lists pga_z, which figure 5 always draws first".to_owned());
+            }
+            if self.spectral[..i].contains(m) {
+                return bad(format!("spectral lists {m:?} twice (repeated)"));
+            }
         }
         Ok(self)
     }

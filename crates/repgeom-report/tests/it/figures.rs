@@ -384,3 +384,56 @@ fn fig7_draws_a_column_per_pair_metric() {
         f.caption
     );
 }
+
+#[test]
+fn fig5_draws_the_spectral_metrics_it_is_given() {
+    let mut rows = Vec::new();
+    for layer in 0..3u32 {
+        let x = f64::from(layer);
+        rows.push(Row::new("m", "f", 64, layer, 3, "pga_z", "ccr1", 2.0 - x));
+        rows.push(Row::new("m", "f", 64, layer, 3, "rankme", "", 10.0 + x));
+        rows.push(Row::new(
+            "m",
+            "f",
+            64,
+            layer,
+            3,
+            "intrinsic_dim_twonn",
+            "",
+            5.0 + x,
+        ));
+    }
+    let t = ResultsTable::new(rows).unwrap();
+    let o = FigureOptions {
+        spectral: vec!["intrinsic_dim_twonn".into(), "rankme".into()],
+        ..FigureOptions::default()
+    };
+    let f = repgeom_report::fig5_spectral_vs_pga(&t, &o).unwrap();
+    let texts = svg_texts(&f.svg);
+    // one panel per listed metric, in order, after PGA z: no isotropy or condition number
+    let titled = |p: &str| texts.iter().position(|t| t.starts_with(p));
+    let (twonn, rankme) = (titled("intrinsic_dim_twonn"), titled("RankMe"));
+    assert!(
+        twonn.is_some() && rankme.is_some() && twonn < rankme,
+        "{texts:?}"
+    );
+    assert!(titled("isotropy").is_none() && titled("condition number").is_none());
+    assert!(
+        f.caption
+            .contains("the per-layer metrics intrinsic_dim_twonn and RankMe"),
+        "{}",
+        f.caption
+    );
+    for (spectral, problem) in [
+        (vec![], "no metric"),
+        (vec!["pga_z".to_owned()], "pga_z"),
+        (vec!["rankme".to_owned(), "rankme".to_owned()], "repeated"),
+    ] {
+        let bad = FigureOptions {
+            spectral,
+            ..FigureOptions::default()
+        };
+        let err = repgeom_report::fig5_spectral_vs_pga(&t, &bad).unwrap_err();
+        assert!(err.to_string().contains(problem), "{err}");
+    }
+}
