@@ -15,8 +15,11 @@
 //! through ab_glyph, so no system fonts are needed.
 //!
 //! Modules: `table` is the row schema, with the file formats in `table/formats.rs` and
-//! `table/json.rs`; `plot` is the plot description, drawn by `plot/render`; `figures` has one file
-//! per figure over the helpers in `figures/mod.rs`; then `summary`, `html` and `report`.
+//! `table/json.rs` and the workspace's one table formatter, [`CellTable`] (aligned text, JSON
+//! lines, CSV; the CLI prints through it too), in `table/cells.rs`; `plot` is the plot
+//! description, drawn by `plot/render`; `figures` has one file per figure over the helpers in
+//! `figures/mod.rs`; then `summary`, `html` and `report`. Files are written through
+//! `repgeom_io::atomic_write`, the workspace's one atomic writer.
 //!
 //! This crate computes no metrics and knows nothing of activations; it is the only crate that
 //! knows about polars and plotters. It never prints.
@@ -33,9 +36,9 @@ mod table;
 
 pub use error::{Error, Result};
 pub use figures::{
-    ALL_FIGURES, Figure, FigureFn, FigureOptions, ZScale, all_figures, fig1_pga_z_by_layer,
-    fig2_pga_z_heatmap, fig3_ccr_ablation, fig4_pc_readout_share, fig5_spectral_vs_pga,
-    fig6_val_loss, fig7_cross_model, fig8_probe_vs_pga, fig9_k_sensitivity,
+    ALL_FIGURES, DEFAULT_SPECTRAL, Figure, FigureFn, FigureOptions, ZScale, all_figures,
+    fig1_pga_z_by_layer, fig2_pga_z_heatmap, fig3_ccr_ablation, fig4_pc_readout_share,
+    fig5_spectral_vs_pga, fig6_val_loss, fig7_cross_model, fig8_probe_vs_pga, fig9_k_sensitivity,
 };
 pub use html::{index_html, index_html_with_notes};
 pub use report::{ReportFiles, write_report};
@@ -44,7 +47,8 @@ pub use summary::{
     summary, summary_with,
 };
 pub use table::{
-    Column, ResultsTable, Row, TableFormat, format_number, format_table, relative_depth,
+    Align, Cell, CellFormat, CellTable, Column, ResultsTable, Row, TableFormat, format_number,
+    format_table, relative_depth, tidy_cells,
 };
 
 /// Re-export of the polars `DataFrame` used by [`ResultsTable::to_dataframe`].

@@ -51,3 +51,44 @@ fn diverging_is_white_at_zero_and_saturates() {
     assert!(lo.2 > lo.0, "negative end is blue");
     assert!(hi.0 > hi.2, "positive end is red");
 }
+
+/// Renders `table` in every format and compares with the expected text, CSV and JSON lines.
+fn check_cells(table: &crate::CellTable, text: &str, csv: &str, json: &str) {
+    use crate::CellFormat;
+    assert_eq!(table.render(CellFormat::Text), text, "text");
+    assert_eq!(table.render(CellFormat::Csv), csv, "csv");
+    assert_eq!(table.render(CellFormat::JsonLines), json, "json lines");
+}
+
+#[test]
+fn cell_table_formats() {
+    use crate::{Align, Cell, CellTable};
+    let t = CellTable::new(
+        vec!["layer".into(), "z".into(), "model".into()],
+        vec![
+            vec![Cell::Int(3), Cell::float(2.5, 2), Cell::Text("a,b".into())],
+            vec![
+                Cell::Int(12),
+                Cell::float(f64::NAN, 2),
+                Cell::Text("μ".into()),
+            ],
+        ],
+    );
+    check_cells(
+        &t,
+        "layer     z  model\n    3  2.50    a,b\n   12            μ\n",
+        "layer,z,model\n3,2.5,\"a,b\"\n12,,μ\n",
+        "{\"layer\":3,\"model\":\"a,b\",\"z\":2.5}\n{\"layer\":12,\"model\":\"μ\",\"z\":null}\n",
+    );
+    let ruled = CellTable {
+        align: vec![Align::Right, Align::Right, Align::Left],
+        rule: true,
+        ..t
+    };
+    check_cells(
+        &ruled,
+        "layer     z  model\n-----  ----  -----\n    3  2.50  a,b\n   12        μ\n",
+        "layer,z,model\n3,2.5,\"a,b\"\n12,,μ\n",
+        "{\"layer\":3,\"model\":\"a,b\",\"z\":2.5}\n{\"layer\":12,\"model\":\"μ\",\"z\":null}\n",
+    );
+}

@@ -105,6 +105,7 @@ impl PartRow {
             p_value: opt(&self.p_value)?,
             other_model: self.other_model.clone(),
             synthetic: self.synthetic,
+            extra: Default::default(),
         })
     }
 }

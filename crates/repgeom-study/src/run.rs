@@ -464,6 +464,8 @@ pub fn run_units(
     Ok(())
 }
 
+/// A unit's value as a row of the study's table: the schema's columns only (a metric's extra
+/// numbers stay out, so the study's files keep their fixed columns).
 fn to_row(m: &ModelInfo, u: &Unit, v: MetricValue) -> Row {
     let c = m.checkpoint(&u.checkpoint).expect("planned checkpoint");
     let mut r = Row::new(

@@ -84,11 +84,22 @@ impl ResultsTable {
                 rs.iter().map(|r| r.synthetic).collect::<Vec<bool>>(),
             ),
         ];
+        let mut columns = columns;
+        for name in super::extra_names(rs) {
+            columns.push(PlColumn::new(
+                name.into(),
+                rs.iter()
+                    .map(|r| r.extra.get(name).copied())
+                    .collect::<Vec<Option<f64>>>(),
+            ));
+        }
         DataFrame::new(rs.len(), columns).map_err(polars_err("building data frame"))
     }
 
     /// Reads rows from a data frame. Required columns: model, d, layer, n_layers, metric, value.
-    /// Missing optional columns take their empty defaults (relative_depth is computed).
+    /// Missing optional columns take their empty defaults (relative_depth is computed); every
+    /// other numeric column becomes the rows' extra number of that name (other columns are
+    /// not read).
     pub fn from_dataframe(df: &DataFrame) -> Result<Self> {
         let n = df.height();
         let strs = |c: Column, required: bool| -> Result<Vec<String>> {
@@ -142,6 +153,18 @@ impl ResultsTable {
                 .map(|v| v.unwrap_or(false))
                 .collect(),
         };
+        let mut extras: Vec<(String, Vec<Option<f64>>)> = Vec::new();
+        for col in df.columns() {
+            let name = col.name().as_str();
+            if Column::from_name(name).is_ok() || !(col.dtype().is_primitive_numeric()) {
+                continue;
+            }
+            let values = col
+                .cast(&DataType::Float64)
+                .map_err(polars_err(name.to_owned()))?;
+            let values = values.f64().map_err(polars_err(name.to_owned()))?;
+            extras.push((name.to_owned(), values.iter().collect()));
+        }
         let mut rows = Vec::with_capacity(n);
         for i in 0..n {
             let value_i = value[i].ok_or_else(|| null_in(C::Value))?;
@@ -164,6 +187,11 @@ impl ResultsTable {
             row.null_mean = null_mean.as_ref().and_then(|v| v[i]);
             row.null_std = null_std.as_ref().and_then(|v| v[i]);
             row.p_value = p_value.as_ref().and_then(|v| v[i]);
+            for (name, values) in &extras {
+                if let Some(v) = values[i] {
+                    row.extra.insert(name.clone(), v);
+                }
+            }
             rows.push(row);
         }
         Self::new(rows)

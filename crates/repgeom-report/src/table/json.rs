@@ -70,6 +70,44 @@ pub(super) mod float {
         from_repr(Repr::deserialize(d)?)
     }
 
+    /// A map of named floats, each as [`serialize`] writes it.
+    pub(in crate::table) mod map {
+        use std::collections::BTreeMap;
+
+        use super::Repr;
+        use serde::ser::SerializeMap as _;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        /// One value through the float representation.
+        struct Float(f64);
+
+        impl serde::Serialize for Float {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                super::serialize(&self.0, s)
+            }
+        }
+
+        pub(in crate::table) fn serialize<S: Serializer>(
+            m: &BTreeMap<String, f64>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            let mut out = s.serialize_map(Some(m.len()))?;
+            for (k, v) in m {
+                out.serialize_entry(k, &Float(*v))?;
+            }
+            out.end()
+        }
+
+        pub(in crate::table) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<BTreeMap<String, f64>, D::Error> {
+            BTreeMap::<String, Repr>::deserialize(d)?
+                .into_iter()
+                .map(|(k, r)| super::from_repr(r).map(|v| (k, v)))
+                .collect()
+        }
+    }
+
     pub(in crate::table) mod opt {
         use super::Repr;
         use serde::{Deserialize, Deserializer, Serializer};

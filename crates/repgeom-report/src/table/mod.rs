@@ -1,20 +1,23 @@
 //! The tidy long results table: the row schema ([`Row`], [`Column`]) and [`ResultsTable`] with
 //! its in-memory operations. The file formats live in `formats` (CSV and Parquet through polars,
-//! the format dispatch) and `json`; the plain-text table in `text`.
+//! the format dispatch) and `json`; the plain-text table of rows in `text`, drawn by the one
+//! table formatter, [`CellTable`] in `cells`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use polars::prelude::DataType;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+mod cells;
 mod formats;
 mod json;
 mod text;
 
+pub use cells::{Align, Cell, CellFormat, CellTable};
 pub use formats::TableFormat;
-pub use text::{format_number, format_table};
+pub use text::{format_number, format_table, tidy_cells};
 
 /// One measurement: a metric value for one (model, checkpoint, layer, variant[, other model]).
 ///
@@ -60,6 +63,17 @@ pub struct Row {
     pub other_model: String,
     /// True when the row was computed from synthetic data.
     pub synthetic: bool,
+    /// Further named numbers reported with the value (e.g. `k`, `n_null`, `rho_readout` beside
+    /// a `pga_z` from `repgeom metrics`; `other_layer` of a `repgeom compare` row). In files they
+    /// are columns after the schema's, sorted by name, empty where a row lacks one; reading a
+    /// file turns every numeric column outside the schema into one. The study's tables carry
+    /// none.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "json::float::map"
+    )]
+    pub extra: BTreeMap<String, f64>,
 }
 
 impl Row {
@@ -91,6 +105,7 @@ impl Row {
             p_value: None,
             other_model: String::new(),
             synthetic: false,
+            extra: BTreeMap::new(),
         }
     }
 
@@ -118,6 +133,12 @@ impl Row {
     /// Marks the row as computed from synthetic data (or not).
     pub fn with_synthetic(mut self, synthetic: bool) -> Self {
         self.synthetic = synthetic;
+        self
+    }
+
+    /// Adds (or replaces) the extra number `name`.
+    pub fn with_extra(mut self, name: impl Into<String>, value: f64) -> Self {
+        self.extra.insert(name.into(), value);
         self
     }
 
@@ -157,6 +178,13 @@ impl Row {
                 "layer {} out of range for n_layers {}",
                 self.layer, self.n_layers
             )));
+        }
+        for name in self.extra.keys() {
+            if name.is_empty() || Column::from_name(name).is_ok() {
+                return Err(self.invalid(format!(
+                    "extra column {name:?} is empty or a schema column's name"
+                )));
+            }
         }
         let expected = relative_depth(self.layer, self.n_layers);
         if !(self.relative_depth - expected).abs().le(&1e-9) {
@@ -342,4 +370,16 @@ impl ResultsTable {
     pub fn metrics(&self) -> BTreeSet<&str> {
         self.rows.iter().map(|r| r.metric.as_str()).collect()
     }
+
+    /// The names of the extra numbers any row has, sorted (the columns after the schema's).
+    pub fn extra_columns(&self) -> BTreeSet<&str> {
+        extra_names(&self.rows)
+    }
+}
+
+/// The extra names any of `rows` has, sorted.
+pub(crate) fn extra_names(rows: &[Row]) -> BTreeSet<&str> {
+    rows.iter()
+        .flat_map(|r| r.extra.keys().map(String::as_str))
+        .collect()
 }

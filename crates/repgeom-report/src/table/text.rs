@@ -1,9 +1,10 @@
 //! The plain-text table: numbers and cells formatted for people.
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
 
 use polars::prelude::DataType;
 
+use super::cells::{Align, Cell, CellFormat, CellTable};
 use super::{Column, Row};
 
 impl Column {
@@ -46,53 +47,101 @@ pub fn format_number(v: f64) -> String {
     }
 }
 
-/// An aligned plain-text table of `rows` restricted to `columns` (header, dashes, one line per row).
+/// An aligned plain-text table of `rows` restricted to `columns` (header, dashes, one line per
+/// row; text columns left-aligned, numbers right-aligned), through [`CellTable`].
 pub fn format_table(rows: &[Row], columns: &[Column]) -> String {
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| columns.iter().map(|c| c.cell(r)).collect())
-        .collect();
-    let widths: Vec<usize> = columns
-        .iter()
-        .enumerate()
-        .map(|(j, c)| {
-            cells
-                .iter()
-                .map(|r| r[j].chars().count())
-                .chain([c.name().len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    let line = |out: &mut String, items: &[String]| {
-        let parts: Vec<String> = items
+    CellTable {
+        columns: columns.iter().map(|c| Cow::Borrowed(c.name())).collect(),
+        rows: rows
             .iter()
-            .zip(columns)
-            .zip(&widths)
-            .map(|((s, c), &w)| {
+            .map(|r| columns.iter().map(|c| Cell::Text(c.cell(r))).collect())
+            .collect(),
+        align: columns
+            .iter()
+            .map(|c| {
                 if c.right_aligned() {
-                    format!("{s:>w$}")
+                    Align::Right
                 } else {
-                    format!("{s:<w$}")
+                    Align::Left
                 }
             })
-            .collect();
-        let _ = writeln!(out, "{}", parts.join("  ").trim_end());
-    };
-    line(
-        &mut out,
-        &columns
-            .iter()
-            .map(|c| c.name().to_owned())
-            .collect::<Vec<_>>(),
-    );
-    line(
-        &mut out,
-        &widths.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>(),
-    );
-    for r in &cells {
-        line(&mut out, r);
+            .collect(),
+        rule: true,
     }
-    out
+    .render(CellFormat::Text)
+}
+
+/// Tidy rows as a [`CellTable`] for the command line: the `leading` columns (schema column names
+/// such as `model` and `layer`, or extra names such as `other_layer`), then `metric`, `variant`,
+/// `value`, `null_mean`, `null_std`, `p_value`, then every other extra any row has, sorted by
+/// name (blank where a row lacks it). Floats show 6 decimals in text (CSV and JSON keep every
+/// digit); integer columns and integral extras are integers; missing numbers are blank in text
+/// and CSV and `null` in JSON. Rows keep their order.
+///
+/// # Panics
+///
+/// If a leading name is a float schema column (`relative_depth`, `value`, ...): those are not
+/// identifiers.
+pub fn tidy_cells(rows: &[Row], leading: &[&str]) -> CellTable {
+    use Column as C;
+    const TIDY: [Column; 6] = [
+        C::Metric,
+        C::Variant,
+        C::Value,
+        C::NullMean,
+        C::NullStd,
+        C::PValue,
+    ];
+    let trailing: Vec<&str> = super::extra_names(rows)
+        .into_iter()
+        .filter(|e| !leading.contains(e))
+        .collect();
+    let float = |v: Option<f64>| Cell::float(v.unwrap_or(f64::NAN), 6);
+    let extra = |r: &Row, name: &str| match r.extra.get(name) {
+        Some(&v) if v.fract() == 0.0 && v.abs() < 1e15 => Cell::Int(v as i64),
+        v => float(v.copied()),
+    };
+    let schema_cell = |r: &Row, c: Column| match c {
+        C::D => Cell::Int(i64::from(r.d)),
+        C::Layer => Cell::Int(i64::from(r.layer)),
+        C::NLayers => Cell::Int(i64::from(r.n_layers)),
+        C::Step => r.step.map_or(float(None), |s| Cell::Int(s as i64)),
+        C::Value => float(Some(r.value)),
+        C::NullMean => float(r.null_mean),
+        C::NullStd => float(r.null_std),
+        C::PValue => float(r.p_value),
+        C::RelativeDepth => float(Some(r.relative_depth)),
+        other => Cell::Text(other.cell(r)),
+    };
+    let lead: Vec<Result<Column, &str>> = leading
+        .iter()
+        .map(|&name| Column::from_name(name).map_err(|_| name))
+        .collect();
+    for c in lead.iter().flatten() {
+        assert!(
+            !matches!(c.dtype(), DataType::Float64),
+            "tidy_cells: {} is not an identifier column",
+            c.name()
+        );
+    }
+    let columns = leading
+        .iter()
+        .map(|&n| Cow::Owned(n.to_owned()))
+        .chain(TIDY.iter().map(|c| Cow::Borrowed(c.name())))
+        .chain(trailing.iter().map(|&n| Cow::Owned(n.to_owned())))
+        .collect();
+    let rows = rows
+        .iter()
+        .map(|r| {
+            lead.iter()
+                .map(|l| match *l {
+                    Ok(c) => schema_cell(r, c),
+                    Err(name) => extra(r, name),
+                })
+                .chain(TIDY.iter().map(|&c| schema_cell(r, c)))
+                .chain(trailing.iter().map(|&name| extra(r, name)))
+                .collect()
+        })
+        .collect();
+    CellTable::new(columns, rows)
 }

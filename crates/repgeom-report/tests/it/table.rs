@@ -148,3 +148,68 @@ fn bad_input_is_a_clear_error() {
     assert!(matches!(no_col, Err(Error::BadColumn { .. })));
     insta::assert_snapshot!(out);
 }
+
+/// Rows with extra numbers: two `pga_z` rows with different extras and a row without any.
+fn with_extras() -> ResultsTable {
+    ResultsTable::new(vec![
+        Row::new("m", "f", 64, 0, 3, "pga_z", "ccr1", 4.5)
+            .with_null(0.2, 0.05, 0.01)
+            .with_extra("k", 8.0)
+            .with_extra("rho_readout", 0.91),
+        Row::new("m", "f", 64, 1, 3, "pga_z", "ccr1", -1.25).with_extra("k", 8.0),
+        Row::new("m", "f", 64, 1, 3, "rankme", "", 12.5),
+    ])
+    .unwrap()
+}
+
+#[test]
+fn extras_are_columns_after_the_schema_and_round_trip() {
+    let t = with_extras();
+    assert_eq!(
+        t.extra_columns().into_iter().collect::<Vec<_>>(),
+        ["k", "rho_readout"]
+    );
+    let csv = String::from_utf8(write_bytes(&t, "t.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(header.ends_with(",synthetic,k,rho_readout"), "{header}");
+    for name in ["t.csv", "t.parquet", "t.json"] {
+        check_round_trip(&t, name);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        t.write(&path).unwrap();
+        assert_eq!(ResultsTable::read(&path).unwrap(), t, "{name}");
+    }
+    // a table without extras keeps exactly the 16 schema columns
+    let plain = String::from_utf8(write_bytes(&small_fixture(), "p.csv")).unwrap();
+    assert!(
+        plain
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",other_model,synthetic")
+    );
+    // an extra may not shadow a schema column
+    let bad = ResultsTable::new(vec![
+        Row::new("m", "f", 64, 0, 3, "pga_z", "", 1.0).with_extra("value", 2.0),
+    ]);
+    assert!(matches!(bad, Err(Error::InvalidRow { .. })), "{bad:?}");
+}
+
+#[test]
+fn tidy_cells_snapshot() {
+    use repgeom_report::{CellFormat, tidy_cells};
+    let t = with_extras();
+    let rows: Vec<Row> = t
+        .rows()
+        .iter()
+        .cloned()
+        .map(|r| r.with_other_model("b").with_extra("other_layer", 2.0))
+        .collect();
+    let cells = tidy_cells(&rows, &["model", "layer", "other_model", "other_layer"]);
+    insta::assert_snapshot!(format!(
+        "{}\n{}\n{}",
+        cells.render(CellFormat::Text),
+        cells.render(CellFormat::Csv),
+        cells.render(CellFormat::JsonLines)
+    ));
+}
