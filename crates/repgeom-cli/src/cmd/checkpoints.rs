@@ -4,7 +4,7 @@
 use repgeom_hub::Hub;
 
 use super::Context;
-use crate::output::{Cell, OutputArgs, Table};
+use crate::output::{Cell, CellTable, OutputArgs};
 
 /// Arguments of `repgeom checkpoints`.
 #[derive(clap::Args, Debug)]
@@ -40,8 +40,8 @@ pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
         &revisions,
         &mut super::hub::download_bar(ctx),
     )?;
-    let table = Table {
-        columns: crate::output::names(&[
+    let table = CellTable::new(
+        crate::output::names(&[
             "model",
             "revision",
             "commit",
@@ -49,7 +49,7 @@ pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
             "parameters",
             "duplicate_of",
         ]),
-        rows: audit
+        audit
             .into_iter()
             .map(|a| {
                 vec![
@@ -62,6 +62,6 @@ pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
                 ]
             })
             .collect(),
-    };
+    );
     args.output.emit(&table)
 }

@@ -9,8 +9,9 @@ use repgeom_metrics::{LayerInput, PairInput, PairMetric};
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
+use crate::args::NullArgs;
 use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
-use crate::output::{Cell, OutputArgs, metric_table};
+use crate::output::{OutputArgs, metric_row, tidy_cells};
 
 /// Arguments of `repgeom compare`.
 #[derive(clap::Args, Debug)]
@@ -45,12 +46,6 @@ pub(crate) struct CompareArgs {
     /// Readout subspace dimension (both models).
     #[arg(short = 'k', long)]
     pub(crate) k: Option<usize>,
-    /// Random subspaces per model.
-    #[arg(long)]
-    pub(crate) n_null: Option<usize>,
-    /// Seed of the random subspaces (model A uses it, model B uses seed + 1).
-    #[arg(long)]
-    pub(crate) seed: Option<u64>,
     /// Keep only the first N rows of A's W_U.
     #[arg(long)]
     pub(crate) vocab_rows_a: Option<usize>,
@@ -64,6 +59,8 @@ pub(crate) struct CompareArgs {
     #[arg(long)]
     pub(crate) model_b: Option<String>,
     #[command(flatten)]
+    pub(crate) null_args: NullArgs,
+    #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
 
@@ -71,6 +68,8 @@ pub(crate) struct CompareArgs {
 struct Side {
     label: String,
     acts: repgeom_io::Activations,
+    /// The highest layer read + 1 (bounds the rows' layer).
+    n_layers: usize,
     basis: Option<Mat<f64>>,
     null: Option<NullBases>,
 }
@@ -82,10 +81,7 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
     };
     if args.config.is_none() {
         analysis.k = args.k.unwrap_or(analysis.k);
-        analysis.null = NullParams {
-            n_null: args.n_null.unwrap_or(analysis.null.n_null),
-            seed: args.seed.unwrap_or(analysis.null.seed),
-        };
+        analysis.null = args.null_args.over(analysis.null);
         analysis.pair_metrics = if args.metrics.is_empty() {
             repgeom_metrics::all_pair_metrics()
         } else {
@@ -164,6 +160,7 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
             };
         Ok(Side {
             label: label.clone().unwrap_or_else(|| model_label(path)),
+            n_layers: acts.layers.iter().map(|l| l.layer + 1).max().unwrap_or(1),
             acts,
             basis,
             null,
@@ -205,27 +202,21 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
             )?;
             let values = metric.compute(&input)?;
             rows.extend(values.into_iter().map(|v| {
-                (
-                    vec![
-                        Cell::Text(a.label.clone()),
-                        Cell::Int(la.layer as i64),
-                        Cell::Text(b.label.clone()),
-                        Cell::Int(lb.layer as i64),
-                    ],
-                    v,
-                )
+                metric_row(&a.label, la.acts.cols, (la.layer, a.n_layers), v)
+                    .with_other_model(&b.label)
+                    .with_extra("other_layer", lb.layer as f64)
             }));
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
-    args.output.emit(&metric_table(
+    args.output.emit(&tidy_cells(
+        &rows,
         &["model", "layer", "other_model", "other_layer"],
-        rows,
     ))
 }
 
-/// Whether a pair metric's configuration asks for a variant (an option `name` that is not false).
+/// One layer of one side as a metric input, with that side's readout basis and null bases.
 fn side_input<'a>(
     side: &'a Side,
     path: &std::path::Path,

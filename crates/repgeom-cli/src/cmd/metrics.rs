@@ -5,28 +5,27 @@ use std::path::PathBuf;
 
 use repgeom_linalg::MatRef;
 use repgeom_metrics::{AnalysisParams, LayerInput, Metric, MetricInfo, options_of};
-use repgeom_null::{NullBases, NullParams};
+use repgeom_null::NullBases;
 
 use super::Context;
-use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
-use crate::output::{Cell, Format, OutputArgs, Table, metric_table};
+use crate::args::{ActsArgs, NullArgs, ReadoutArgs};
+use crate::load::{model_label, parse_spec, read_analysis, readout_basis};
+use crate::output::{Cell, CellTable, Format, OutputArgs, metric_row, tidy_cells};
 
 /// Arguments of `repgeom metrics`.
 #[derive(clap::Args, Debug)]
+// `--acts` is required, except by `--list`.
+#[command(mut_arg("acts", |a| a.required(false).required_unless_present("list")))]
 pub(crate) struct MetricsArgs {
     /// List every registered metric (name, meaning, options with defaults, source) and exit.
     #[arg(long)]
     pub(crate) list: bool,
-    /// Activations: .npy [L, N, d] or [N, d], .npz (one array per layer) or .safetensors.
-    #[arg(long, required_unless_present = "list")]
-    pub(crate) acts: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input: Option<ActsArgs>,
     /// Readout W_U ([V, d] .npy/.safetensors, a HuggingFace checkpoint directory, or a hub
     /// model id org/name); needed by pga and pc_readout_share.
     #[arg(long)]
     pub(crate) readout: Option<PathBuf>,
-    /// Hub revision (branch such as step3000, tag or commit) when --readout is a hub id.
-    #[arg(long, requires = "readout")]
-    pub(crate) revision: Option<String>,
     /// A metric to compute: NAME, or NAME:JSON for options, e.g. 'pga:{"ccr":[1,5,10]}'.
     /// Repeat for several.
     #[arg(long = "metric", conflicts_with_all = ["all", "config"])]
@@ -40,24 +39,13 @@ pub(crate) struct MetricsArgs {
     /// Readout subspace dimension.
     #[arg(short = 'k', long)]
     pub(crate) k: Option<usize>,
-    /// Number of random subspaces in the null (for pga).
-    #[arg(long)]
-    pub(crate) n_null: Option<usize>,
-    /// Seed of the null draws.
-    #[arg(long)]
-    pub(crate) seed: Option<u64>,
-    /// Layers to analyse, e.g. 0,5,10-12 (default: all).
-    #[arg(long)]
-    pub(crate) layers: Option<String>,
-    /// Keep only the first N rows of W_U (drop padding rows past the real vocabulary).
-    #[arg(long)]
-    pub(crate) vocab_rows: Option<usize>,
-    /// Name of the readout tensor, overriding the architecture's default.
-    #[arg(long)]
-    pub(crate) readout_tensor: Option<String>,
     /// Model label in the `model` column (default: the activation file's stem).
     #[arg(long)]
     pub(crate) model: Option<String>,
+    #[command(flatten)]
+    pub(crate) readout_args: ReadoutArgs,
+    #[command(flatten)]
+    pub(crate) null_args: NullArgs,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -66,10 +54,10 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
     if args.list {
         return list(&args.output);
     }
-    let acts_path = args
-        .acts
-        .as_deref()
-        .expect("clap requires --acts without --list");
+    let input = args.input.as_ref().ok_or_else(|| {
+        anyhow::anyhow!("pass --acts FILE (or --list to describe the registered metrics)")
+    })?;
+    let acts_path = input.acts.as_path();
     let analysis = analysis_from(args, ctx)?;
     analysis.check()?;
     anyhow::ensure!(
@@ -92,32 +80,13 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
         );
     }
 
-    let layers = args
-        .layers
-        .as_deref()
-        .map(super::parse_layers)
-        .transpose()?;
-    let acts = repgeom_io::read_activations(acts_path, layers.as_deref())?;
-    anyhow::ensure!(
-        !acts.layers.is_empty(),
-        "{}: no layers to analyse",
-        acts_path.display()
-    );
+    let acts = input.read()?;
     let d = acts.layers[0].acts.cols;
     let model = args.model.clone().unwrap_or_else(|| model_label(acts_path));
     let basis = match &args.readout {
         Some(path) if needs_readout => Some(readout_basis(
             path,
-            &ReadoutChoice {
-                prep: repgeom_io::ReadoutPrep {
-                    options: repgeom_io::ReadoutOptions {
-                        vocab_rows: args.vocab_rows,
-                        tensor: args.readout_tensor.clone(),
-                    },
-                    ..Default::default()
-                },
-                revision: args.revision.clone(),
-            },
+            &args.readout_args.choice(false, false),
             analysis.k,
             d,
             acts_path,
@@ -139,6 +108,7 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
         (acts.layers.len() * analysis.metrics.len()) as u64,
         "metrics",
     );
+    let n_layers = acts.layers.iter().map(|l| l.layer + 1).max().unwrap_or(1);
     let mut rows = Vec::new();
     for layer in &acts.layers {
         let m = &layer.acts;
@@ -160,17 +130,16 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
         for metric in &analysis.metrics {
             bar.set_message(format!("layer {} {}", layer.layer, metric.info().name));
             let values = metric.compute(&input)?;
-            rows.extend(values.into_iter().map(|v| {
-                (
-                    vec![Cell::Text(model.clone()), Cell::Int(layer.layer as i64)],
-                    v,
-                )
-            }));
+            rows.extend(
+                values
+                    .into_iter()
+                    .map(|v| metric_row(&model, d, (layer.layer, n_layers), v)),
+            );
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
-    args.output.emit(&metric_table(&["model", "layer"], rows))
+    args.output.emit(&tidy_cells(&rows, &["model", "layer"]))
 }
 
 /// The analysis to run: from --config, or from --metric/--all and the flags.
@@ -201,10 +170,7 @@ fn analysis_from(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<AnalysisPa
     };
     Ok(AnalysisParams {
         k: args.k.unwrap_or(defaults.k),
-        null: NullParams {
-            n_null: args.n_null.unwrap_or(defaults.null.n_null),
-            seed: args.seed.unwrap_or(defaults.null.seed),
-        },
+        null: args.null_args.over(defaults.null),
         metrics,
         pair_metrics: Vec::new(),
     })
@@ -248,8 +214,8 @@ fn list(output: &OutputArgs) -> anyhow::Result<()> {
             Ok(())
         }
         _ => {
-            let table = Table {
-                columns: crate::output::names(&[
+            let table = CellTable::new(
+                crate::output::names(&[
                     "name",
                     "kind",
                     "summary",
@@ -258,7 +224,7 @@ fn list(output: &OutputArgs) -> anyhow::Result<()> {
                     "rotation_invariant",
                     "source",
                 ]),
-                rows: entries
+                entries
                     .iter()
                     .map(|(kind, info, options)| {
                         vec![
@@ -272,7 +238,7 @@ fn list(output: &OutputArgs) -> anyhow::Result<()> {
                         ]
                     })
                     .collect(),
-            };
+            );
             output.emit(&table)
         }
     }

@@ -11,14 +11,14 @@ use repgeom_metrics::pga::{
 use repgeom_null::{NullBases, NullKind, NullParams};
 
 use super::Context;
-use crate::output::{Cell, OutputArgs, Table};
+use crate::args::{ActsArgs, NullArgs, ReadoutArgs};
+use crate::output::{Cell, CellTable, OutputArgs};
 
 /// Arguments of `repgeom pga`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct PgaArgs {
-    /// Activations: .npy [L, N, d] or [N, d], .npz (one array per layer) or .safetensors.
-    #[arg(long)]
-    pub(crate) acts: PathBuf,
+    #[command(flatten)]
+    pub(crate) input: ActsArgs,
     /// Readout W_U: a [V, d] .npy/.safetensors matrix, a HuggingFace checkpoint directory, or
     /// a hub model id org/name (only the shard holding the readout is downloaded).
     #[arg(
@@ -27,9 +27,6 @@ pub(crate) struct PgaArgs {
         required_unless_present = "readout_basis"
     )]
     pub(crate) readout: Option<PathBuf>,
-    /// Hub revision (branch such as step3000, tag or commit) when --readout/--model is a hub id.
-    #[arg(long, requires = "readout")]
-    pub(crate) revision: Option<String>,
     /// A d×k orthonormal basis to use instead of the top-k right singular vectors of W_U.
     #[arg(long, conflicts_with = "readout")]
     pub(crate) readout_basis: Option<PathBuf>,
@@ -59,24 +56,9 @@ pub(crate) struct PgaArgs {
     /// Write every null draw's rho (CSV: layer,k,ccr,draw,rho).
     #[arg(long)]
     pub(crate) save_null_rhos: Option<PathBuf>,
-    /// Number of random subspaces in the null.
-    #[arg(long, default_value_t = 100)]
-    pub(crate) n_null: usize,
     /// Principal directions removed before measuring (CCR-c); a list runs a sweep: 1,5,10.
     #[arg(long, default_value = "1", value_delimiter = ',')]
     pub(crate) ccr: Vec<usize>,
-    /// Seed of the null draws.
-    #[arg(long, default_value_t = 0)]
-    pub(crate) seed: u64,
-    /// Layers to analyse, e.g. 0,5,10-12 (default: all).
-    #[arg(long)]
-    pub(crate) layers: Option<String>,
-    /// Keep only the first N rows of W_U (drop padding rows past the real vocabulary).
-    #[arg(long)]
-    pub(crate) vocab_rows: Option<usize>,
-    /// Name of the readout tensor, overriding the architecture's default.
-    #[arg(long)]
-    pub(crate) readout_tensor: Option<String>,
     /// The null: haar (uniformly random subspaces, the default) or spectrum (the Haar draws
     /// tilted until each captures the readout's share of the layer's variance after CCR).
     #[arg(long, default_value = "haar")]
@@ -100,6 +82,10 @@ pub(crate) struct PgaArgs {
     /// and all null draws) instead of all N(N-1)/2; adds n_pairs and rho_se columns.
     #[arg(long)]
     pub(crate) max_pairs: Option<usize>,
+    #[command(flatten)]
+    pub(crate) readout_args: ReadoutArgs,
+    #[command(flatten)]
+    pub(crate) null_args: NullArgs,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -157,17 +143,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         "--spectrum-tol {}: the relative tolerance on captured variance must lie strictly between 0 and 1",
         args.spectrum_tol
     );
-    let layers = args
-        .layers
-        .as_deref()
-        .map(super::parse_layers)
-        .transpose()?;
-    let acts = repgeom_io::read_activations(&args.acts, layers.as_deref())?;
-    anyhow::ensure!(
-        !acts.layers.is_empty(),
-        "{}: no layers to analyse",
-        args.acts.display()
-    );
+    let acts = args.input.read()?;
     let d = acts.layers[0].acts.cols;
     let mut ks = k_values(args, d)?;
     if ks.len() > 1 {
@@ -177,17 +153,18 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         );
     }
     let groups = match args.bootstrap {
-        Some(_) => sequence_ids(&args.acts, acts.layers[0].acts.rows, ctx)?,
+        Some(_) => sequence_ids(&args.input.acts, acts.layers[0].acts.rows, ctx)?,
         None => None,
     };
     let full_basis = load_basis(args, d, *ks.iter().max().expect("at least one k"), ctx)?;
     if args.readout_basis.is_some() {
         ks = vec![full_basis.ncols()];
     }
+    let null_params = args.null_args.over(NullParams::default());
     let engine = EngineOptions {
         max_memory: Some(args.max_memory.unwrap_or_else(super::default_memory_budget)),
         max_pairs: args.max_pairs,
-        pair_seed: args.seed,
+        pair_seed: null_params.seed,
         distance: args.distance,
         null: args.null,
         spectrum_tol: Some(args.spectrum_tol),
@@ -195,7 +172,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     let boot_draws = args.bootstrap.unwrap_or(0) as u64;
     let total = (acts.layers.len() * args.ccr.len()) as u64
         * ks.len() as u64
-        * (args.n_null as u64)
+        * (null_params.n_null as u64)
         * (1 + boot_draws);
     let bar = ctx.progress(total, "pga");
     let mut computed: Vec<Computed> = Vec::new();
@@ -220,7 +197,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
             let m = &layer.acts;
             let what = format!(
                 "{}: {} [{}, {}]",
-                args.acts.display(),
+                args.input.acts.display(),
                 layer.tensor,
                 m.rows,
                 m.cols
@@ -285,10 +262,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         columns.extend(BOOTSTRAP_COLUMNS);
     }
     columns.extend(NULL_COLUMNS);
-    let mut table = Table {
-        columns: crate::output::names(&columns),
-        rows: Vec::new(),
-    };
+    let mut table = CellTable::new(crate::output::names(&columns), Vec::new());
     for c in &computed {
         let r = &c.result;
         let mut cells = row(c.layer, r);
@@ -345,7 +319,7 @@ fn k_values(args: &PgaArgs, d: usize) -> anyhow::Result<Vec<usize>> {
             anyhow::ensure!(
                 k > 0 && k < d,
                 "--k-frac {f} gives k = round({f} · {d}) = {k}, outside 0 < k < d = {d} ({})",
-                args.acts.display()
+                args.input.acts.display()
             );
             vec![k]
         }
@@ -373,13 +347,9 @@ fn null_bases(args: &PgaArgs, d: usize, k: usize) -> anyhow::Result<NullBases> {
                 .with_context(|| format!("reading null bases from {}", path.display()))?
         }
         None => {
-            let params = NullParams {
-                n_null: args.n_null,
-                seed: args.seed,
-            }
-            .check()?;
+            let params = args.null_args.over(NullParams::default()).check()?;
             NullBases::draw(d, k, &params).map_err(|e| {
-                anyhow::anyhow!("{e} (hidden size d = {d} of {})", args.acts.display())
+                anyhow::anyhow!("{e} (hidden size d = {d} of {})", args.input.acts.display())
             })?
         }
     })
@@ -428,10 +398,10 @@ pub(crate) fn row(layer: usize, r: &PgaResult) -> Vec<Cell> {
         Cell::Int(r.k as i64),
         Cell::Int(r.ccr as i64),
         Cell::float(r.rho_readout, 6),
-        Cell::float(r.null_mean, 6),
-        Cell::float(r.null_std, 6),
-        Cell::float(r.z, 3),
-        Cell::float(r.p_value, 4),
+        Cell::float(r.summary.null_mean, 6),
+        Cell::float(r.summary.null_std, 6),
+        Cell::float(r.summary.z, 3),
+        Cell::float(r.summary.p_value, 4),
     ]
 }
 
@@ -462,20 +432,12 @@ fn load_basis(args: &PgaArgs, d: usize, k: usize, ctx: &Context) -> anyhow::Resu
         .expect("clap requires --readout or --readout-basis");
     crate::load::readout_basis(
         path,
-        &crate::load::ReadoutChoice {
-            prep: repgeom_io::ReadoutPrep {
-                options: repgeom_io::ReadoutOptions {
-                    vocab_rows: args.vocab_rows,
-                    tensor: args.readout_tensor.clone(),
-                },
-                fold_norm: args.readout_fold_norm,
-                center: args.readout_center,
-            },
-            revision: args.revision.clone(),
-        },
+        &args
+            .readout_args
+            .choice(args.readout_fold_norm, args.readout_center),
         k,
         d,
-        &args.acts,
+        &args.input.acts,
         ctx,
     )
 }

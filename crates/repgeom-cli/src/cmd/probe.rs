@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use repgeom_metrics::MetricValue;
 use repgeom_probe::{Features, Labels, ProbeParams, Solver, Split, StopReason};
 
-use crate::output::{Cell, OutputArgs, metric_table};
+use crate::output::{Cell, OutputArgs, Row, metric_row, tidy_cells};
 
 /// Arguments of `repgeom probe`.
 #[derive(Debug, Clone, clap::Args)]
@@ -160,17 +160,23 @@ pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> 
             [Cell::float(lo, 6), Cell::float(hi, 6), converged]
         })
         .collect();
-    let rows = tidy
+    let d = acts.layers[0].acts.cols;
+    let n_layers = acts.layers.iter().map(|l| l.layer + 1).max().unwrap_or(1);
+    let rows: Vec<Row> = tidy
         .into_iter()
         .map(|r| {
             let (n_train, n_test) = n_of[&r.layer];
-            let mut v = MetricValue::new(&r.metric, "", r.value);
-            v.extra.insert("n_train".to_owned(), n_train as f64);
-            v.extra.insert("n_test".to_owned(), n_test as f64);
-            (vec![Cell::Text(r.model), Cell::Int(r.layer as i64)], v)
+            metric_row(
+                &r.model,
+                d,
+                (r.layer, n_layers),
+                MetricValue::new(&r.metric, "", r.value),
+            )
+            .with_extra("n_train", n_train as f64)
+            .with_extra("n_test", n_test as f64)
         })
         .collect();
-    let mut table = metric_table(&["model", "layer"], rows);
+    let mut table = tidy_cells(&rows, &["model", "layer"]);
     table
         .columns
         .extend(crate::output::names(&["ci_lo", "ci_hi", "converged"]));

@@ -1,0 +1,92 @@
+//! Argument groups flattened into several commands (`#[command(flatten)]`), so a flag means
+//! the same, with the same help, wherever it appears: [`ActsArgs`], [`ReadoutArgs`],
+//! [`NullArgs`]; `--format`/`--out` are [`crate::output::OutputArgs`].
+
+use std::path::PathBuf;
+
+use repgeom_null::NullParams;
+
+use crate::load::ReadoutChoice;
+
+/// `--acts` and `--layers`: the activation file of `pga` and `metrics` and which layers of it.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ActsArgs {
+    /// Activations: .npy [L, N, d] or [N, d], .npz (one array per layer) or .safetensors.
+    #[arg(long)]
+    pub(crate) acts: PathBuf,
+    /// Layers to analyse, e.g. 0,5,10-12 (default: all).
+    #[arg(long)]
+    pub(crate) layers: Option<String>,
+}
+
+impl ActsArgs {
+    /// Reads the chosen layers (an error names the file when none is left).
+    pub(crate) fn read(&self) -> anyhow::Result<repgeom_io::Activations> {
+        let layers = self
+            .layers
+            .as_deref()
+            .map(crate::cmd::parse_layers)
+            .transpose()?;
+        let acts = repgeom_io::read_activations(&self.acts, layers.as_deref())?;
+        anyhow::ensure!(
+            !acts.layers.is_empty(),
+            "{}: no layers to analyse",
+            self.acts.display()
+        );
+        Ok(acts)
+    }
+}
+
+/// `--n-null` and `--seed`: the random-subspace null of `pga`, `metrics` and `compare`.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(crate) struct NullArgs {
+    /// Number of random subspaces in the null [default: 100, or the --config file's].
+    #[arg(long)]
+    pub(crate) n_null: Option<usize>,
+    /// Seed of the null draws (and of --max-pairs' pair sample) [default: 0, or the --config
+    /// file's]; `compare` draws model B's subspaces from seed + 1.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+}
+
+impl NullArgs {
+    /// The flags over `base` (the defaults, or an analysis file's settings).
+    pub(crate) fn over(&self, base: NullParams) -> NullParams {
+        NullParams {
+            n_null: self.n_null.unwrap_or(base.n_null),
+            seed: self.seed.unwrap_or(base.seed),
+        }
+    }
+}
+
+/// `--revision`, `--vocab-rows` and `--readout-tensor`: which readout `--readout` names and
+/// which of its rows count, in `pga` and `metrics`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ReadoutArgs {
+    /// Hub revision (branch such as step3000, tag or commit) when --readout is a hub id.
+    #[arg(long, requires = "readout")]
+    pub(crate) revision: Option<String>,
+    /// Keep only the first N rows of W_U (drop padding rows past the real vocabulary).
+    #[arg(long)]
+    pub(crate) vocab_rows: Option<usize>,
+    /// Name of the readout tensor, overriding the architecture's default.
+    #[arg(long)]
+    pub(crate) readout_tensor: Option<String>,
+}
+
+impl ReadoutArgs {
+    /// The readout to read, with W_U folded by the final norm's gain and/or row-centred.
+    pub(crate) fn choice(&self, fold_norm: bool, center: bool) -> ReadoutChoice {
+        ReadoutChoice {
+            prep: repgeom_io::ReadoutPrep {
+                options: repgeom_io::ReadoutOptions {
+                    vocab_rows: self.vocab_rows,
+                    tensor: self.readout_tensor.clone(),
+                },
+                fold_norm,
+                center,
+            },
+            revision: self.revision.clone(),
+        }
+    }
+}
