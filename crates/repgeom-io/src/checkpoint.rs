@@ -238,6 +238,9 @@ impl Checkpoint {
         };
         let t = shard.tensor(name)?;
         let data = t.to_f32(&shard.path)?;
+        // The mapped bytes are not needed again: without this, a model loaded from its maps
+        // would hold the file's pages (file size) beside its own copy of the weights.
+        shard.release_tensor(name);
         Ok((t.shape, data))
     }
 }

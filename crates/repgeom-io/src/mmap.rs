@@ -22,6 +22,34 @@ impl Mapped {
             Mapped::Empty => &[],
         }
     }
+
+    /// Tells the kernel this process is done with `range` of the file for now: its pages leave
+    /// the resident set at once (they stay in the page cache, and a later read of the range
+    /// faults them in again with the same bytes). Reading a checkpoint tensor by tensor and
+    /// releasing each after its conversion keeps the maps from adding the file size to the
+    /// peak resident memory. Best effort: a refusal changes memory use, never results.
+    pub(crate) fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        if let Mapped::Map(m) = self
+            && range.start < range.end
+            && range.end <= m.len()
+        {
+            // SAFETY: the map is a read-only shared mapping of a file (`Mmap::map`), never
+            // written through. MADV_DONTNEED on such a mapping only drops this process's page
+            // table entries; any later access, through a slice borrowed before or after, faults
+            // the file's pages in again, so every read sees the file's bytes as before (under
+            // the same assumption as `map_file`: the file is not rewritten while mapped).
+            let _ = unsafe {
+                m.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start,
+                    range.end - range.start,
+                )
+            };
+        }
+        #[cfg(not(unix))]
+        let _ = range;
+    }
 }
 
 /// Memory-maps `path` read-only.

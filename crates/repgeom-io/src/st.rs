@@ -59,6 +59,20 @@ impl StFile {
             .unwrap_or_default()
     }
 
+    /// Drops a tensor's bytes from the resident set once it has been converted
+    /// ([`Mapped::release`]); a name the file lacks is a no-op.
+    pub(crate) fn release_tensor(&self, name: &str) {
+        if let Some(info) = self.meta.info(name) {
+            let (s, e) = info.data_offsets;
+            if let (Some(a), Some(b)) = (
+                self.data_start.checked_add(s),
+                self.data_start.checked_add(e),
+            ) {
+                self.map.release(a..b);
+            }
+        }
+    }
+
     /// A borrowed view of one tensor.
     pub(crate) fn tensor(&self, name: &str) -> Result<RawTensor<'_>> {
         let info = self.meta.info(name).ok_or_else(|| Error::MissingTensor {
