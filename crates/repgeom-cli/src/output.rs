@@ -116,6 +116,11 @@ pub(crate) fn metric_row(
     r
 }
 
+/// The `n_layers` of [`metric_row`] for a file's layers: the highest layer read + 1.
+pub(crate) fn layer_bound(acts: &repgeom_io::Activations) -> usize {
+    acts.layers.iter().map(|l| l.layer + 1).max().unwrap_or(1)
+}
+
 /// Column names from fixed strings.
 pub(crate) fn names(columns: &[&'static str]) -> Vec<Cow<'static, str>> {
     columns.iter().map(|c| Cow::Borrowed(*c)).collect()

@@ -160,7 +160,7 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
             };
         Ok(Side {
             label: label.clone().unwrap_or_else(|| model_label(path)),
-            n_layers: acts.layers.iter().map(|l| l.layer + 1).max().unwrap_or(1),
+            n_layers: crate::output::layer_bound(&acts),
             acts,
             basis,
             null,

@@ -108,7 +108,7 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
         (acts.layers.len() * analysis.metrics.len()) as u64,
         "metrics",
     );
-    let n_layers = acts.layers.iter().map(|l| l.layer + 1).max().unwrap_or(1);
+    let n_layers = crate::output::layer_bound(&acts);
     let mut rows = Vec::new();
     for layer in &acts.layers {
         let m = &layer.acts;

@@ -161,7 +161,7 @@ pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> 
         })
         .collect();
     let d = acts.layers[0].acts.cols;
-    let n_layers = acts.layers.iter().map(|l| l.layer + 1).max().unwrap_or(1);
+    let n_layers = crate::output::layer_bound(&acts);
     let rows: Vec<Row> = tidy
         .into_iter()
         .map(|r| {

@@ -77,11 +77,6 @@ pub fn format_table(rows: &[Row], columns: &[Column]) -> String {
 /// name (blank where a row lacks it). Floats show 6 decimals in text (CSV and JSON keep every
 /// digit); integer columns and integral extras are integers; missing numbers are blank in text
 /// and CSV and `null` in JSON. Rows keep their order.
-///
-/// # Panics
-///
-/// If a leading name is a float schema column (`relative_depth`, `value`, ...): those are not
-/// identifiers.
 pub fn tidy_cells(rows: &[Row], leading: &[&str]) -> CellTable {
     use Column as C;
     const TIDY: [Column; 6] = [
@@ -117,13 +112,6 @@ pub fn tidy_cells(rows: &[Row], leading: &[&str]) -> CellTable {
         .iter()
         .map(|&name| Column::from_name(name).map_err(|_| name))
         .collect();
-    for c in lead.iter().flatten() {
-        assert!(
-            !matches!(c.dtype(), DataType::Float64),
-            "tidy_cells: {} is not an identifier column",
-            c.name()
-        );
-    }
     let columns = leading
         .iter()
         .map(|&n| Cow::Owned(n.to_owned()))
