@@ -9,6 +9,10 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use repgeom_extract::{DEFAULT_BATCH_SIZE, Model, ModelConfig};
 
+// as in the `repgeom` binary: the allocator is part of what is measured
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SEQUENCES: usize = 8;
 const SEQ_LEN: usize = 256;
 

@@ -25,6 +25,7 @@
 mod config;
 mod error;
 mod extract;
+mod kernels;
 mod model;
 
 pub use config::{Activation, Family, ModelConfig, RopeScaling};

@@ -7,13 +7,22 @@ use std::path::Path;
 use candle_core::{D, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use repgeom_linalg::{MatMut, MatRef, Par, matmul_abt_f32};
 
 use crate::config::{Activation, Family, ModelConfig, RopeScaling};
+use crate::kernels::{Act, MaskedSoftmax, row_nll};
 use crate::{Error, Result};
 
-/// Rows of logits computed at once for the loss: the `[rows, V]` block is the largest
-/// logits buffer ever held.
-const LOSS_ROWS: usize = 64;
+/// Bytes of the `[rows, V]` block of logits computed at once for the loss, the largest
+/// logits buffer ever held; rows come from all sequences of a batch, so the readout GEMM
+/// runs on hundreds of rows rather than one sequence's few.
+const LOSS_BLOCK_BYTES: usize = 256 << 20;
+
+/// Rows of logits per block for a vocabulary of `v`: at least 64, at most 1024.
+fn loss_rows(v: usize) -> usize {
+    (LOSS_BLOCK_BYTES / (4 * v.max(1))).clamp(64, 4096)
+}
 
 /// A loaded decoder-only language model, ready to run on the CPU with f32 arithmetic.
 ///
@@ -155,23 +164,11 @@ struct Layer {
     window: Option<usize>,
 }
 
-/// Precomputed rotary tables and causal masks for one sequence length.
+/// Precomputed rotary tables for one sequence length (the causal and sliding-window masks are
+/// applied inside the softmax, [`MaskedSoftmax`]).
 struct Context {
     cos: Tensor,
     sin: Tensor,
-    /// One `[T, T]` additive mask per distinct window of the model's layers.
-    masks: Vec<(Option<usize>, Tensor)>,
-}
-
-impl Context {
-    fn mask(&self, window: Option<usize>) -> &Tensor {
-        &self
-            .masks
-            .iter()
-            .find(|(w, _)| *w == window)
-            .expect("a mask for every window of the model")
-            .1
-    }
 }
 
 type Getter<'a> = dyn FnMut(&str, &[usize]) -> Result<Tensor> + 'a;
@@ -505,7 +502,7 @@ impl Model {
     /// An upper estimate of the bytes one forward pass of `batch` sequences of `seq_len`
     /// tokens allocates beyond the weights: the hidden state and its copies, q/k/v and the
     /// attention output, three `[B, H, T, T]` score buffers, three MLP-wide buffers, and the
-    /// `[LOSS_ROWS, V]` block of logits.
+    /// `[rows, V]` block of logits (32 MiB, at least 64 rows).
     pub fn activation_bytes(&self, batch: usize, seq_len: usize) -> u64 {
         let c = &self.config;
         let (b, t) = (batch as u64, seq_len as u64);
@@ -515,7 +512,7 @@ impl Model {
             c.intermediate_size as u64,
         );
         let per_seq = t * (8 * d + 4 * qkv + 3 * ff) + 3 * c.n_heads as u64 * t * t;
-        4 * (b * per_seq + (LOSS_ROWS * c.vocab_size) as u64)
+        4 * (b * per_seq + (loss_rows(c.vocab_size) * c.vocab_size) as u64)
     }
 
     /// Runs one sequence of token ids and returns the L + 1 hidden states, plus the logits
@@ -547,7 +544,8 @@ impl Model {
     /// `visit(i, h)` is called for each of the L + 1 hidden states in order with `h`
     /// row-major `[B, T_max, d]` (rows past a sequence's length are padding). With `nll`,
     /// returns each sequence's summed next-token negative log-likelihood (nats, over its own
-    /// length), computed `LOSS_ROWS` rows of logits at a time.
+    /// length), computed a block of rows of logits (32 MiB) at a time, the rows drawn from all
+    /// sequences of the batch.
     pub fn forward_batch(
         &self,
         batch: &[&[u32]],
@@ -558,24 +556,67 @@ impl Model {
         if !nll {
             return Ok(None);
         }
+        let (b, t, d) = last.dims3()?;
+        let v = self.config.vocab_size;
+        // Every predicting position of every sequence, in order: (row of `last`, target).
+        let pairs: Vec<(usize, u32)> = batch
+            .iter()
+            .enumerate()
+            .flat_map(|(s, ids)| {
+                (0..ids.len().saturating_sub(1)).map(move |r| (s * t + r, ids[r + 1]))
+            })
+            .collect();
+        // The readout GEMM writes into one buffer reused by every block (a fresh candle tensor
+        // per block cost a page fault per 4 KiB of logits).
         let readout = self.readout.to_dtype(DType::F32)?;
-        let mut sums = Vec::with_capacity(batch.len());
-        for (b, ids) in batch.iter().enumerate() {
-            let h = last.get(b)?; // [T_max, d]
-            let mut sum = 0.0;
-            let n = ids.len().saturating_sub(1);
-            let mut start = 0;
-            while start < n {
-                let rows = LOSS_ROWS.min(n - start);
-                let logits = self.logits(&readout, &h.narrow(0, start, rows)?)?;
-                let logits = logits.flatten_all()?.to_vec1::<f32>()?;
-                let v = self.config.vocab_size;
-                for r in 0..rows {
-                    sum += row_nll(&logits[r * v..(r + 1) * v], ids[start + r + 1]);
-                }
-                start += rows;
+        let (w_store, w_layout) = readout.storage_and_layout();
+        let w = f32_slice(&w_store, w_layout, v * d)?;
+        let w = MatRef::from_row_major_slice(w, v, d);
+        let last = last.contiguous()?;
+        let (h_store, h_layout) = last.storage_and_layout();
+        let h = f32_slice(&h_store, h_layout, b * t * d)?;
+        let bias = match &self.readout_bias {
+            Some(x) => Some(x.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+            None => None,
+        };
+        let block = loss_rows(v).min(pairs.len().max(1));
+        let mut rows = vec![0f32; block * d];
+        let mut logits = vec![0f32; block * v];
+        let mut nll = vec![0f64; pairs.len()];
+        for (chunk, out) in pairs.chunks(block).zip(nll.chunks_mut(block)) {
+            let n = chunk.len();
+            for (dst, &(r, _)) in rows.chunks_mut(d).zip(chunk) {
+                dst.copy_from_slice(&h[r * d..(r + 1) * d]);
             }
-            sums.push(sum);
+            matmul_abt_f32(
+                MatMut::from_row_major_slice_mut(&mut logits[..n * v], n, v),
+                MatRef::from_row_major_slice(&rows[..n * d], n, d),
+                w,
+                Par::rayon(0),
+            );
+            // one row per task: each row's value does not depend on the split
+            let cap = self.config.final_logit_softcap;
+            out.par_iter_mut()
+                .zip(logits[..n * v].par_chunks_mut(v))
+                .zip(chunk.par_iter())
+                .for_each(|((o, row), &(_, target))| {
+                    if let Some(bias) = &bias {
+                        row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+                    }
+                    if let Some(cap) = cap {
+                        let cap = cap as f32;
+                        row.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
+                    }
+                    *o = row_nll(row, target);
+                });
+        }
+        // summed per sequence in position order, as one sequence at a time would
+        let mut sums = Vec::with_capacity(batch.len());
+        let mut rest = nll.as_slice();
+        for ids in batch {
+            let (mine, tail) = rest.split_at(ids.len().saturating_sub(1));
+            sums.push(mine.iter().sum());
+            rest = tail;
         }
         Ok(Some(sums))
     }
@@ -670,23 +711,6 @@ impl Model {
                 sin.push(a.sin() as f32);
             }
         }
-        let mut windows: Vec<Option<usize>> = c.windows.clone();
-        windows.sort_unstable();
-        windows.dedup();
-        let mut masks = Vec::with_capacity(windows.len());
-        for w in windows {
-            let mut mask = vec![0f32; t * t];
-            for i in 0..t {
-                for j in 0..t {
-                    // transformers: causal, and `kv_idx > q_idx - sliding_window`
-                    let visible = j <= i && w.is_none_or(|w| i - j < w);
-                    if !visible {
-                        mask[i * t + j] = f32::NEG_INFINITY;
-                    }
-                }
-            }
-            masks.push((w, Tensor::from_vec(mask, (t, t), &self.device)?));
-        }
         let half = half.max(1);
         let (cos, sin) = if c.rotary_dims == 0 {
             (
@@ -699,7 +723,7 @@ impl Model {
                 Tensor::from_vec(sin, (t, half), &self.device)?,
             )
         };
-        Ok(Context { cos, sin, masks })
+        Ok(Context { cos, sin })
     }
 
     fn layer_forward(&self, layer: &Layer, x: &Tensor, ctx: &Context) -> Result<Tensor> {
@@ -727,9 +751,9 @@ impl Model {
     fn mlp(&self, mlp: &Mlp, x: &Tensor) -> Result<Tensor> {
         let act = self.config.activation;
         match mlp {
-            Mlp::Plain { up, down } => down.forward(&activate(act, &up.forward(x)?)?),
+            Mlp::Plain { up, down } => down.forward(&activate(act, up.forward(x)?)?),
             Mlp::Gated { gate, up, down } => {
-                let g = activate(act, &gate.forward(x)?)?;
+                let g = activate(act, gate.forward(x)?)?;
                 down.forward(&(g * up.forward(x)?)?)
             }
         }
@@ -808,12 +832,15 @@ impl Model {
         };
         let q = self.rotate(&q, ctx)?;
         let k = self.rotate(&k, ctx)?;
-        let mut scores = (q.matmul(&k.t()?)? * c.attention_scale)?;
-        if let Some(cap) = c.attn_logit_softcap {
-            scores = softcap(&scores, cap)?;
-        }
-        let scores = scores.broadcast_add(ctx.mask(window))?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        // fresh tensors, so the softmax may overwrite them
+        let (probs, scale) = match c.attn_logit_softcap {
+            Some(cap) => (
+                softcap(&(q.matmul(&k.t()?)? * c.attention_scale)?, cap)?,
+                1.0,
+            ),
+            None => (q.matmul(&k.t()?)?, c.attention_scale as f32),
+        };
+        probs.inplace_op1(&MaskedSoftmax { scale, window })?;
         let y = probs.matmul(&v)?; // [B, H, T, hd]
         let y = y.transpose(1, 2)?.contiguous()?.reshape((b, t, nh * hd))?;
         o.forward(&y)
@@ -949,27 +976,32 @@ fn softcap(x: &Tensor, cap: f64) -> Result<Tensor> {
     Ok(((x / cap)?.tanh()? * cap)?)
 }
 
+/// The `len` f32 values of a contiguous tensor's storage, borrowed.
+fn f32_slice<'a>(
+    storage: &'a candle_core::Storage,
+    layout: &candle_core::Layout,
+    len: usize,
+) -> Result<&'a [f32]> {
+    match (storage, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(x)), Some((start, end)))
+            if end - start == len =>
+        {
+            Ok(&x[start..end])
+        }
+        _ => Err(Error::InvalidParams {
+            field: "tensor",
+            reason: format!("expected {len} contiguous f32 values on the CPU"),
+        }),
+    }
+}
+
 fn to_vec(h: &Tensor) -> Result<Vec<f32>> {
     Ok(h.flatten_all()?.to_vec1::<f32>()?)
 }
 
-/// `-log softmax(row)[target]`, in f64.
-pub(crate) fn row_nll(row: &[f32], target: u32) -> f64 {
-    let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let lse = max
-        + row
-            .iter()
-            .map(|&x| (x as f64 - max).exp())
-            .sum::<f64>()
-            .ln();
-    lse - row[target as usize] as f64
-}
-
-fn activate(act: Activation, x: &Tensor) -> Result<Tensor> {
-    Ok(match act {
-        Activation::GeluErf => x.gelu_erf()?,
-        Activation::GeluTanh => x.gelu()?,
-        Activation::Relu => x.relu()?,
-        Activation::Silu => candle_nn::ops::silu(x)?,
-    })
+/// `act(x)`, overwriting `x`: every caller passes a fresh projection no other tensor reads.
+fn activate(act: Activation, x: Tensor) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    x.inplace_op1(&Act(act))?;
+    Ok(x)
 }

@@ -2,7 +2,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::model::row_nll;
+use crate::kernels::row_nll;
 use crate::{Error, ExtractParams, Family, ModelConfig, Pool};
 
 fn check_config(cfg: serde_json::Value) -> Result<ModelConfig, String> {

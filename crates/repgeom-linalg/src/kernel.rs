@@ -3,7 +3,7 @@
 
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::matmul::matmul;
-use faer::{Accum, Mat, MatRef, Par};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use crate::{Error, Result};
 
@@ -157,4 +157,20 @@ pub fn hsic_unbiased(k: MatRef<'_, f64>, l: MatRef<'_, f64>) -> Result<f64> {
     let value = (trace + sum_k * sum_l / ((nf - 1.0) * (nf - 2.0)) - 2.0 / (nf - 2.0) * cross)
         / (nf * (nf - 3.0));
     Ok(value)
+}
+
+/// `dst ← a bᵀ` in `f32` for `a` (`m × k`) and `b` (`n × k`): the product behind extraction's
+/// loss logits (`a` a block of final hidden states, `b` the readout), written into a buffer
+/// the caller reuses. Each entry's sum runs over `k` in one order at any thread count.
+///
+/// ```
+/// use repgeom_linalg::{Mat, MatRef, Par, matmul_abt_f32};
+/// let a = MatRef::from_row_major_slice(&[1.0f32, 2.0, 3.0, 4.0], 2, 2);
+/// let b = MatRef::from_row_major_slice(&[1.0f32, 0.0, 1.0, 1.0, 0.0, 2.0], 3, 2);
+/// let mut dst = Mat::<f32>::zeros(2, 3);
+/// matmul_abt_f32(dst.as_mut(), a, b, Par::Seq);
+/// assert_eq!(dst[(1, 1)], 7.0);
+/// ```
+pub fn matmul_abt_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>, par: Par) {
+    matmul(dst, Accum::Replace, a, b.transpose(), 1.0f32, par);
 }

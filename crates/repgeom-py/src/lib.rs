@@ -14,6 +14,12 @@
 //! It is not a Python API of its own: argument handling, result classes and DataFrames live in
 //! the pure-Python package (`python/repgeom`), and no numerical code lives here.
 
+// glibc's malloc hands each freed multi-megabyte tensor buffer back to the kernel and faults
+// it in again on the next allocation; mimalloc reuses them (about +25 % tokens/s in
+// extraction, docs/extraction.md *Speed*).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod errors;
 mod input;
 #[cfg(feature = "test-plugin")]
