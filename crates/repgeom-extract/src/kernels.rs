@@ -5,8 +5,8 @@
 //! Every function here is branch-free arithmetic on `f32` (no `mul_add`, so no contraction
 //! differs between instruction sets), compiled for the best instruction set the CPU has
 //! through `pulp`'s runtime dispatch and split over rayon's threads by element or by row.
-//! Each output element depends on its own input only, so results are identical at any
-//! thread count and on any x86 or ARM CPU.
+//! Each output depends only on its own input element (activations) or its own row (softmax,
+//! log-sum-exp), so results are identical at any thread count.
 //!
 //! Accuracy (checked against `f64` references in the tests): `exp` within 2 ulp over the
 //! range where `f32` does not overflow; the erf GELU (Numerical Recipes' `erfcc`, fractional
@@ -103,8 +103,16 @@ pub(crate) fn activate(a: Activation, xs: &mut [f32]) {
 
 /// `-log softmax(row)[target]`: the maximum in `f32`, `e^{x − max}` in `f32`, their sum and
 /// the logarithm in `f64`.
+#[cfg(test)]
 pub(crate) fn row_nll(row: &[f32], target: u32) -> f64 {
-    pulp::Arch::new().dispatch(NllOp { row, target })
+    let (max, sum) = row_lse(row);
+    f64::from(max) + sum.ln() - f64::from(row[target as usize])
+}
+
+/// The parts of `log Σ e^x` over `row`: its maximum (`f32`) and `Σ e^{x − max}` (each term in
+/// `f32`, summed in `f64`). The loss combines them over tiles of the vocabulary.
+pub(crate) fn row_lse(row: &[f32]) -> (f32, f64) {
+    pulp::Arch::new().dispatch(LseOp { row })
 }
 
 /// The body of [`activate`] for one chunk. A `WithSimd` type rather than a closure: pulp
@@ -127,17 +135,16 @@ impl pulp::WithSimd for ActOp<'_> {
     }
 }
 
-/// The body of [`row_nll`]; see [`ActOp`].
-struct NllOp<'a> {
+/// The body of [`row_lse`]; see [`ActOp`].
+struct LseOp<'a> {
     row: &'a [f32],
-    target: u32,
 }
 
-impl pulp::WithSimd for NllOp<'_> {
-    type Output = f64;
+impl pulp::WithSimd for LseOp<'_> {
+    type Output = (f32, f64);
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) -> f64 {
+    fn with_simd<S: pulp::Simd>(self, _: S) -> (f32, f64) {
         // 16 independent lanes, combined in a fixed order at the end
         const L: usize = 16;
         let row = self.row;
@@ -161,7 +168,7 @@ impl pulp::WithSimd for NllOp<'_> {
         }
         let sum: f64 =
             sums.iter().sum::<f64>() + tail.iter().map(|&x| f64::from(exp(x - max))).sum::<f64>();
-        f64::from(max) + sum.ln() - f64::from(row[self.target as usize])
+        (max, sum)
     }
 }
 

@@ -8,21 +8,22 @@ use candle_core::{D, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use repgeom_linalg::{MatMut, MatRef, Par, matmul_abt_f32};
+use repgeom_linalg::{MatMut, MatRef, Par, matmul_abt_add_f32, matmul_abt_f32};
 
 use crate::config::{Activation, Family, ModelConfig, RopeScaling};
-use crate::kernels::{Act, MaskedSoftmax, row_nll};
+use crate::kernels::{Act, MaskedSoftmax, row_lse};
 use crate::{Error, Result};
 
-/// Bytes of the `[rows, V]` block of logits computed at once for the loss, the largest
-/// logits buffer ever held; rows come from all sequences of a batch, so the readout GEMM
-/// runs on hundreds of rows rather than one sequence's few.
-const LOSS_BLOCK_BYTES: usize = 256 << 20;
+/// Rows × vocabulary entries of one tile of logits for the loss: 256 × 1024 `f32` (1 MiB) stays
+/// in a core's cache while its log-sum-exp is taken, so logits never travel to memory, and
+/// the readout's GEMM ran fastest at this size (measured 256 × 1024 against 2048 × 256,
+/// 512 × 512, 512 × 2048 and 1024 × 1024 tiles and against 64 MiB row blocks).
+const LOSS_TILE_ROWS: usize = 256;
+const LOSS_TILE_VOCAB: usize = 1024;
 
-/// Rows of logits per block for a vocabulary of `v`: at least 64, at most 1024.
-fn loss_rows(v: usize) -> usize {
-    (LOSS_BLOCK_BYTES / (4 * v.max(1))).clamp(64, 4096)
-}
+/// One tile's reduction of its rows' logits: per row the maximum, `Σ e^{x − max}`, and the
+/// target's logit when the tile holds the target.
+type TileRows = Vec<(f32, f64, Option<f32>)>;
 
 /// A loaded decoder-only language model, ready to run on the CPU with f32 arithmetic.
 ///
@@ -67,22 +68,32 @@ struct Linear {
 }
 
 impl Linear {
-    /// `x: [..., in]` to `[..., out]`.
+    /// `x: [..., in]` to `[..., out]`: `y = x Wᵀ + b` through `repgeom_linalg`'s GEMM (faer,
+    /// dispatched to the widest SIMD the CPU has), with `y` pre-filled with the bias rows.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims().to_vec();
         let inp = dims[dims.len() - 1];
         let rows = x.elem_count() / inp.max(1);
+        let x = x.to_dtype(DType::F32)?.contiguous()?;
         // widened here, per use: the model holds the weight in its stored precision
-        let w = self.weight.to_dtype(DType::F32)?;
-        let y = x.reshape((rows, inp))?.matmul(&w.t()?)?;
-        let y = match &self.bias {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
+        let w = self.weight.to_dtype(DType::F32)?.contiguous()?;
+        let out = w.dim(0)?;
+        let (xs, xl) = x.storage_and_layout();
+        let (ws, wl) = w.storage_and_layout();
+        let mut y = match &self.bias {
+            Some(b) => b.to_dtype(DType::F32)?.to_vec1::<f32>()?.repeat(rows),
+            None => vec![0.0f32; rows * out],
         };
-        let mut out = dims;
-        let last = out.len() - 1;
-        out[last] = y.dim(1)?;
-        Ok(y.reshape(out)?)
+        matmul_abt_add_f32(
+            MatMut::from_row_major_slice_mut(&mut y, rows, out),
+            MatRef::from_row_major_slice(f32_slice(&xs, xl, rows * inp)?, rows, inp),
+            MatRef::from_row_major_slice(f32_slice(&ws, wl, out * inp)?, out, inp),
+            Par::rayon(0),
+        );
+        let mut shape = dims;
+        let last = shape.len() - 1;
+        shape[last] = out;
+        Ok(Tensor::from_vec(y, shape, &Device::Cpu)?)
     }
 }
 
@@ -501,8 +512,9 @@ impl Model {
 
     /// An upper estimate of the bytes one forward pass of `batch` sequences of `seq_len`
     /// tokens allocates beyond the weights: the hidden state and its copies, q/k/v and the
-    /// attention output, three `[B, H, T, T]` score buffers, three MLP-wide buffers, and the
-    /// `[rows, V]` block of logits (32 MiB, at least 64 rows).
+    /// attention output, three `[B, H, T, T]` score buffers, three MLP-wide buffers, and for
+    /// the loss the gathered rows, per worker thread one 1 MiB tile of logits and one slice of
+    /// the readout in `f32`, and each row's partial log-sum-exp per vocabulary tile.
     pub fn activation_bytes(&self, batch: usize, seq_len: usize) -> u64 {
         let c = &self.config;
         let (b, t) = (batch as u64, seq_len as u64);
@@ -512,7 +524,11 @@ impl Model {
             c.intermediate_size as u64,
         );
         let per_seq = t * (8 * d + 4 * qkv + 3 * ff) + 3 * c.n_heads as u64 * t * t;
-        4 * (b * per_seq + (loss_rows(c.vocab_size) * c.vocab_size) as u64)
+        let rows = b * t;
+        let tiles = c.vocab_size.div_ceil(LOSS_TILE_VOCAB) as u64;
+        let workers = rayon::current_num_threads() as u64;
+        let per_worker = (LOSS_TILE_ROWS * LOSS_TILE_VOCAB) as u64 + LOSS_TILE_VOCAB as u64 * d;
+        4 * (b * per_seq + rows * d + workers * per_worker) + 24 * rows * tiles
     }
 
     /// Runs one sequence of token ids and returns the L + 1 hidden states, plus the logits
@@ -525,9 +541,12 @@ impl Model {
             Ok(())
         })?;
         let logits = if logits {
-            let readout = self.readout.to_dtype(DType::F32)?;
-            let l = self.logits(&readout, &last.reshape((t, self.config.hidden_size))?)?;
-            Some(l.flatten_all()?.to_vec1::<f32>()?)
+            let h = to_vec(&last)?;
+            Some(self.with_readout(|w, bias| {
+                let mut out = vec![0f32; t * self.config.vocab_size];
+                self.logits_into(w, bias, &h, &mut out);
+                Ok(out)
+            })?)
         } else {
             None
         };
@@ -544,8 +563,8 @@ impl Model {
     /// `visit(i, h)` is called for each of the L + 1 hidden states in order with `h`
     /// row-major `[B, T_max, d]` (rows past a sequence's length are padding). With `nll`,
     /// returns each sequence's summed next-token negative log-likelihood (nats, over its own
-    /// length), computed a block of rows of logits (32 MiB) at a time, the rows drawn from all
-    /// sequences of the batch.
+    /// length), computed tile by tile of logits (256 rows of all sequences of the batch ×
+    /// 1024 vocabulary entries) without ever holding a `[rows, V]` matrix; see [`Self::nll`].
     pub fn forward_batch(
         &self,
         batch: &[&[u32]],
@@ -557,7 +576,6 @@ impl Model {
             return Ok(None);
         }
         let (b, t, d) = last.dims3()?;
-        let v = self.config.vocab_size;
         // Every predicting position of every sequence, in order: (row of `last`, target).
         let pairs: Vec<(usize, u32)> = batch
             .iter()
@@ -566,50 +584,15 @@ impl Model {
                 (0..ids.len().saturating_sub(1)).map(move |r| (s * t + r, ids[r + 1]))
             })
             .collect();
-        // The readout GEMM writes into one buffer reused by every block (a fresh candle tensor
-        // per block cost a page fault per 4 KiB of logits).
-        let readout = self.readout.to_dtype(DType::F32)?;
-        let (w_store, w_layout) = readout.storage_and_layout();
-        let w = f32_slice(&w_store, w_layout, v * d)?;
-        let w = MatRef::from_row_major_slice(w, v, d);
         let last = last.contiguous()?;
         let (h_store, h_layout) = last.storage_and_layout();
         let h = f32_slice(&h_store, h_layout, b * t * d)?;
-        let bias = match &self.readout_bias {
-            Some(x) => Some(x.to_dtype(DType::F32)?.to_vec1::<f32>()?),
-            None => None,
-        };
-        let block = loss_rows(v).min(pairs.len().max(1));
-        let mut rows = vec![0f32; block * d];
-        let mut logits = vec![0f32; block * v];
-        let mut nll = vec![0f64; pairs.len()];
-        for (chunk, out) in pairs.chunks(block).zip(nll.chunks_mut(block)) {
-            let n = chunk.len();
-            for (dst, &(r, _)) in rows.chunks_mut(d).zip(chunk) {
-                dst.copy_from_slice(&h[r * d..(r + 1) * d]);
-            }
-            matmul_abt_f32(
-                MatMut::from_row_major_slice_mut(&mut logits[..n * v], n, v),
-                MatRef::from_row_major_slice(&rows[..n * d], n, d),
-                w,
-                Par::rayon(0),
-            );
-            // one row per task: each row's value does not depend on the split
-            let cap = self.config.final_logit_softcap;
-            out.par_iter_mut()
-                .zip(logits[..n * v].par_chunks_mut(v))
-                .zip(chunk.par_iter())
-                .for_each(|((o, row), &(_, target))| {
-                    if let Some(bias) = &bias {
-                        row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
-                    }
-                    if let Some(cap) = cap {
-                        let cap = cap as f32;
-                        row.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
-                    }
-                    *o = row_nll(row, target);
-                });
+        let mut rows = vec![0f32; pairs.len() * d];
+        for (dst, &(r, _)) in rows.chunks_mut(d).zip(&pairs) {
+            dst.copy_from_slice(&h[r * d..(r + 1) * d]);
         }
+        let targets: Vec<u32> = pairs.iter().map(|&(_, target)| target).collect();
+        let nll = self.nll(&rows, &targets)?;
         // summed per sequence in position order, as one sequence at a time would
         let mut sums = Vec::with_capacity(batch.len());
         let mut rest = nll.as_slice();
@@ -684,17 +667,123 @@ impl Model {
         Ok(h)
     }
 
-    /// Logits `[rows, V]` of final hidden states `[rows, d]`: readout (widened to f32 by the
-    /// caller, once per batch), bias, soft-capping.
-    fn logits(&self, readout: &Tensor, h: &Tensor) -> Result<Tensor> {
-        let mut l = h.matmul(&readout.t()?)?;
-        if let Some(b) = &self.readout_bias {
-            l = l.broadcast_add(b)?;
+    /// Runs `f` on the readout widened to f32 and borrowed as `[V, d]`, with Phi's
+    /// `lm_head.bias`: widened once per call, not per tile of logits.
+    fn with_readout<R>(
+        &self,
+        f: impl FnOnce(MatRef<'_, f32>, Option<&[f32]>) -> Result<R>,
+    ) -> Result<R> {
+        let (v, d) = (self.config.vocab_size, self.config.hidden_size);
+        let w = self.readout.to_dtype(DType::F32)?;
+        let (store, layout) = w.storage_and_layout();
+        let w = MatRef::from_row_major_slice(f32_slice(&store, layout, v * d)?, v, d);
+        let bias = match &self.readout_bias {
+            Some(b) => Some(b.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+            None => None,
+        };
+        f(w, bias.as_deref())
+    }
+
+    /// Logits of final hidden states `h` (row-major `[n, d]`) into `out` (`[n, V]`): the
+    /// readout product, Phi's `lm_head.bias`, Gemma-2's `final_logit_softcapping`.
+    fn logits_into(&self, w: MatRef<'_, f32>, bias: Option<&[f32]>, h: &[f32], out: &mut [f32]) {
+        let (v, d) = (self.config.vocab_size, self.config.hidden_size);
+        let n = h.len() / d;
+        matmul_abt_f32(
+            MatMut::from_row_major_slice_mut(out, n, v),
+            MatRef::from_row_major_slice(h, n, d),
+            w,
+            Par::rayon(0),
+        );
+        self.finish_logits(out, v, bias);
+    }
+
+    /// Adds Phi's `lm_head.bias` (`bias`, one entry per column) to every row of `out` (rows of
+    /// `width` logits) and applies Gemma-2's `final_logit_softcapping`.
+    fn finish_logits(&self, out: &mut [f32], width: usize, bias: Option<&[f32]>) {
+        let cap = self.config.final_logit_softcap.map(|c| c as f32);
+        if bias.is_none() && cap.is_none() {
+            return;
         }
-        if let Some(cap) = self.config.final_logit_softcap {
-            l = softcap(&l, cap)?;
-        }
-        Ok(l)
+        out.chunks_mut(width).for_each(|row| {
+            if let Some(bias) = bias {
+                row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            }
+            if let Some(cap) = cap {
+                row.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
+            }
+        });
+    }
+
+    /// `-log softmax(logits)[target]` for each row of `h` (row-major `[n, d]` final hidden
+    /// states) and its target, tile by tile. Each task computes the logits of one block of
+    /// `LOSS_TILE_ROWS` rows and one `LOSS_TILE_VOCAB`-row slice of the readout (widened to
+    /// `f32` for that task alone: a half-precision readout is never copied whole) into its
+    /// worker's buffer (sequential GEMM), and reduces them at once to each row's maximum and
+    /// `Σ e^{x − max}` over the tile (and the target's logit, in the tile that holds it). The tiles of a row are then combined in vocabulary order,
+    /// `M = max_j m_j`, `S = Σ_j s_j e^{m_j − M}` in `f64`, so the result does not depend on
+    /// the thread count.
+    fn nll(&self, h: &[f32], targets: &[u32]) -> Result<Vec<f64>> {
+        let (v, d) = (self.config.vocab_size, self.config.hidden_size);
+        let n = targets.len();
+        let bias = match &self.readout_bias {
+            Some(b) => Some(b.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+            None => None,
+        };
+        let tiles = v.div_ceil(LOSS_TILE_VOCAB);
+        // per (row block, vocabulary tile), per row: (max, Σ e^{x − max}, the target's logit
+        // if in the tile); a thread's consecutive tasks share their rows, which stay in cache
+        let parts: Vec<Result<TileRows>> = (0..n.div_ceil(LOSS_TILE_ROWS) * tiles)
+            .into_par_iter()
+            .map_init(
+                || vec![0f32; LOSS_TILE_ROWS * LOSS_TILE_VOCAB],
+                |buf, task| -> Result<_> {
+                    let r0 = (task / tiles) * LOSS_TILE_ROWS;
+                    let v0 = (task % tiles) * LOSS_TILE_VOCAB;
+                    let (m, nv) = ((n - r0).min(LOSS_TILE_ROWS), (v - v0).min(LOSS_TILE_VOCAB));
+                    // a view for an f32 readout, a widened copy of the slice otherwise
+                    let w = self.readout.narrow(0, v0, nv)?.to_dtype(DType::F32)?;
+                    let (store, layout) = w.storage_and_layout();
+                    let w = MatRef::from_row_major_slice(f32_slice(&store, layout, nv * d)?, nv, d);
+                    let logits = &mut buf[..m * nv];
+                    matmul_abt_f32(
+                        MatMut::from_row_major_slice_mut(logits, m, nv),
+                        MatRef::from_row_major_slice(&h[r0 * d..(r0 + m) * d], m, d),
+                        w,
+                        Par::Seq,
+                    );
+                    self.finish_logits(logits, nv, bias.as_ref().map(|b| &b[v0..v0 + nv]));
+                    Ok(logits
+                        .chunks(nv)
+                        .zip(&targets[r0..r0 + m])
+                        .map(|(row, &target)| {
+                            let (max, sum) = row_lse(row);
+                            let at = (target as usize).checked_sub(v0).filter(|&j| j < nv);
+                            (max, sum, at.map(|j| row[j]))
+                        })
+                        .collect())
+                },
+            )
+            .collect();
+        // collected as an indexed iterator (a `Result` collect would split the tasks
+        // differently and lose the shared rows' cache)
+        let parts = parts.into_iter().collect::<Result<Vec<_>>>()?;
+        Ok((0..n)
+            .map(|r| {
+                let (block, k) = (r / LOSS_TILE_ROWS, r % LOSS_TILE_ROWS);
+                let row = || {
+                    parts[block * tiles..(block + 1) * tiles]
+                        .iter()
+                        .map(|p| p[k])
+                };
+                let max = row().fold(f32::NEG_INFINITY, |a, (m, _, _)| a.max(m));
+                let sum: f64 = row()
+                    .map(|(m, s, _)| s * (f64::from(m) - f64::from(max)).exp())
+                    .sum();
+                let target = row().find_map(|(_, _, x)| x).unwrap_or(f32::NAN);
+                f64::from(max) + sum.ln() - f64::from(target)
+            })
+            .collect())
     }
 
     fn context(&self, t: usize) -> Result<Context> {

@@ -248,3 +248,76 @@ fn family_defaults_follow_transformers() {
         "legacy gelu means tanh"
     );
 }
+
+/// The batched loss (tiles of 256 rows × 1024 vocabulary entries, combined per row) against
+/// full logits rows from the one-sequence path: three vocabulary tiles, the last partial, and
+/// two row blocks, for a plain readout, Phi's `lm_head.bias` and Gemma-2's logit soft-capping.
+#[test]
+fn tiled_loss_equals_the_loss_of_full_logits_rows() {
+    const TOL: f64 = 1e-6;
+    let extra = json!({"vocab_size": 2500, "max_position_embeddings": 128,
+                       "final_logit_softcapping": 30.0});
+    for model_type in ["gpt_neox", "phi", "gemma2"] {
+        let cfg = check_config(family_config(model_type, extra.clone())).unwrap();
+        let model = crate::Model::random(cfg, 7).unwrap();
+        let seqs: Vec<Vec<u32>> = [120u32, 100, 90]
+            .iter()
+            .map(|&len| (0..len).map(|i| (i * 797 + len * 31) % 2500).collect())
+            .collect();
+        let batch: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+        let got = model
+            .forward_batch(&batch, true, &mut |_, _| Ok(()))
+            .unwrap()
+            .unwrap();
+        for (ids, got) in seqs.iter().zip(got) {
+            let logits = model.forward(ids, true).unwrap().logits.unwrap();
+            let want: f64 = logits
+                .chunks(2500)
+                .zip(&ids[1..])
+                .map(|(row, &target)| row_nll(row, target))
+                .sum();
+            let rel = (got - want).abs() / want.abs();
+            assert!(
+                rel < TOL,
+                "{model_type}: tiled {got} vs full rows {want} ({rel:e})"
+            );
+        }
+    }
+}
+
+/// Every hidden state and the loss of a batch are bit-identical on 1 and 3 threads, at sizes
+/// where faer's products (linear layers, readout tiles) split their work across threads.
+#[test]
+fn forward_batch_does_not_depend_on_the_thread_count() {
+    let cfg = json!({"model_type": "gpt_neox", "hidden_size": 256, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 3000,
+                     "max_position_embeddings": 256});
+    let model = crate::Model::random(check_config(cfg).unwrap(), 3).unwrap();
+    let seqs: Vec<Vec<u32>> = (0..4u32)
+        .map(|s| (0..128).map(|i| (i * 131 + s * 977) % 3000).collect())
+        .collect();
+    let batch: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut states = Vec::new();
+            let nll = model
+                .forward_batch(&batch, true, &mut |_, h| {
+                    states.extend(h.iter().map(|x| x.to_bits()));
+                    Ok(())
+                })
+                .unwrap()
+                .unwrap();
+            (states, nll.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+        })
+    };
+    let (one, three) = (run(1), run(3));
+    assert!(
+        one.0 == three.0,
+        "hidden states differ between 1 and 3 threads"
+    );
+    assert_eq!(one.1, three.1, "loss differs between 1 and 3 threads");
+}

@@ -174,3 +174,20 @@ pub fn hsic_unbiased(k: MatRef<'_, f64>, l: MatRef<'_, f64>) -> Result<f64> {
 pub fn matmul_abt_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>, par: Par) {
     matmul(dst, Accum::Replace, a, b.transpose(), 1.0f32, par);
 }
+
+/// `dst ← dst + a bᵀ` in `f32`, the same product as [`matmul_abt_f32`] added to what `dst`
+/// holds: extraction's linear layers (`a` the activations, `b` the `[out, in]` weight, `dst`
+/// pre-filled with the bias rows). Each entry's sum runs over `k` in one order at any thread
+/// count, and is added to `dst` once, at the end.
+///
+/// ```
+/// use repgeom_linalg::{Mat, MatRef, Par, matmul_abt_add_f32};
+/// let a = MatRef::from_row_major_slice(&[1.0f32, 2.0, 3.0, 4.0], 2, 2);
+/// let b = MatRef::from_row_major_slice(&[1.0f32, 0.0, 1.0, 1.0, 0.0, 2.0], 3, 2);
+/// let mut dst = Mat::<f32>::from_fn(2, 3, |_, j| j as f32);
+/// matmul_abt_add_f32(dst.as_mut(), a, b, Par::Seq);
+/// assert_eq!(dst[(1, 1)], 8.0);
+/// ```
+pub fn matmul_abt_add_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>, par: Par) {
+    matmul(dst, Accum::Add, a, b.transpose(), 1.0f32, par);
+}
