@@ -85,19 +85,89 @@ const PARTIAL_FROM: usize = 384;
 ///
 /// For a large matrix and few pairs (`m ≤ n/8`) this uses faer's restarted Krylov–Schur
 /// solver (sequential, deterministic start vector) to a residual of `1e-13 ‖A‖_F`, which costs
-/// matrix–vector products instead of an `O(n³)` tridiagonalisation; if it does not converge,
-/// it falls back to the full decomposition.
+/// matrix–vector products instead of an `O(n³)` tridiagonalisation. A restarted solver can
+/// converge to `m` eigenpairs that are not the top `m` (seen on a nearly flat spectrum) and
+/// report success, so its answer is accepted only when [`top_pairs_certified`] proves that
+/// no other eigenvalue reaches the smallest one found; otherwise, and when it does not
+/// converge, the full decomposition answers.
 pub fn top_eigen_desc(a: MatRef<'_, f64>, m: usize) -> Result<(Vec<f64>, Mat<f64>)> {
     let n = a.nrows();
     if n >= PARTIAL_FROM
         && m > 0
         && m * 8 <= n
-        && let Some(found) = partial_eigen(a, m)
+        && let Some((vals, vecs)) = partial_eigen(a, m)
+        && top_pairs_certified(a, &vals, vecs.as_ref())
     {
-        return Ok(found);
+        return Ok((vals, vecs));
     }
     let (vals, vecs) = symmetric_eigen_desc(a)?;
     Ok((vals[..m].to_vec(), vecs.subcols(0, m).to_owned()))
+}
+
+/// Relative margin below the smallest eigenvalue found within which another eigenvalue counts
+/// as a tie that [`top_pairs_certified`] cannot rule out (far above rounding, `~1e-13`).
+const CERTIFY_MARGIN: f64 = 1e-8;
+
+/// Largest accepted `|VᵀV − I|` entry and `‖AV − VΛ‖_F / ‖A‖_F` of pairs that
+/// [`top_pairs_certified`] accepts (the partial solver converges to `1e-13`).
+const CERTIFY_RESIDUAL: f64 = 1e-10;
+
+/// Whether the eigenpairs `(vals, vecs)` (`m` of them, non-increasing) of the symmetric `a`
+/// are its top `m`: `V` is orthonormal, each pair's residual is at rounding level, and no
+/// other eigenvalue of `a` reaches `σ = λ_m − 1e-8 λ_1`.
+///
+/// The last part is Sylvester's law of inertia, checked with one Cholesky factorisation
+/// (`n³/3` flops): `σ I − B` with `B = A − V Λ Vᵀ` is positive definite only if
+/// `xᵀ A x = xᵀ B x < σ` for every unit `x ⊥ span(V)`, so (Courant–Fischer) `λ_{m+1}(A) < σ`;
+/// the `m` orthonormal pairs found above `σ` are then the top `m`. A missed eigenvalue at or
+/// above `σ`, or a vector found twice (a restarted Krylov solver's "ghost" copy, which the
+/// orthonormality test catches), makes the check fail. Sequential, so the verdict is the same
+/// at any thread count.
+pub fn top_pairs_certified(a: MatRef<'_, f64>, vals: &[f64], vecs: MatRef<'_, f64>) -> bool {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+    let (Some(&first), Some(&last)) = (vals.first(), vals.last()) else {
+        return false;
+    };
+    let sigma = last - CERTIFY_MARGIN * first.abs();
+    if sigma.is_nan() || sigma <= 0.0 || vecs.ncols() != vals.len() {
+        return false;
+    }
+    let (n, m) = (a.nrows(), vals.len());
+    let mut vtv = Mat::<f64>::zeros(m, m);
+    matmul(
+        &mut vtv,
+        Accum::Replace,
+        vecs.transpose(),
+        vecs,
+        1.0,
+        Par::Seq,
+    );
+    let orthonormal = (0..m).all(|j| {
+        (0..m).all(|i| (vtv[(i, j)] - if i == j { 1.0 } else { 0.0 }).abs() <= CERTIFY_RESIDUAL)
+    });
+    if !orthonormal {
+        return false;
+    }
+    let mut residual = Mat::<f64>::from_fn(n, m, |i, j| -vecs[(i, j)] * vals[j]);
+    matmul(&mut residual, Accum::Add, a, vecs, 1.0, Par::Seq);
+    let residual = residual.norm_l2();
+    if residual.is_nan() || residual > CERTIFY_RESIDUAL * a.norm_l2() {
+        return false;
+    }
+    // σI − A + V Λ Vᵀ
+    let scaled = Mat::<f64>::from_fn(n, vals.len(), |i, j| vecs[(i, j)] * vals[j]);
+    let mut b = Mat::<f64>::from_fn(n, n, |i, j| if i == j { sigma } else { 0.0 } - a[(i, j)]);
+    matmul(&mut b, Accum::Add, &scaled, vecs.transpose(), 1.0, Par::Seq);
+    let scratch = cholesky_in_place_scratch::<f64>(n, Par::Seq, Default::default());
+    cholesky_in_place(
+        b.as_mut(),
+        Default::default(),
+        Par::Seq,
+        MemStack::new(&mut MemBuffer::new(scratch)),
+        Default::default(),
+    )
+    .is_ok()
 }
 
 fn partial_eigen(a: MatRef<'_, f64>, m: usize) -> Option<(Vec<f64>, Mat<f64>)> {
@@ -338,7 +408,9 @@ pub fn top_right_singular_vectors(
     // W_U whose spectrum is nearly flat around k (random 4000 × 2048, λ_100/λ_101 − 1 = 5e-4)
     // the restarted solver converged to 100 eigenpairs that were not the top 100 (a principal
     // angle of 90° to the true subspace; PGA's rho_readout 0.7698 instead of 0.7739), and
-    // nothing in its output shows it (`examples/readout_timing.rs` compares the two on any W_U).
+    // nothing in its output showed it. `top_pairs_certified` now catches that, but there the
+    // partial solve alone costs as much as the full one, so trying it first only adds time
+    // (`examples/readout_timing.rs` times both on any W_U).
     let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
     let sv = vals.iter().take(k).map(|v| v.max(0.0).sqrt()).collect();
     Ok((vecs.subcols(0, k).to_owned(), sv))

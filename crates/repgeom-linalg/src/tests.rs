@@ -217,3 +217,55 @@ fn euclidean_distances_match_definition_and_blockwise_spearman() {
     );
     assert!("manhattan".parse::<Distance>().is_err());
 }
+
+/// `Q diag(λ) Qᵀ` for a fixed orthonormal `Q` (eigenvectors of a pseudo-random symmetric
+/// matrix), with `Q`.
+fn with_spectrum(lambda: &[f64]) -> (Mat<f64>, Mat<f64>) {
+    let n = lambda.len();
+    let r = Mat::<f64>::from_fn(n, n, |i, j| {
+        let (a, b) = (i.min(j) as f64, i.max(j) as f64);
+        ((a * 12.9898 + b * 78.233).sin() * 43758.5453).fract()
+    });
+    let (_, q) = symmetric_eigen_desc(r.as_ref()).unwrap();
+    let a = Mat::<f64>::from_fn(n, n, |i, j| {
+        (0..n).map(|l| q[(i, l)] * lambda[l] * q[(j, l)]).sum()
+    });
+    (a, q)
+}
+
+/// One case of [`top_pairs_certified`]: the pairs at `found` (indices into `lambda`) of a
+/// matrix with spectrum `lambda`, and the expected verdict.
+fn check_certified(lambda: &[f64], found: &[usize], expect: bool) {
+    let (a, q) = with_spectrum(lambda);
+    let vals: Vec<f64> = found.iter().map(|&i| lambda[i]).collect();
+    let vecs = Mat::<f64>::from_fn(a.nrows(), found.len(), |i, j| q[(i, found[j])]);
+    assert_eq!(
+        top_pairs_certified(a.as_ref(), &vals, vecs.as_ref()),
+        expect,
+        "spectrum {lambda:?}, pairs {found:?}"
+    );
+}
+
+#[test]
+fn certification_accepts_the_top_pairs_and_rejects_a_missed_eigenvalue() {
+    // 40 eigenvalues, the top three 9 > 8 > 7, the rest in [1, 5]; then a near-flat spectrum.
+    let mut spread: Vec<f64> = vec![9.0, 8.0, 7.0];
+    spread.extend((0..37).map(|i| 5.0 - 4.0 * i as f64 / 36.0));
+    let flat: Vec<f64> = (0..40).map(|i| 2.0 - 5e-4 * i as f64).collect();
+    let cases: &[(&[f64], &[usize], bool)] = &[
+        (&spread, &[0, 1, 2], true),
+        (&spread, &[0], true),
+        (&spread, &[0, 1, 3], false), // 7 missed, 5 taken instead
+        (&spread, &[1, 2], false),    // the largest missed
+        (&flat, &[0, 1, 2, 3], true), // gaps of 2.5e-4 relative are resolved
+        (&flat, &[0, 1, 2, 4], false),
+        (&[3.0, 2.0, 2.0, 1.0], &[0, 1], false), // a tie at λ_m cannot be ruled out
+        (&[3.0, 2.0, 2.0, 1.0], &[0, 1, 2], true),
+        (&[1.0, 0.0, 0.0, 0.0], &[1], false), // σ ≤ 0
+        (&spread, &[0, 0, 1], false),         // a vector found twice hides the third
+        (&flat, &[0, 1, 1, 2], false),
+    ];
+    for &(lambda, found, expect) in cases {
+        check_certified(lambda, found, expect);
+    }
+}
