@@ -55,11 +55,11 @@ fn bench_pair(c: &mut Criterion) {
         group.bench_function(name, |bench| {
             bench.iter(|| {
                 // A fresh input each time: the per-layer caches are part of the cost.
-                let input = PairInput::new(
+                let (ia, ib) = (
                     LayerInput::new(a.as_ref(), "A", Par::Seq).unwrap(),
                     LayerInput::new(b.as_ref(), "B", Par::Seq).unwrap(),
-                )
-                .unwrap();
+                );
+                let input = PairInput::new(&ia, &ib).unwrap();
                 metric.compute(&input).unwrap()
             })
         });

@@ -43,11 +43,11 @@ fn main() {
     ];
     for config in configs {
         let metric: Box<dyn PairMetric> = serde_json::from_str(config).unwrap();
-        let input = PairInput::new(
+        let (ia, ib) = (
             LayerInput::new(a.as_ref(), "A", Par::rayon(0)).unwrap(),
             LayerInput::new(b.as_ref(), "B", Par::rayon(0)).unwrap(),
-        )
-        .unwrap();
+        );
+        let input = PairInput::new(&ia, &ib).unwrap();
         let t = Instant::now();
         let v = metric.compute(&input).unwrap();
         println!(

@@ -337,7 +337,7 @@ impl PairMetric for Rsa {
                 }
             })
         };
-        let (da, db) = (rdm(&input.a)?, rdm(&input.b)?);
+        let (da, db) = (rdm(input.a)?, rdm(input.b)?);
         let value = spearman(&da, &db, &format!("rsa on {}", input.what()))?;
         let variant = match self.rdm {
             RdmKind::Euclidean => "euclidean",

@@ -44,11 +44,11 @@ fn load() -> Reference {
 /// Runs pair metric `config` on the fixture and compares row `variant` with reference `key`.
 fn check(r: &Reference, config: serde_json::Value, variant: &str, key: &str, tol: f64) {
     let metric: Box<dyn PairMetric> = serde_json::from_value(config.clone()).unwrap();
-    let input = PairInput::new(
+    let (ia, ib) = (
         LayerInput::new(r.a.as_ref(), "a.npy", Par::Seq).unwrap(),
         LayerInput::new(r.b.as_ref(), "b.npy", Par::Seq).unwrap(),
-    )
-    .unwrap();
+    );
+    let input = PairInput::new(&ia, &ib).unwrap();
     let rows = metric.compute(&input).unwrap();
     let row = rows
         .iter()
@@ -163,11 +163,11 @@ fn pair_rows(
     b: MatRef<'_, f32>,
     par: Par,
 ) -> Vec<MetricValue> {
-    let input = PairInput::new(
+    let (ia, ib) = (
         LayerInput::new(a, "A", par).unwrap(),
         LayerInput::new(b, "B", par).unwrap(),
-    )
-    .unwrap();
+    );
+    let input = PairInput::new(&ia, &ib).unwrap();
     metric.compute(&input).unwrap()
 }
 
@@ -221,11 +221,11 @@ fn mutual_knn_chance_level_and_identity() {
         k: 200,
         ..m.clone()
     };
-    let input = PairInput::new(
+    let (ia, ib) = (
         LayerInput::new(r.a.as_ref(), "A", Par::Seq).unwrap(),
         LayerInput::new(r.b.as_ref(), "B", Par::Seq).unwrap(),
-    )
-    .unwrap();
+    );
+    let input = PairInput::new(&ia, &ib).unwrap();
     let err = big.compute(&input).unwrap_err().to_string();
     assert!(err.contains("k < N = 200"), "{err}");
 }

@@ -143,7 +143,8 @@ fn run(metric: &dyn Metric, m: &Fixture, par: Par) -> Vec<MetricValue> {
 /// Runs a pair metric on two models.
 fn run_pair(metric: &dyn PairMetric, a: &Fixture, b: &Fixture, par: Par) -> Vec<MetricValue> {
     let name = metric.info().name;
-    let input = PairInput::new(a.input("A", par), b.input("B", par)).unwrap();
+    let (ia, ib) = (a.input("A", par), b.input("B", par));
+    let input = PairInput::new(&ia, &ib).unwrap();
     metric
         .compute(&input)
         .unwrap_or_else(|e| panic!("{name}: {e}"))

@@ -3,7 +3,7 @@
 //! and in random subspaces; and linear CKA.
 
 use repgeom_linalg::{
-    Mat, MatRef, Par, RankScratch, RankedReference, ccr, condensed_len, cosine_distances,
+    Mat, MatRef, Par, RankScratch, RankedReference, condensed_len, cosine_distances,
     cosine_distances_into, cross_frobenius_sq, gram_rows, hsic_unbiased, project, project_f32,
     to_f32,
 };
@@ -92,8 +92,8 @@ impl PairMetric for DistanceSpearman {
                 });
             }
         }
-        let xa = ccr(a.acts(), self.ccr, par)?;
-        let xb = ccr(b.acts(), self.ccr, par)?;
+        let (ca, cb) = (a.ccr(self.ccr)?, b.ccr(self.ccr)?);
+        let (xa, xb) = (ca.as_ref().as_ref(), cb.as_ref().as_ref());
         let label_a = format!("{} after CCR-{}", a.what(), self.ccr);
         let label_b = format!("{} after CCR-{}", b.what(), self.ccr);
         let mut out = Vec::new();

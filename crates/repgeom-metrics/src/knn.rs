@@ -379,8 +379,8 @@ impl PairMetric for MutualKnn {
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
         self.check()?;
         check_k_against_n("mutual_knn", self.k, input)?;
-        let a = cosine_neighbours(&input.a, self.k, self.center)?;
-        let b = cosine_neighbours(&input.b, self.k, self.center)?;
+        let a = cosine_neighbours(input.a, self.k, self.center)?;
+        let b = cosine_neighbours(input.b, self.k, self.center)?;
         let n = a.n();
         let value = mutual_knn_value(&a, &b, &mut vec![0; n]);
         let row = MetricValue::new("mutual_knn", "", value)
@@ -456,8 +456,8 @@ impl PairMetric for Cknna {
                 min: 4,
             });
         }
-        let a = cosine_neighbours(&input.a, self.k, self.center)?;
-        let b = cosine_neighbours(&input.b, self.k, self.center)?;
+        let a = cosine_neighbours(input.a, self.k, self.center)?;
+        let b = cosine_neighbours(input.b, self.k, self.center)?;
         let kk = Masked::new(&a, &a).hsic_unbiased();
         let ll = Masked::new(&b, &b).hsic_unbiased();
         if kk.is_nan() || ll.is_nan() || kk <= 0.0 || ll <= 0.0 {

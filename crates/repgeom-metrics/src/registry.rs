@@ -2,7 +2,7 @@
 //! the name registry (typetag's).
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use repgeom_linalg::{Mat, MatRef, Par, center_columns, first_non_finite};
 use repgeom_null::{NullBases, NullSummary};
@@ -163,8 +163,8 @@ impl MetricValue {
 }
 
 /// One layer's representation plus the shared, per-model precomputation (readout basis, null
-/// bases) and lazily cached per-layer work (centring, singular values) that several metrics
-/// reuse.
+/// bases) and lazily cached per-layer work (centring, singular values, CCR-corrected
+/// matrices) that several metrics, and every pair the layer is part of, reuse.
 ///
 /// Construction validates once for every metric: at least [`MIN_POINTS`] points, finite values,
 /// not all points identical.
@@ -179,6 +179,7 @@ pub struct LayerInput<'a> {
     centred: OnceLock<Mat<f64>>,
     sv_centred: OnceLock<Vec<f64>>,
     sv_raw: OnceLock<Vec<f64>>,
+    ccr: Mutex<Vec<(usize, Arc<Mat<f64>>)>>,
 }
 
 impl<'a> LayerInput<'a> {
@@ -221,6 +222,7 @@ impl<'a> LayerInput<'a> {
             centred: OnceLock::new(),
             sv_centred: OnceLock::new(),
             sv_raw: OnceLock::new(),
+            ccr: Mutex::new(Vec::new()),
         })
     }
 
@@ -351,6 +353,20 @@ impl<'a> LayerInput<'a> {
             .as_ref()
     }
 
+    /// CCR-`c` of the layer (centred, its top-`c` principal directions removed, `f64`; see
+    /// [`repgeom_linalg::ccr`]), computed once per level and shared by every metric and every
+    /// pair that asks for it: `repgeom compare` over L × L layer pairs corrects each layer
+    /// once, not once per pair.
+    pub fn ccr(&self, c: usize) -> Result<Arc<Mat<f64>>> {
+        let mut cache = self.ccr.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, m)) = cache.iter().find(|(level, _)| *level == c) {
+            return Ok(Arc::clone(m));
+        }
+        let m = Arc::new(repgeom_linalg::ccr(self.acts, c, self.par)?);
+        cache.push((c, Arc::clone(&m)));
+        Ok(m)
+    }
+
     /// All `min(N, d)` singular values of the centred (`centred = true`) or raw activations,
     /// non-increasing (computed once each).
     pub fn singular_values(&self, centred: bool) -> Result<&[f64]> {
@@ -396,18 +412,20 @@ pub fn numerical_rank(singular_values: &[f64], n: usize, d: usize) -> usize {
     singular_values.iter().take_while(|&&s| s > tol).count()
 }
 
-/// Two representations of the same `N` points (e.g. one layer of each of two models).
-#[derive(Debug)]
+/// Two representations of the same `N` points (e.g. one layer of each of two models),
+/// borrowed: a layer paired with many others keeps its cached work (centring, CCR, singular
+/// values) across all its pairs.
+#[derive(Debug, Clone, Copy)]
 pub struct PairInput<'a> {
     /// The first representation (its readout and null bases, if any, travel with it).
-    pub a: LayerInput<'a>,
+    pub a: &'a LayerInput<'a>,
     /// The second representation.
-    pub b: LayerInput<'a>,
+    pub b: &'a LayerInput<'a>,
 }
 
 impl<'a> PairInput<'a> {
     /// Pairs two layers; they must hold the same number of points.
-    pub fn new(a: LayerInput<'a>, b: LayerInput<'a>) -> Result<Self> {
+    pub fn new(a: &'a LayerInput<'a>, b: &'a LayerInput<'a>) -> Result<Self> {
         if a.n() != b.n() {
             return Err(Error::ShapeMismatch {
                 what: "two representations of the same inputs".into(),

@@ -348,7 +348,7 @@ fn pair_check(metric: &dyn PairMetric, a: &Mat<f32>, b: &Mat<f32>) -> Vec<Metric
     let ia = LayerInput::new(a.as_ref(), "A", Par::Seq).unwrap();
     let ib = LayerInput::new(b.as_ref(), "B", Par::Seq).unwrap();
     metric
-        .compute(&PairInput::new(ia, ib).unwrap())
+        .compute(&PairInput::new(&ia, &ib).unwrap())
         .expect("pair metric computes")
 }
 
@@ -450,4 +450,22 @@ fn degenerate_inputs_are_errors() {
         err.contains("pc_readout_share needs the readout basis"),
         "{err}"
     );
+}
+
+/// `LayerInput::ccr` computes each level once and hands every caller the same matrix, equal to
+/// `repgeom_linalg::ccr` of the layer.
+#[test]
+fn layer_input_computes_each_ccr_level_once() {
+    let x = Mat::<f32>::from_fn(40, 6, |i, j| ((i * 7 + j * j * 3) % 11) as f32 + j as f32);
+    let input = LayerInput::new(x.as_ref(), "x", Par::Seq).unwrap();
+    for c in [1, 0, 2, 1] {
+        let first = input.ccr(c).unwrap();
+        let again = input.ccr(c).unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(&first, &again),
+            "CCR-{c} computed twice"
+        );
+        let want = repgeom_linalg::ccr(x.as_ref(), c, Par::Seq).unwrap();
+        assert!(*first == want, "CCR-{c} differs from repgeom_linalg::ccr");
+    }
 }

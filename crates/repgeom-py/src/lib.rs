@@ -38,7 +38,7 @@ use repgeom_metrics::{LayerInput, PairInput};
 use repgeom_null::NullBases;
 
 use errors::Failure;
-use input::{Keep, Raw, read_array};
+use input::{Keep, Matrix32, Raw, read_array};
 
 /// Raised by `on_draw` to unwind the engine after Ctrl-C.
 struct Cancelled;
@@ -710,24 +710,18 @@ fn compare<'py>(
         let pairs = layer_pairs(la.len(), lb.len(), diagonal);
         let bar = progress_bar((pairs.len() * metrics.len()) as u64, "compare", progress);
         let mut out = Vec::new();
+        // Each paired layer in f32 once, then one input per layer: its caches (centring, CCR,
+        // spectra) serve every metric and every pair it is part of.
+        let xa = paired_f32(&la, |i| pairs.iter().any(|&(p, _)| p == i));
+        let xb = paired_f32(&lb, |j| pairs.iter().any(|&(_, q)| q == j));
+        let ia = layer_inputs(&xa, &la, basis_a.as_ref(), null_a.as_ref())?;
+        let ib = layer_inputs(&xb, &lb, basis_b.as_ref(), null_b.as_ref())?;
         for &(i, j) in &pairs {
-            let (xa, xb) = (la[i].raw.to_f32(), lb[j].raw.to_f32());
+            let (Some(ia), Some(ib)) = (&ia[i], &ib[j]) else {
+                unreachable!("every paired layer has an input")
+            };
             for metric in &metrics {
                 check_cancel(cancel);
-                let mut ia = LayerInput::new(xa.as_ref(), la[i].what.clone(), Par::rayon(0))?;
-                if let Some(b) = &basis_a {
-                    ia = ia.with_readout(b.as_ref())?;
-                }
-                if let Some(n) = &null_a {
-                    ia = ia.with_null(n)?;
-                }
-                let mut ib = LayerInput::new(xb.as_ref(), lb[j].what.clone(), Par::rayon(0))?;
-                if let Some(b) = &basis_b {
-                    ib = ib.with_readout(b.as_ref())?;
-                }
-                if let Some(n) = &null_b {
-                    ib = ib.with_null(n)?;
-                }
                 let pair = PairInput::new(ia, ib)?;
                 for v in metric.compute(&pair)? {
                     let json = with_layer(lb[j].index, to_json(&v)?);
@@ -743,6 +737,42 @@ fn compare<'py>(
         bar.finish_and_clear();
         Ok(out)
     })
+}
+
+/// The layers of one side that `used` names, in f32 (a view when they already are), `None`
+/// for the others.
+fn paired_f32<'py>(
+    layers: &[LayerArg<'py>],
+    used: impl Fn(usize) -> bool,
+) -> Vec<Option<Matrix32<'py>>> {
+    (0..layers.len())
+        .map(|i| used(i).then(|| layers[i].raw.to_f32()))
+        .collect()
+}
+
+/// One metric input per converted layer, with its side's readout basis and null bases.
+fn layer_inputs<'a>(
+    xs: &'a [Option<Matrix32<'_>>],
+    layers: &[LayerArg<'_>],
+    basis: Option<&'a Mat<f64>>,
+    null: Option<&'a NullBases>,
+) -> repgeom_metrics::Result<Vec<Option<LayerInput<'a>>>> {
+    let mut out = Vec::with_capacity(xs.len());
+    for (x, layer) in xs.iter().zip(layers) {
+        let Some(x) = x else {
+            out.push(None);
+            continue;
+        };
+        let mut input = LayerInput::new(x.as_ref(), &layer.what, Par::rayon(0))?;
+        if let Some(b) = basis {
+            input = input.with_readout(b.as_ref())?;
+        }
+        if let Some(n) = null {
+            input = input.with_null(n)?;
+        }
+        out.push(Some(input));
+    }
+    Ok(out)
 }
 
 /// Index pairs into two layer lists: all of them, or each layer of A with the layer of B at

@@ -637,7 +637,8 @@ fn compute_unit(
                 .with_readout(octx.basis.as_ref())?
                 .with_null(&octx.null)?;
             // One input for every metric, so its caches (centred layers, spectra) are shared.
-            let pair = PairInput::new(input()?, b)?;
+            let ia = input()?;
+            let pair = PairInput::new(&ia, &b)?;
             let mut v = Vec::new();
             for metric in a.cross_metrics()? {
                 v.extend(metric.compute(&pair)?);

@@ -128,10 +128,9 @@ fn pair_value(
     b: MatRef<'_, f32>,
     what: &str,
 ) -> Result<f64> {
-    let input = PairInput::new(
-        LayerInput::new(a, format!("{what} A"), Par::Seq)?,
-        LayerInput::new(b, format!("{what} B"), Par::Seq)?,
-    )?;
+    let ia = LayerInput::new(a, format!("{what} A"), Par::Seq)?;
+    let ib = LayerInput::new(b, format!("{what} B"), Par::Seq)?;
+    let input = PairInput::new(&ia, &ib)?;
     let rows = metric.compute(&input)?;
     Ok(rows.first().map_or(f64::NAN, |r| r.value))
 }

@@ -187,8 +187,22 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
     let pairs = layer_pairs(a.acts.layers.len(), b.acts.layers.len(), args.diagonal);
     let bar = ctx.progress((pairs.len() * metrics.len()) as u64, "compare");
     let mut rows = Vec::new();
+    // One input per layer, built when first paired and kept: its cached work (centring, CCR,
+    // singular values) serves every pair it is part of.
+    let (mut inputs_a, mut inputs_b) = (Vec::new(), Vec::new());
+    inputs_a.resize_with(a.acts.layers.len(), || None);
+    inputs_b.resize_with(b.acts.layers.len(), || None);
     for &(i, j) in &pairs {
         let (la, lb) = (&a.acts.layers[i], &b.acts.layers[j]);
+        if inputs_a[i].is_none() {
+            inputs_a[i] = Some(side_input(&a, &args.a, la, ctx)?);
+        }
+        if inputs_b[j].is_none() {
+            inputs_b[j] = Some(side_input(&b, &args.b, lb, ctx)?);
+        }
+        let (Some(ia), Some(ib)) = (&inputs_a[i], &inputs_b[j]) else {
+            unreachable!("both inputs were just built")
+        };
         for metric in metrics {
             bar.set_message(format!(
                 "{} × {} {}",
@@ -196,10 +210,7 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
                 lb.layer,
                 metric.info().name
             ));
-            let input = PairInput::new(
-                side_input(&a, &args.a, la, ctx)?,
-                side_input(&b, &args.b, lb, ctx)?,
-            )?;
+            let input = PairInput::new(ia, ib)?;
             let values = metric.compute(&input)?;
             rows.extend(values.into_iter().map(|v| {
                 metric_row(&a.label, la.acts.cols, (la.layer, a.n_layers), v)

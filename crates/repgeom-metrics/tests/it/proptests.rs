@@ -125,12 +125,10 @@ proptest! {
             if !info.rotation_invariant {
                 continue;
             }
-            let before = metric
-                .compute(&PairInput::new(input(&a, "A"), input(&b, "B")).unwrap())
-                .unwrap();
-            let after = metric
-                .compute(&PairInput::new(input(&ra, "A rotated"), input(&rb, "B rotated")).unwrap())
-                .unwrap();
+            let (ia, ib) = (input(&a, "A"), input(&b, "B"));
+            let before = metric.compute(&PairInput::new(&ia, &ib).unwrap()).unwrap();
+            let (ira, irb) = (input(&ra, "A rotated"), input(&rb, "B rotated"));
+            let after = metric.compute(&PairInput::new(&ira, &irb).unwrap()).unwrap();
             check(&before, &after, info.name)?;
         }
     }
