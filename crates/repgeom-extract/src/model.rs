@@ -677,11 +677,15 @@ impl Model {
         let w = self.readout.to_dtype(DType::F32)?;
         let (store, layout) = w.storage_and_layout();
         let w = MatRef::from_row_major_slice(f32_slice(&store, layout, v * d)?, v, d);
-        let bias = match &self.readout_bias {
+        f(w, self.readout_bias_f32()?.as_deref())
+    }
+
+    /// Phi's `lm_head.bias` in `f32`, if the model has one.
+    fn readout_bias_f32(&self) -> Result<Option<Vec<f32>>> {
+        Ok(match &self.readout_bias {
             Some(b) => Some(b.to_dtype(DType::F32)?.to_vec1::<f32>()?),
             None => None,
-        };
-        f(w, bias.as_deref())
+        })
     }
 
     /// Logits of final hidden states `h` (row-major `[n, d]`) into `out` (`[n, V]`): the
@@ -726,10 +730,7 @@ impl Model {
     fn nll(&self, h: &[f32], targets: &[u32]) -> Result<Vec<f64>> {
         let (v, d) = (self.config.vocab_size, self.config.hidden_size);
         let n = targets.len();
-        let bias = match &self.readout_bias {
-            Some(b) => Some(b.to_dtype(DType::F32)?.to_vec1::<f32>()?),
-            None => None,
-        };
+        let bias = self.readout_bias_f32()?;
         let tiles = v.div_ceil(LOSS_TILE_VOCAB);
         // per (row block, vocabulary tile), per row: (max, Σ e^{x − max}, the target's logit
         // if in the tile); a thread's consecutive tasks share their rows, which stay in cache

@@ -149,14 +149,15 @@ pub fn top_pairs_certified(a: MatRef<'_, f64>, vals: &[f64], vecs: MatRef<'_, f6
     if !orthonormal {
         return false;
     }
-    let mut residual = Mat::<f64>::from_fn(n, m, |i, j| -vecs[(i, j)] * vals[j]);
-    matmul(&mut residual, Accum::Add, a, vecs, 1.0, Par::Seq);
-    let residual = residual.norm_l2();
+    // V Λ, for the residual A V − V Λ and the deflation below
+    let scaled = Mat::<f64>::from_fn(n, m, |i, j| vecs[(i, j)] * vals[j]);
+    let mut residual = Mat::<f64>::zeros(n, m);
+    matmul(&mut residual, Accum::Replace, a, vecs, 1.0, Par::Seq);
+    let residual = (residual - &scaled).norm_l2();
     if residual.is_nan() || residual > CERTIFY_RESIDUAL * a.norm_l2() {
         return false;
     }
     // σI − A + V Λ Vᵀ
-    let scaled = Mat::<f64>::from_fn(n, vals.len(), |i, j| vecs[(i, j)] * vals[j]);
     let mut b = Mat::<f64>::from_fn(n, n, |i, j| if i == j { sigma } else { 0.0 } - a[(i, j)]);
     matmul(&mut b, Accum::Add, &scaled, vecs.transpose(), 1.0, Par::Seq);
     let scratch = cholesky_in_place_scratch::<f64>(n, Par::Seq, Default::default());

@@ -362,7 +362,14 @@ impl<'a> LayerInput<'a> {
         if let Some((_, m)) = cache.iter().find(|(level, _)| *level == c) {
             return Ok(Arc::clone(m));
         }
-        let m = Arc::new(repgeom_linalg::ccr(self.acts, c, self.par)?);
+        // the same steps as `repgeom_linalg::ccr`, from the cached centred layer
+        let xc = self.centred();
+        let m = Arc::new(if c == 0 {
+            xc.to_owned()
+        } else {
+            let u = repgeom_linalg::top_principal_directions(xc, c, self.par)?.directions;
+            repgeom_linalg::remove_directions(xc, u.as_ref(), self.par)
+        });
         cache.push((c, Arc::clone(&m)));
         Ok(m)
     }
