@@ -96,7 +96,7 @@ pub fn cosine_distances_into<T: Copy + Into<f64>>(
 /// Fills `out` (length $n(n-1)/2$) with the cosine distances of already normalised rows.
 pub(crate) fn condensed_from_normalized(xn: MatRef<'_, f32>, out: &mut [f32], par: Par) {
     assert_eq!(out.len(), condensed_len(xn.nrows()));
-    for_each_gram_column(xn, par, |pos, sims| {
+    for_each_gram_column(xn, par, &mut Vec::new(), |pos, sims| {
         for (o, g) in out[pos..pos + sims.len()].iter_mut().zip(sims) {
             *o = (1.0 - g).clamp(0.0, 2.0);
         }
@@ -108,19 +108,24 @@ const BLOCK: usize = 256;
 
 /// Computes the strict lower triangle of $X_n X_n^\top$ one block of columns at a time and
 /// calls `f(pos, sims)` for each column `i`, where `sims[t]` is $\langle x_i, x_{i+1+t}\rangle$
-/// and `pos` the condensed index of the pair `(i, i + 1)`. Memory: one `N × 256` block.
+/// and `pos` the condensed index of the pair `(i, i + 1)`. Memory: one `N × 256` block, in
+/// `buf` (grown as needed, so that a caller can keep it from call to call).
 pub(crate) fn for_each_gram_column(
     xn: MatRef<'_, f32>,
     par: Par,
+    buf: &mut Vec<f32>,
     mut f: impl FnMut(usize, &[f32]),
 ) {
     let n = xn.nrows();
-    let mut buf = Mat::<f32>::zeros(n, BLOCK.min(n.max(1)));
+    let width = BLOCK.min(n.max(1));
+    if buf.len() < n * width {
+        buf.resize(n * width, 0.0);
+    }
     let mut i0 = 0;
     while i0 < n {
         let b = BLOCK.min(n - i0);
         let rows = n - i0;
-        let mut g = buf.as_mut().submatrix_mut(0, 0, rows, b);
+        let mut g = faer::MatMut::from_column_major_slice_mut(&mut buf[..rows * b], rows, b);
         tri_matmul(
             g.rb_mut(),
             BlockStructure::Rectangular,
@@ -167,8 +172,8 @@ pub fn spearman_of_cosine<T: Copy + Into<f64>>(
         "spearman_of_cosine: reference length"
     );
     let xn = normalize_rows(x, what)?;
-    reference.spearman_with(scratch, what, |keys| {
-        for_each_gram_column(xn.as_ref(), par, |pos, sims| {
+    reference.spearman_with_block(scratch, what, |keys, block| {
+        for_each_gram_column(xn.as_ref(), par, block, |pos, sims| {
             for (k, g) in keys[pos..pos + sims.len()].iter_mut().zip(sims) {
                 *k = float_key((1.0 - g).clamp(0.0, 2.0));
             }
@@ -275,7 +280,7 @@ pub fn pairwise_distances<T: Copy + Into<f64>>(
             let (rows, sq) = rows_with_sq_norms(x, what)?;
             let mut out = vec![0.0f32; condensed_len(n)];
             let mut i = 0usize;
-            for_each_gram_column(rows.as_ref(), par, |pos, sims| {
+            for_each_gram_column(rows.as_ref(), par, &mut Vec::new(), |pos, sims| {
                 while pair_index_start(n, i + 1) <= pos && i + 1 < n {
                     i += 1;
                 }
@@ -313,9 +318,9 @@ pub fn spearman_of_distances<T: Copy + Into<f64>>(
                 "spearman_of_distances: reference length"
             );
             let (rows, sq) = rows_with_sq_norms(x, what)?;
-            reference.spearman_with(scratch, what, |keys| {
+            reference.spearman_with_block(scratch, what, |keys, block| {
                 let mut i = 0usize;
-                for_each_gram_column(rows.as_ref(), par, |pos, sims| {
+                for_each_gram_column(rows.as_ref(), par, block, |pos, sims| {
                     while i + 1 < n && pair_index_start(n, i + 1) <= pos {
                         i += 1;
                     }

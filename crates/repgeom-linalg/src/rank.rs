@@ -14,44 +14,71 @@ fn order_key(v: f32) -> u32 {
     }
 }
 
-/// Sorts `(key << 32 | index)` words by their upper 32 bits, stably, with an LSD radix sort
-/// (three passes of 11/11/10 bits; passes whose digit is constant are skipped).
-fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
-    tmp.clear();
-    tmp.resize(words.len(), 0);
-    const PASSES: [(u32, usize); 3] = [(32, 11), (43, 11), (54, 10)];
-    let mut counts = [[0usize; 2048]; 3];
+/// Sorts `(key << 32 | payload)` words by their upper 32 bits, stably, with an LSD radix
+/// sort over the bits the keys actually span: keys are offset by their minimum, and the `b`
+/// significant bits of the range are split into `ceil(b / 11)` passes of equal width.
+/// Distances between `0.5` and `2` span at most 24 bits: three passes of 8 bits (256
+/// buckets, whose write fronts stay in L1), where fixed 11-bit digits of the whole key
+/// scattered into 2048 buckets; one pass fewer when the range is narrower still.
+pub(crate) fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
+    // Every slot of `tmp` is written by a pass before it is read: only its length matters,
+    // so a reused buffer is not cleared again.
+    if tmp.len() != words.len() {
+        tmp.clear();
+        tmp.resize(words.len(), 0);
+    }
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
     for &w in words.iter() {
-        for (p, &(shift, bits)) in PASSES.iter().enumerate() {
-            counts[p][((w >> shift) as usize) & ((1 << bits) - 1)] += 1;
+        lo = lo.min(w);
+        hi = hi.max(w);
+    }
+    if words.is_empty() {
+        return;
+    }
+    let (lo, hi) = ((lo >> 32) as u32, (hi >> 32) as u32);
+    let bits = 32 - (hi - lo).leading_zeros();
+    if bits == 0 {
+        return; // all keys equal
+    }
+    let passes = bits.div_ceil(MAX_DIGIT) as usize;
+    let width = bits.div_ceil(passes as u32);
+    let digit = |w: u64, p: usize| {
+        let shift = p as u32 * width;
+        (((((w >> 32) as u32) - lo) >> shift) & ((1u32 << width) - 1)) as usize
+    };
+    let mut counts = vec![0u32; passes << width];
+    for &w in words.iter() {
+        for p in 0..passes {
+            counts[(p << width) + digit(w, p)] += 1;
         }
     }
-    for (p, &(shift, bits)) in PASSES.iter().enumerate() {
-        let c = &mut counts[p];
-        if c.contains(&words.len()) {
-            continue; // every word has the same digit: this pass would not move anything
-        }
-        let mut sum = 0;
-        for slot in c.iter_mut().take(1 << bits) {
+    for p in 0..passes {
+        let c = &mut counts[p << width..(p + 1) << width];
+        let mut sum = 0u32;
+        for slot in c.iter_mut() {
             let here = *slot;
             *slot = sum;
             sum += here;
         }
-        let mask = (1u64 << bits) - 1;
         for &w in words.iter() {
-            let digit = ((w >> shift) & mask) as usize;
-            tmp[c[digit]] = w;
-            c[digit] += 1;
+            let d = digit(w, p);
+            tmp[c[d] as usize] = w;
+            c[d] += 1;
         }
         std::mem::swap(words, tmp);
     }
 }
+
+/// The widest digit of [`radix_sort_keys`], in bits.
+const MAX_DIGIT: u32 = 11;
 
 /// Reusable buffers for [`RankedReference::spearman`], one per worker thread.
 #[derive(Debug, Default)]
 pub struct RankScratch {
     words: Vec<u64>,
     tmp: Vec<u64>,
+    /// The block of similarities that block-wise distances are computed into.
+    pub(crate) block: Vec<f32>,
 }
 
 /// Fills `words` with sorted `(key, index)` words for `values`.
@@ -181,30 +208,69 @@ impl RankedReference {
         what: &str,
         fill: impl FnOnce(&mut [u64]),
     ) -> Result<f64> {
+        self.spearman_with_block(scratch, what, |keys, _| fill(keys))
+    }
+
+    /// [`Self::spearman_with`], also lending `fill` the scratch's block buffer (kept from call
+    /// to call, so that block-wise distances do not allocate per call).
+    pub(crate) fn spearman_with_block(
+        &self,
+        scratch: &mut RankScratch,
+        what: &str,
+        fill: impl FnOnce(&mut [u64], &mut Vec<f32>),
+    ) -> Result<f64> {
         scratch.words.clear();
         scratch.words.resize(self.rank2.len(), 0);
-        fill(&mut scratch.words);
+        fill(&mut scratch.words, &mut scratch.block);
         for (w, &r) in scratch.words.iter_mut().zip(&self.rank2) {
             *w = (*w << 32) | u64::from(r);
         }
         self.finish(scratch, what)
     }
 
+    /// The correlation from the sorted `(key, twice the reference rank)` words, in exact
+    /// integer arithmetic: two branch-free passes, no per-group floating-point sums.
+    ///
+    /// With `q_p` the reference rank carried by the word at sorted position `p` and `r_p` the
+    /// average rank of its key (a tie group `[s, e)` has `2 r_p = s + e + 1`), and
+    /// `m = (n + 1)/2`: `Σ (r_p − m)(q_p − m) = (Σ (2 r_p)(2 q_p) − n (n + 1)²) / 4`, since
+    /// both rank vectors sum to `n m`; and `Σ (r_p − m)² = (n (n² − 1) − Σ_g (t_g³ − t_g)) / 12`
+    /// (the usual tie correction), where `t³ − t = Σ_{j<t} 3 j (j + 1)` accumulates one
+    /// position `j` into its group at a time. A forward pass carries each group's start `s`,
+    /// a backward pass its end `e`.
     fn finish(&self, scratch: &mut RankScratch, what: &str) -> Result<f64> {
         radix_sort_keys(&mut scratch.words, &mut scratch.tmp);
-        let n = self.rank2.len();
-        let mean = (n as f64 + 1.0) / 2.0;
-        let (mut sxy, mut syy) = (0.0f64, 0.0f64);
-        for_each_tie_group(&scratch.words, |r, group| {
-            let rc = r - mean;
-            let s2: u64 = group.iter().map(|&w| w & 0xFFFF_FFFF).sum();
-            let cnt = group.len() as f64;
-            sxy += rc * (s2 as f64 / 2.0 - cnt * mean);
-            syy += rc * rc * cnt;
-        });
-        if syy == 0.0 {
+        let words = &scratch.words;
+        let n = words.len();
+        let (mut starts, mut ties, mut total) = (0u128, 0u128, 0u128);
+        let mut start = 0u64;
+        let mut prev = words[0] >> 32;
+        for (p, &w) in (0u64..).zip(words.iter()) {
+            let key = w >> 32;
+            start = if key == prev { start } else { p };
+            prev = key;
+            let q2 = w & 0xFFFF_FFFF;
+            let j = p - start;
+            starts += u128::from(start * q2);
+            ties += u128::from(j * (j + 1));
+            total += u128::from(q2);
+        }
+        let mut ends = 0u128;
+        let mut end = n as u64;
+        let mut next = words[n - 1] >> 32;
+        for (p, &w) in words.iter().enumerate().rev() {
+            let key = w >> 32;
+            end = if key == next { end } else { p as u64 + 1 };
+            next = key;
+            ends += u128::from(end * (w & 0xFFFF_FFFF));
+        }
+        let n = n as i128;
+        let sxy4 = (starts + ends + total) as i128 - n * (n + 1) * (n + 1);
+        let syy12 = n * (n * n - 1) - 3 * ties as i128;
+        if syy12 == 0 {
             return Err(Error::Constant { what: what.into() });
         }
+        let (sxy, syy) = (sxy4 as f64 / 4.0, syy12 as f64 / 12.0);
         Ok((sxy / (self.sum_sq.sqrt() * syy.sqrt())).clamp(-1.0, 1.0))
     }
 }

@@ -269,3 +269,96 @@ fn certification_accepts_the_top_pairs_and_rejects_a_missed_eigenvalue() {
         check_certified(lambda, found, expect);
     }
 }
+
+/// Sorts `(key << 32 | payload)` words of `keys` with the radix sort and checks the result
+/// against the standard library's sort: keys in order, and the same words (a permutation).
+fn check_radix_sort(keys: &[u32], label: &str) {
+    let words: Vec<u64> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| (u64::from(k) << 32) | i as u64)
+        .collect();
+    let (mut got, mut tmp) = (words.clone(), Vec::new());
+    crate::rank::radix_sort_keys(&mut got, &mut tmp);
+    assert!(
+        got.windows(2).all(|w| w[0] >> 32 <= w[1] >> 32),
+        "{label}: keys out of order"
+    );
+    let (mut a, mut b) = (got.clone(), words);
+    a.sort_unstable();
+    b.sort_unstable();
+    assert!(
+        a == b,
+        "{label}: the sorted words are not a permutation of the input"
+    );
+    // Reusing the buffers (as every null draw does) gives the same order of keys.
+    let mut again: Vec<u64> = keys.iter().map(|&k| u64::from(k) << 32).collect();
+    crate::rank::radix_sort_keys(&mut again, &mut tmp);
+    assert!(
+        again.iter().zip(&got).all(|(x, y)| x >> 32 == y >> 32),
+        "{label}: a reused scratch changed the order"
+    );
+}
+
+#[test]
+fn radix_sort_orders_keys_whatever_their_range() {
+    let big = 70_000;
+    // A reproducible spread of keys: a multiplicative hash of the index.
+    let hash = |i: usize| (i as u32).wrapping_mul(2_654_435_761);
+    for n in [0, 1, 2, 100, big] {
+        check_radix_sort(&(0..n).map(hash).collect::<Vec<_>>(), "full range");
+        check_radix_sort(&vec![7u32; n], "all equal");
+        check_radix_sort(
+            &(0..n)
+                .map(|i| 0x8000_0000 + hash(i) % 5)
+                .collect::<Vec<_>>(),
+            "five keys",
+        );
+        check_radix_sort(
+            &(0..n)
+                .map(|i| 0xBF00_0000 + hash(i) % 3_000_000)
+                .collect::<Vec<_>>(),
+            "a range of 22 bits",
+        );
+        check_radix_sort(
+            &(0..n).map(|i| (n - i) as u32 * 1000).collect::<Vec<_>>(),
+            "descending",
+        );
+        check_radix_sort(
+            &(0..n)
+                .map(|i| if i % 2 == 0 { 0 } else { u32::MAX })
+                .collect::<Vec<_>>(),
+            "the two extremes",
+        );
+    }
+}
+
+#[test]
+fn spearman_on_large_inputs_matches_ranks_from_a_comparison_sort() {
+    // Heavy ties on one side.
+    let n: usize = 131_089;
+    let a: Vec<f32> = (0..n).map(|i| ((i * 7919) % 10007) as f32).collect();
+    let b: Vec<f32> = (0..n)
+        .map(|i| ((i * 104_729) % 1009) as f32 * 0.5 + ((i * 7919) % 10007) as f32 * 1e-3)
+        .collect();
+    let ranks = |v: &[f32]| -> Vec<f64> {
+        let mut idx: Vec<usize> = (0..v.len()).collect();
+        idx.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
+        let mut r = vec![0.0; v.len()];
+        let mut s = 0;
+        while s < idx.len() {
+            let mut e = s + 1;
+            while e < idx.len() && v[idx[e]] == v[idx[s]] {
+                e += 1;
+            }
+            for &i in &idx[s..e] {
+                r[i] = (s + e + 1) as f64 / 2.0;
+            }
+            s = e;
+        }
+        r
+    };
+    let expect = pearson(&ranks(&a), &ranks(&b), "ranks").unwrap();
+    let got = spearman(&a, &b, "large").unwrap();
+    assert!((got - expect).abs() < STRICT, "{got} vs {expect}");
+}

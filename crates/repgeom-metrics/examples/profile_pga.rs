@@ -27,6 +27,20 @@ fn main() {
         Par::Seq
     };
     let t = Instant::now();
+    let params = repgeom_null::NullParams {
+        n_null: 100,
+        seed: 0,
+    }
+    .check()
+    .unwrap();
+    let null = repgeom_null::NullBases::draw(d, k, &params).unwrap();
+    println!(
+        "null bases (100) {:>8.3} s ({} threads)",
+        t.elapsed().as_secs_f64(),
+        threads
+    );
+    drop(null);
+    let t = Instant::now();
     let xc = repgeom_linalg::center_columns(h.as_ref());
     println!("centre           {:>8.3} s", t.elapsed().as_secs_f64());
     let t = Instant::now();

@@ -903,7 +903,28 @@ pub(crate) fn over_draws<D: Sync, S: Send, T: Send>(
             let mut scratch = init();
             null.iter().map(|q| one(&mut scratch, q)).collect()
         }
-        _ => null.par_iter().map_init(&init, one).collect(),
+        _ => {
+            // Scratch buffers (tens of MB each) are pooled and handed from draw to draw:
+            // rayon's `map_init` would build a new one for every split of the work, and each
+            // new buffer costs page faults and zeroing. Which draw gets which buffer does not
+            // change any result.
+            let pool: std::sync::Mutex<Vec<S>> = std::sync::Mutex::new(Vec::new());
+            let take = || {
+                pool.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .pop()
+            };
+            null.par_iter()
+                .map(|q| {
+                    let mut scratch = take().unwrap_or_else(&init);
+                    let r = one(&mut scratch, q);
+                    pool.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(scratch);
+                    r
+                })
+                .collect()
+        }
     };
     let payload = parked
         .into_inner()
