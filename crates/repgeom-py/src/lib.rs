@@ -456,8 +456,19 @@ fn pga<'py>(
         }
         .check()?;
         let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
-        let basis = readout_basis(&spec, d, &first, Par::rayon(0))?;
-        let null = null_bases_for(&null, d, basis.ncols(), &first)?;
+        let (basis, null) = if spec.is_basis {
+            let basis = readout_basis(&spec, d, &first, Par::rayon(0))?;
+            let null = null_bases_for(&null, d, basis.ncols(), &first)?;
+            (basis, null)
+        } else {
+            // k is known: the null draws (parallel) run beside the readout's sequential
+            // decomposition, on the cores it leaves idle; each result is unchanged.
+            let (basis, null) = rayon::join(
+                || readout_basis(&spec, d, &first, Par::rayon(0)),
+                || null_bases_for(&null, d, k, &first),
+            );
+            (basis?, null?)
+        };
         let total = (layers.len() * ccr.len() * null.len()) as u64;
         let bar = progress_bar(total, "pga", progress);
         let on_draw = || {

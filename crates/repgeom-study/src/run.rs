@@ -247,18 +247,24 @@ impl<'s> Loader<'s> {
         let readout = Mat::from_fn(readout.rows, readout.cols, |i, j| {
             readout.data[i * readout.cols + j]
         });
-        // Decompositions single-threaded: bit-identical bases at any thread count.
-        let basis = repgeom_linalg::readout_subspace(readout.as_ref(), m.k, Par::Seq)?;
+        // Decompositions single-threaded: bit-identical bases at any thread count. The null
+        // draws (parallel) run beside the sequential decomposition, on the idle cores.
         let a = &self.study.manifest.analysis;
-        let null = NullBases::draw(
-            m.d as usize,
-            m.k,
-            &NullParams {
-                n_null: a.n_null,
-                seed: a.seed,
-            }
-            .check()?,
-        )?;
+        let (basis, null) = rayon::join(
+            || repgeom_linalg::readout_subspace(readout.as_ref(), m.k, Par::Seq),
+            || -> Result<NullBases> {
+                Ok(NullBases::draw(
+                    m.d as usize,
+                    m.k,
+                    &NullParams {
+                        n_null: a.n_null,
+                        seed: a.seed,
+                    }
+                    .check()?,
+                )?)
+            },
+        );
+        let (basis, null) = (basis?, null?);
         let ks = m.sensitivity_ks(&a.k_sensitivity);
         let sensitivity = match ks.last() {
             Some(&kmax) => {

@@ -30,6 +30,10 @@ pub(crate) struct PgaArgs {
     /// A d×k orthonormal basis to use instead of the top-k right singular vectors of W_U.
     #[arg(long, conflicts_with = "readout")]
     pub(crate) readout_basis: Option<PathBuf>,
+    /// Write the readout basis used (d × k .npy, f64; the largest k of a -k list) so that
+    /// later runs on the same model can pass it to --readout-basis instead of recomputing it.
+    #[arg(long, conflicts_with = "readout_basis")]
+    pub(crate) save_readout_basis: Option<PathBuf>,
     /// Readout subspace dimension; a list runs one row per k: -k 25,50,100,200.
     #[arg(short = 'k', long, default_value = "100", value_delimiter = ',')]
     pub(crate) k: Vec<usize>,
@@ -156,9 +160,29 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         Some(_) => sequence_ids(&args.input.acts, acts.layers[0].acts.rows, ctx)?,
         None => None,
     };
-    let full_basis = load_basis(args, d, *ks.iter().max().expect("at least one k"), ctx)?;
+    let kmax = *ks.iter().max().expect("at least one k");
+    // The readout subspace (a sequential eigendecomposition) and the first k's null bases
+    // (parallel draws) are independent: computed side by side, the draws use the cores the
+    // decomposition leaves idle. Each result is the same as when computed alone.
+    let (full_basis, mut first_null) = if args.readout_basis.is_some() {
+        (load_basis(args, d, kmax, ctx)?, None)
+    } else {
+        let (basis, null) = rayon::join(
+            || load_basis(args, d, kmax, ctx),
+            || null_bases(args, d, ks[0]),
+        );
+        (basis?, Some((ks[0], null?)))
+    };
     if args.readout_basis.is_some() {
         ks = vec![full_basis.ncols()];
+    }
+    if let Some(path) = &args.save_readout_basis {
+        let (rows, cols) = (full_basis.nrows(), full_basis.ncols());
+        let data: Vec<f64> = (0..rows * cols)
+            .map(|x| full_basis[(x / cols, x % cols)])
+            .collect();
+        repgeom_io::write_npy_f64(path, &[rows, cols], &data)
+            .with_context(|| format!("writing the readout basis to {}", path.display()))?;
     }
     let null_params = args.null_args.over(NullParams::default());
     let engine = EngineOptions {
@@ -183,7 +207,10 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
             full_basis.as_ref().subcols(0, k).to_owned()
         };
         let k = basis.ncols();
-        let null = null_bases(args, d, k)?;
+        let null = match first_null.take() {
+            Some((k0, null)) if k0 == k => null,
+            _ => null_bases(args, d, k)?,
+        };
         if let Some(path) = &args.save_null_bases {
             let (shape, data) = null.to_array();
             repgeom_io::write_npy_f64(path, &shape, &data)?;

@@ -439,6 +439,77 @@ fn saved_null_bases_reproduce_a_seeded_run() {
     assert_eq!(a.stdout, b.stdout);
 }
 
+#[test]
+fn saved_readout_basis_and_null_bases_reproduce_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let basis = dir.path().join("basis.npy");
+    let null = dir.path().join("null.npy");
+    // A -k list saves the widest basis; the later run reads all its columns.
+    let first = repgeom(&[
+        "pga",
+        "--acts",
+        "fixtures/pga/acts.npy",
+        "--readout",
+        "fixtures/pga/readout.npy",
+        "-k",
+        "4,8",
+        "--n-null",
+        "12",
+        "--seed",
+        "5",
+        "--format",
+        "json",
+        "--save-readout-basis",
+        basis.to_str().unwrap(),
+    ]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let null_run = repgeom(&[
+        "pga",
+        "--acts",
+        "fixtures/pga/acts.npy",
+        "--readout",
+        "fixtures/pga/readout.npy",
+        "-k",
+        "8",
+        "--n-null",
+        "12",
+        "--seed",
+        "5",
+        "--format",
+        "json",
+        "--save-null-bases",
+        null.to_str().unwrap(),
+    ]);
+    assert_eq!(null_run.code, 0, "{}", null_run.stderr);
+    let again = repgeom(&[
+        "pga",
+        "--acts",
+        "fixtures/pga/acts.npy",
+        "--readout-basis",
+        basis.to_str().unwrap(),
+        "--null-bases",
+        null.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let strip = |run: &crate::Run| -> Vec<serde_json::Value> {
+        json_rows(run)
+            .into_iter()
+            .filter(|r| r["k"] == 8)
+            .map(|mut r| {
+                r.as_object_mut().unwrap().remove("k_policy");
+                r.as_object_mut().unwrap().remove("q_value"); // its family differs: 2 rows vs 1
+                r
+            })
+            .collect()
+    };
+    let (want, got) = (strip(&first), strip(&again));
+    assert_eq!(want.len(), 3, "one k = 8 row per layer of the fixture");
+    assert_eq!(want, got);
+    assert_eq!(json_rows(&again)[0]["k_policy"], "basis");
+}
+
 /// Each bad input: non-zero exit, a message naming what is wrong, and no output file.
 fn check_error(args: &[&str], expect: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
