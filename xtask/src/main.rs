@@ -9,7 +9,8 @@
 //!   directory and fail if the committed `docs/figures/` differ (SVGs, `results.csv`,
 //!   `summary.md`).
 //! - `cargo xtask bench [NAME...]`: `cargo bench --workspace` (or the named benches);
-//!   `bench pair` adds the NumPy references of the pair metrics and the spectrum null.
+//!   `bench pair` adds the NumPy references of the pair metrics and the spectrum null;
+//!   `bench pga` times the `repgeom pga` command end to end beside NumPy/SciPy.
 //! - `cargo xtask validate`: every check CI runs, cheapest first: `cargo fmt --check`,
 //!   `cargo clippy --workspace --all-targets -D warnings`, `cargo test --workspace` (the
 //!   README's test command) and `paper --check`; stops at the first failure.
@@ -29,6 +30,7 @@ const USAGE: &str = "usage:
   cargo xtask bench scaling [--quick]  # PGA time and peak memory against N and d, with growth exponents
   cargo xtask bench extract        # extraction tokens/s (Pythia-70M shape) beside transformers
   cargo xtask bench pair           # pair metrics and the spectrum null beside their NumPy references
+  cargo xtask bench pga            # `repgeom pga` end to end on the standard workload beside NumPy/SciPy
   cargo xtask validate             # fmt --check, clippy -D warnings, cargo test --workspace, paper --check";
 
 fn main() -> std::process::ExitCode {
@@ -299,6 +301,9 @@ fn bench(names: &[String]) -> anyhow::Result<()> {
     if names.first().map(String::as_str) == Some("pair") {
         return bench_pair();
     }
+    if names.first().map(String::as_str) == Some("pga") {
+        return bench_pga();
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
     cmd.current_dir(root()).args(["bench", "--workspace"]);
@@ -519,9 +524,213 @@ fn bench_extract() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo xtask bench pga`: the command a user runs, end to end, on the standard workload (one
+/// layer, N = 2048, d = 2048, `W_U` 4000 × 2048, k = 100, CCR-1, 100 Haar draws), beside the
+/// NumPy/SciPy version of the same computation on the same files
+/// (`fixtures/pga/time_end_to_end.py`, skipped with a message when `python3` lacks NumPy or
+/// SciPy). The release CLI runs in three configurations (best of 3 wall times each): as a user
+/// first runs it; with the readout basis and the null bases read from the files the first run
+/// saved (what a sweep reuses); with 2 draws (the fixed costs: loading, CCR, the readout
+/// subspace, the full-space ranking).
+fn bench_pga() -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args(["build", "--release", "-p", "repgeom-cli"])
+        .status()
+        .context("build the release CLI")?;
+    if !status.success() {
+        bail!("building repgeom failed ({status})");
+    }
+    let exe = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root().join("target"), PathBuf::from)
+        .join("release/repgeom");
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root().join("target"), PathBuf::from)
+        .join("bench-pga");
+    std::fs::create_dir_all(&dir)?;
+    let (acts, wu) = (dir.join("acts.npy"), dir.join("wu.npy"));
+    if !(acts.exists() && wu.exists()) {
+        write_pga_workload(&acts, &wu, 2048, 2048)?;
+    }
+    let (basis, null) = (dir.join("readout_basis.npy"), dir.join("null_bases.npy"));
+    let common = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "pga",
+            "--quiet",
+            "--format",
+            "csv",
+            "--acts",
+            &acts.to_string_lossy(),
+            "--ccr",
+            "1",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        a.extend(extra.iter().map(|s| (*s).to_owned()));
+        a
+    };
+    let b = basis.to_string_lossy().into_owned();
+    let nb = null.to_string_lossy().into_owned();
+    let w = wu.to_string_lossy().into_owned();
+    let configs: [(&str, Vec<String>); 4] = [
+        (
+            "first run, saving the readout basis and null bases",
+            common(&[
+                "--readout",
+                &w,
+                "-k",
+                "100",
+                "--n-null",
+                "100",
+                "--save-readout-basis",
+                &b,
+                "--save-null-bases",
+                &nb,
+            ]),
+        ),
+        (
+            "as a user runs it",
+            common(&["--readout", &w, "-k", "100", "--n-null", "100"]),
+        ),
+        (
+            "readout basis and null bases from those files",
+            common(&["--readout-basis", &b, "--null-bases", &nb]),
+        ),
+        (
+            "fixed costs only (2 draws)",
+            common(&["--readout", &w, "-k", "100", "--n-null", "2"]),
+        ),
+    ];
+    let mut ours = Vec::new();
+    let mut rho = String::new();
+    for (i, (what, args)) in configs.iter().enumerate() {
+        let reps = if i == 0 { 1 } else { 3 };
+        let mut best = f64::INFINITY;
+        for _ in 0..reps {
+            let t = Instant::now();
+            let out = std::process::Command::new(&exe)
+                .args(args)
+                .output()
+                .context("run repgeom pga")?;
+            let secs = t.elapsed().as_secs_f64();
+            if !out.status.success() {
+                bail!(
+                    "repgeom {} failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            best = best.min(secs);
+            if i == 1 {
+                rho = csv_field(&String::from_utf8_lossy(&out.stdout), "rho_readout")
+                    .unwrap_or_default();
+            }
+        }
+        ours.push((*what, best));
+    }
+    let scipy = std::process::Command::new("python3")
+        .current_dir(root())
+        .arg("fixtures/pga/time_end_to_end.py")
+        .arg(&dir)
+        .output();
+    let theirs: Option<serde_json::Value> = match scipy {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            Some(serde_json::from_str(text.lines().last().unwrap_or("{}"))?)
+        }
+        Ok(out) => {
+            println!(
+                "NumPy/SciPy side not run: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .next_back()
+                    .unwrap_or("")
+            );
+            None
+        }
+        Err(e) => {
+            println!("NumPy/SciPy side not run: python3: {e}");
+            None
+        }
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "pga bench: N = 2048, d = 2048, W_U 4000 x 2048, k = 100, CCR-1, 100 Haar draws; files in {} (load average {})",
+        dir.display(),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "{:<56} {:>9}",
+        "repgeom pga (release), best of 3", "seconds"
+    );
+    for (what, s) in &ours {
+        println!("{what:<56} {s:>9.2}");
+    }
+    println!("rho_readout (repgeom): {rho}");
+    if let Some(v) = theirs {
+        let total = v["seconds"].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "NumPy/SciPy: {total:.2} s (load + CCR-1 {}, readout SVD {}, readout rho {}, {} draws {}); rho_readout {}",
+            v["load_ccr"],
+            v["readout_svd"],
+            v["readout_rho"],
+            v["draws"],
+            v["null_draws"],
+            v["rho_readout"]
+        );
+        println!(
+            "ratio, as a user runs it: {:.1}x; with cached bases: {:.1}x",
+            total / ours[1].1,
+            total / ours[2].1
+        );
+    }
+    Ok(())
+}
+
+/// The value of column `name` in the first data row of a CSV table.
+fn csv_field(csv: &str, name: &str) -> Option<String> {
+    let mut lines = csv.lines();
+    let col = lines.next()?.split(',').position(|c| c == name)?;
+    lines.next()?.split(',').nth(col).map(str::to_owned)
+}
+
+/// A PGA workload's files, seeded: a layer with a rank-64 signal plus noise,
+/// `h = z G + 0.5 ε` (`n × d`), and a Gaussian `W_U` (`4000 × d`), both `f32`. The standard
+/// workload is `n = d = 2048`.
+fn write_pga_workload(acts: &Path, wu: &Path, n: usize, d: usize) -> anyhow::Result<()> {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    let (r, v) = (64, 4000);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut normal =
+        |len: usize| -> Vec<f32> { (0..len).map(|_| StandardNormal.sample(&mut rng)).collect() };
+    let (z, g, noise) = (normal(n * r), normal(r * d), normal(n * d));
+    let mut h = vec![0.0f32; n * d];
+    for i in 0..n {
+        let row = &mut h[i * d..(i + 1) * d];
+        for (t, &zt) in z[i * r..(i + 1) * r].iter().enumerate() {
+            for (x, &gv) in row.iter_mut().zip(&g[t * d..(t + 1) * d]) {
+                *x += zt * gv;
+            }
+        }
+        for (x, &e) in row.iter_mut().zip(&noise[i * d..(i + 1) * d]) {
+            *x += 0.5 * e;
+        }
+    }
+    repgeom_io::write_npy_f32(acts, &[n, d], &h)?;
+    repgeom_io::write_npy_f32(wu, &[v, d], &normal(v * d))?;
+    Ok(())
+}
+
 /// `cargo xtask bench scaling [--quick]`: time and peak memory of one PGA layer (k = 100,
 /// CCR-1) against N (d = 2048) and against d (N = 2048), each size in a fresh process, with
-/// the fitted growth exponents (least squares on log-log). The default uses 10 null draws
+/// the fitted growth exponents (least squares on log-log) of the engine; beside each size,
+/// the release `repgeom pga` end to end on files of that size (`W_U` 4000 × d). The default uses 10 null draws
 /// per size and reports the time scaled to 100 draws alongside; `--quick` stops at N = 4000.
 fn scaling(args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
@@ -541,8 +750,68 @@ fn scaling(args: &[String]) -> anyhow::Result<()> {
     if !status.success() {
         bail!("building pga_scaling failed ({status})");
     }
+    let status = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args(["build", "--release", "-p", "repgeom-cli"])
+        .status()
+        .context("build the release CLI")?;
+    if !status.success() {
+        bail!("building repgeom failed ({status})");
+    }
     let exe = root().join("target/release/examples/pga_scaling");
+    let cli = root().join("target/release/repgeom");
+    let work = tempfile::tempdir().context("a directory for the workload files")?;
     let n_null = 10u64;
+    // The command a user runs on files of that size: reading W_U (4000 × d) and the layer,
+    // the readout subspace, the null bases, CCR-1 and the draws; wall time and, where
+    // `/usr/bin/time` exists, peak memory.
+    let end_to_end = |n: u64, d: u64| -> anyhow::Result<(f64, Option<f64>)> {
+        let (acts, wu) = (work.path().join("acts.npy"), work.path().join("wu.npy"));
+        write_pga_workload(&acts, &wu, n as usize, d as usize)?;
+        let args = [
+            "pga".to_owned(),
+            "--quiet".into(),
+            "--acts".into(),
+            acts.to_string_lossy().into_owned(),
+            "--readout".into(),
+            wu.to_string_lossy().into_owned(),
+            "-k".into(),
+            "100".into(),
+            "--ccr".into(),
+            "1".into(),
+            "--n-null".into(),
+            n_null.to_string(),
+        ];
+        let timer = Path::new("/usr/bin/time");
+        let t = Instant::now();
+        let out = if timer.exists() {
+            std::process::Command::new(timer)
+                .args(["-f", "%M"])
+                .arg(&cli)
+                .args(&args)
+                .output()
+        } else {
+            std::process::Command::new(&cli).args(&args).output()
+        }
+        .context("run repgeom pga")?;
+        let secs = t.elapsed().as_secs_f64();
+        if !out.status.success() {
+            bail!(
+                "repgeom pga at N = {n}, d = {d} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let kib = timer
+            .exists()
+            .then(|| {
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .next_back()
+                    .and_then(|l| l.trim().parse::<f64>().ok())
+            })
+            .flatten();
+        Ok((secs, kib.map(|k| k * 1024.0)))
+    };
     let run = |n: u64, d: u64| -> anyhow::Result<(f64, f64)> {
         let out = std::process::Command::new(&exe)
             .args([
@@ -562,9 +831,14 @@ fn scaling(args: &[String]) -> anyhow::Result<()> {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
         let secs = v["seconds"].as_f64().unwrap_or(f64::NAN);
         let rss = v["peak_rss_bytes"].as_f64().unwrap_or(f64::NAN);
+        let (cli_secs, cli_rss) = end_to_end(n, d)?;
         println!(
-            "  N = {n:>6}  d = {d:>5}  {secs:>8.2} s for {n_null} draws  peak {:>8.1} MiB",
-            rss / (1u64 << 20) as f64
+            "  N = {n:>6}  d = {d:>5}  engine {secs:>7.2} s, peak {:>7.1} MiB | repgeom pga end to end {cli_secs:>7.2} s, peak {}",
+            rss / (1u64 << 20) as f64,
+            cli_rss.map_or("-".to_owned(), |r| format!(
+                "{:.1} MiB",
+                r / (1u64 << 20) as f64
+            )),
         );
         Ok((secs, rss))
     };
