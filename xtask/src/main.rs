@@ -321,11 +321,28 @@ fn bench(names: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The criterion directory (under `CARGO_TARGET_DIR` when it is set).
+/// Cargo's target directory (`CARGO_TARGET_DIR` when it is set).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+/// The criterion directory.
 fn criterion_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root().join("target"), PathBuf::from)
-        .join("criterion")
+    target_dir().join("criterion")
+}
+
+/// Builds the release CLI and returns its path.
+fn build_release_cli() -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args(["build", "--release", "-p", "repgeom-cli"])
+        .status()
+        .context("build the release CLI")?;
+    if !status.success() {
+        bail!("building repgeom failed ({status})");
+    }
+    Ok(target_dir().join("release/repgeom"))
 }
 
 /// `cargo xtask bench pair`: the `pair` criterion bench of repgeom-metrics (the pair metrics
@@ -533,21 +550,8 @@ fn bench_extract() -> anyhow::Result<()> {
 /// saved (what a sweep reuses); with 2 draws (the fixed costs: loading, CCR, the readout
 /// subspace, the full-space ranking).
 fn bench_pga() -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(&cargo)
-        .current_dir(root())
-        .args(["build", "--release", "-p", "repgeom-cli"])
-        .status()
-        .context("build the release CLI")?;
-    if !status.success() {
-        bail!("building repgeom failed ({status})");
-    }
-    let exe = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root().join("target"), PathBuf::from)
-        .join("release/repgeom");
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root().join("target"), PathBuf::from)
-        .join("bench-pga");
+    let exe = build_release_cli()?;
+    let dir = target_dir().join("bench-pga");
     std::fs::create_dir_all(&dir)?;
     let (acts, wu) = (dir.join("acts.npy"), dir.join("wu.npy"));
     if !(acts.exists() && wu.exists()) {
@@ -750,16 +754,8 @@ fn scaling(args: &[String]) -> anyhow::Result<()> {
     if !status.success() {
         bail!("building pga_scaling failed ({status})");
     }
-    let status = std::process::Command::new(&cargo)
-        .current_dir(root())
-        .args(["build", "--release", "-p", "repgeom-cli"])
-        .status()
-        .context("build the release CLI")?;
-    if !status.success() {
-        bail!("building repgeom failed ({status})");
-    }
-    let exe = root().join("target/release/examples/pga_scaling");
-    let cli = root().join("target/release/repgeom");
+    let cli = build_release_cli()?;
+    let exe = target_dir().join("release/examples/pga_scaling");
     let work = tempfile::tempdir().context("a directory for the workload files")?;
     let n_null = 10u64;
     // The command a user runs on files of that size: reading W_U (4000 × d) and the layer,

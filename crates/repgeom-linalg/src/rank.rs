@@ -27,13 +27,13 @@ pub(crate) fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
         tmp.clear();
         tmp.resize(words.len(), 0);
     }
+    if words.is_empty() {
+        return;
+    }
     let (mut lo, mut hi) = (u64::MAX, 0u64);
     for &w in words.iter() {
         lo = lo.min(w);
         hi = hi.max(w);
-    }
-    if words.is_empty() {
-        return;
     }
     let (lo, hi) = ((lo >> 32) as u32, (hi >> 32) as u32);
     let bits = 32 - (hi - lo).leading_zeros();
@@ -242,7 +242,7 @@ impl RankedReference {
         radix_sort_keys(&mut scratch.words, &mut scratch.tmp);
         let words = &scratch.words;
         let n = words.len();
-        let (mut starts, mut ties, mut total) = (0u128, 0u128, 0u128);
+        let (mut starts, mut ties) = (0u128, 0u128);
         let mut start = 0u64;
         let mut prev = words[0] >> 32;
         for (p, &w) in (0u64..).zip(words.iter()) {
@@ -253,7 +253,6 @@ impl RankedReference {
             let j = p - start;
             starts += u128::from(start * q2);
             ties += u128::from(j * (j + 1));
-            total += u128::from(q2);
         }
         let mut ends = 0u128;
         let mut end = n as u64;
@@ -264,8 +263,10 @@ impl RankedReference {
             next = key;
             ends += u128::from(end * (w & 0xFFFF_FFFF));
         }
+        // Σ (2 r_p)(2 q_p) = Σ (s + e)(2 q_p) + Σ 2 q_p, and the doubled reference ranks sum
+        // to n (n + 1) whatever its ties.
         let n = n as i128;
-        let sxy4 = (starts + ends + total) as i128 - n * (n + 1) * (n + 1);
+        let sxy4 = (starts + ends) as i128 + n * (n + 1) - n * (n + 1) * (n + 1);
         let syy12 = n * (n * n - 1) - 3 * ties as i128;
         if syy12 == 0 {
             return Err(Error::Constant { what: what.into() });

@@ -909,18 +909,15 @@ pub(crate) fn over_draws<D: Sync, S: Send, T: Send>(
             // new buffer costs page faults and zeroing. Which draw gets which buffer does not
             // change any result.
             let pool: std::sync::Mutex<Vec<S>> = std::sync::Mutex::new(Vec::new());
-            let take = || {
+            let lock = || {
                 pool.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .pop()
             };
             null.par_iter()
                 .map(|q| {
-                    let mut scratch = take().unwrap_or_else(&init);
+                    let mut scratch = lock().pop().unwrap_or_else(&init);
                     let r = one(&mut scratch, q);
-                    pool.lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .push(scratch);
+                    lock().push(scratch);
                     r
                 })
                 .collect()

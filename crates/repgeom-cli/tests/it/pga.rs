@@ -444,55 +444,28 @@ fn saved_readout_basis_and_null_bases_reproduce_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let basis = dir.path().join("basis.npy");
     let null = dir.path().join("null.npy");
+    let (basis, null) = (basis.to_str().unwrap(), null.to_str().unwrap());
+    // The fixture with readout options, as JSON.
+    let run = |readout: &[&str], extra: &[&str]| {
+        let mut args = vec!["pga", "--acts", "fixtures/pga/acts.npy", "--format", "json"];
+        args.extend_from_slice(readout);
+        args.extend_from_slice(extra);
+        let run = repgeom(&args);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run
+    };
+    let drawn = [
+        "--readout",
+        "fixtures/pga/readout.npy",
+        "--n-null",
+        "12",
+        "--seed",
+        "5",
+    ];
     // A -k list saves the widest basis; the later run reads all its columns.
-    let first = repgeom(&[
-        "pga",
-        "--acts",
-        "fixtures/pga/acts.npy",
-        "--readout",
-        "fixtures/pga/readout.npy",
-        "-k",
-        "4,8",
-        "--n-null",
-        "12",
-        "--seed",
-        "5",
-        "--format",
-        "json",
-        "--save-readout-basis",
-        basis.to_str().unwrap(),
-    ]);
-    assert_eq!(first.code, 0, "{}", first.stderr);
-    let null_run = repgeom(&[
-        "pga",
-        "--acts",
-        "fixtures/pga/acts.npy",
-        "--readout",
-        "fixtures/pga/readout.npy",
-        "-k",
-        "8",
-        "--n-null",
-        "12",
-        "--seed",
-        "5",
-        "--format",
-        "json",
-        "--save-null-bases",
-        null.to_str().unwrap(),
-    ]);
-    assert_eq!(null_run.code, 0, "{}", null_run.stderr);
-    let again = repgeom(&[
-        "pga",
-        "--acts",
-        "fixtures/pga/acts.npy",
-        "--readout-basis",
-        basis.to_str().unwrap(),
-        "--null-bases",
-        null.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    assert_eq!(again.code, 0, "{}", again.stderr);
+    let first = run(&drawn, &["-k", "4,8", "--save-readout-basis", basis]);
+    run(&drawn, &["-k", "8", "--save-null-bases", null]);
+    let again = run(&["--readout-basis", basis, "--null-bases", null], &[]);
     let strip = |run: &crate::Run| -> Vec<serde_json::Value> {
         json_rows(run)
             .into_iter()
