@@ -38,30 +38,84 @@ pub fn symmetric_eigen_desc(a: MatRef<'_, f64>) -> Result<(Vec<f64>, Mat<f64>)> 
         a.ncols(),
         "symmetric_eigen_desc needs a square matrix"
     );
+    eigen_desc(a, a.nrows())
+}
+
+/// [`symmetric_eigen_desc`] with only the top `m` eigenvectors: every eigenvalue, and the
+/// eigenvectors of the `m` largest, equal bit for bit to the first `m` columns of the whole
+/// decomposition. The reduction to tridiagonal form and the tridiagonal solve are the same;
+/// only the `m` vectors wanted are transformed back (`2 n² m` flops instead of `2 n³`).
+pub(crate) fn eigen_desc(a: MatRef<'_, f64>, m: usize) -> Result<(Vec<f64>, Mat<f64>)> {
+    use faer::Conj;
+    use faer::dyn_stack::{MemBuffer, MemStack, StackReq};
+    use faer::linalg::evd::{
+        ComputeEigenvectors, self_adjoint_evd_scratch, tridiag, tridiagonal_self_adjoint_evd,
+    };
+    use faer::linalg::householder::{
+        apply_block_householder_sequence_on_the_left_in_place_scratch,
+        apply_block_householder_sequence_on_the_left_in_place_with_conj,
+    };
     let n = a.nrows();
-    use faer::dyn_stack::{MemBuffer, MemStack};
-    use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
-    let mut s_diag = faer::diag::Diag::<f64>::zeros(n);
+    assert!(m <= n, "eigen_desc: m = {m} > n = {n}");
+    if n == 0 {
+        return Ok((Vec::new(), Mat::zeros(0, 0)));
+    }
+    // faer's `self_adjoint_evd`, step by step (it reads the lower triangle only).
+    let bs = faer::linalg::qr::no_pivoting::factor::recommended_block_size::<f64>(n, n);
+    let mut buf = MemBuffer::new(StackReq::any_of(&[
+        tridiag::tridiag_in_place_scratch::<f64>(n, Par::Seq, Default::default()),
+        self_adjoint_evd_scratch::<f64>(n, ComputeEigenvectors::Yes, Par::Seq, Default::default()),
+        apply_block_householder_sequence_on_the_left_in_place_scratch::<f64>(n - 1, bs, m),
+    ]));
+    let mut trid = Mat::<f64>::zeros(n, n);
+    trid.copy_from_triangular_lower(a);
+    let mut householder = Mat::<f64>::zeros(bs, n - 1);
+    tridiag::tridiag_in_place(
+        trid.as_mut(),
+        householder.as_mut(),
+        Par::Seq,
+        MemStack::new(&mut buf),
+        Default::default(),
+    );
+    let mut diag = faer::diag::Diag::<f64>::zeros(n);
+    let mut offdiag = faer::diag::Diag::<f64>::zeros(n);
+    for i in 0..n {
+        diag[i] = trid[(i, i)];
+        if i + 1 < n {
+            offdiag[i] = trid[(i + 1, i)];
+        }
+    }
+    let mut s = faer::diag::Diag::<f64>::zeros(n);
     let mut u = Mat::<f64>::zeros(n, n);
-    let scratch =
-        self_adjoint_evd_scratch::<f64>(n, ComputeEigenvectors::Yes, Par::Seq, Default::default());
-    self_adjoint_evd(
-        a,
-        s_diag.as_mut(),
+    tridiagonal_self_adjoint_evd(
+        diag.as_ref(),
+        offdiag.as_ref(),
+        s.as_mut(),
         Some(u.as_mut()),
         Par::Seq,
-        MemStack::new(&mut MemBuffer::new(scratch)),
+        MemStack::new(&mut buf),
         Default::default(),
     )
     .map_err(|_| Error::NoConvergence {
         what: "symmetric eigendecomposition".into(),
     })?;
-    let s = s_diag.column_vector();
-    let mut values = Vec::with_capacity(n);
-    let mut vectors = Mat::<f64>::zeros(n, n);
-    for (dst, src) in (0..n).rev().enumerate() {
-        values.push(s[src]);
-        let col = u.col(src);
+    // Eigenvalues come non-decreasing: the top m vectors are the last m columns.
+    let mut top = u.subcols(n - m, m).to_owned();
+    drop(u);
+    if n > 1 {
+        apply_block_householder_sequence_on_the_left_in_place_with_conj(
+            trid.submatrix(1, 0, n - 1, n - 1),
+            householder.as_ref(),
+            Conj::No,
+            top.as_mut().subrows_mut(1, n - 1),
+            Par::Seq,
+            MemStack::new(&mut buf),
+        );
+    }
+    let values = (0..n).rev().map(|i| s[i]).collect();
+    let mut vectors = Mat::<f64>::zeros(n, m);
+    for (dst, src) in (0..m).rev().enumerate() {
+        let col = top.col(src);
         let mut pivot = 0.0f64;
         for v in col.iter() {
             if v.abs() > pivot.abs() {
@@ -281,9 +335,15 @@ fn directions(
     let dual = n < d;
     let mut g = Mat::<f64>::zeros(r, r);
     if dual {
-        matmul(&mut g, Accum::Replace, xc, xc.transpose(), 1.0, par);
+        gram_lower(&mut g, xc.transpose(), Accum::Replace, par);
     } else {
-        matmul(&mut g, Accum::Replace, xc.transpose(), xc, 1.0, par);
+        gram_lower(&mut g, xc, Accum::Replace, par);
+    }
+    // The partial eigensolver multiplies by the whole matrix.
+    for j in 1..r {
+        for i in 0..j {
+            g[(i, j)] = g[(j, i)];
+        }
     }
     let (vals, vecs) = if whole_spectrum {
         let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
@@ -322,6 +382,24 @@ fn directions(
         directions,
         variances,
     })
+}
+
+/// The lower triangle (diagonal included) of $X^\top X$ into `g`, at half the cost of the
+/// whole product; the strict upper triangle of `g` is left as it was. Each entry is the one
+/// the whole product computes, bit for bit (the same kernels, over the same inner order).
+pub(crate) fn gram_lower(g: &mut Mat<f64>, x: MatRef<'_, f64>, accum: Accum, par: Par) {
+    use faer::linalg::matmul::triangular::{BlockStructure, matmul as tri_matmul};
+    tri_matmul(
+        g.as_mut(),
+        BlockStructure::TriangularLower,
+        accum,
+        x.transpose(),
+        BlockStructure::Rectangular,
+        x,
+        BlockStructure::Rectangular,
+        1.0,
+        par,
+    );
 }
 
 /// Removes the span of the orthonormal columns of `u` (`d × c`) from every row of `x`:
@@ -402,7 +480,8 @@ pub fn top_right_singular_vectors(
     while start < w.nrows() {
         let len = BLOCK.min(w.nrows() - start);
         let block = to_f64(w.subrows(start, len));
-        matmul(&mut g, Accum::Add, block.transpose(), &block, 1.0, par);
+        // Only the lower triangle: the eigendecomposition reads no other.
+        gram_lower(&mut g, block.as_ref(), Accum::Add, par);
         start += len;
     }
     // The full decomposition, not the partial Krylov–Schur solve of `top_eigen_desc`: on a
@@ -412,9 +491,9 @@ pub fn top_right_singular_vectors(
     // nothing in its output showed it. `top_pairs_certified` now catches that, but there the
     // partial solve alone costs as much as the full one, so trying it first only adds time
     // (`examples/readout_timing.rs` times both on any W_U).
-    let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
+    let (vals, vecs) = eigen_desc(g.as_ref(), k)?;
     let sv = vals.iter().take(k).map(|v| v.max(0.0).sqrt()).collect();
-    Ok((vecs.subcols(0, k).to_owned(), sv))
+    Ok((vecs, sv))
 }
 
 /// The readout subspace $V_k$ of `W_U` (`V × d`): its top-`k` right singular vectors.
@@ -454,6 +533,76 @@ pub fn project_f32(x: MatRef<'_, f32>, basis: MatRef<'_, f32>, par: Par) -> Mat<
     let mut out = Mat::<f32>::zeros(x.nrows(), basis.ncols());
     matmul(&mut out, Accum::Replace, x, basis, 1.0f32, par);
     out
+}
+
+/// The thin QR factorisation of a `d × k` matrix (`k ≤ d`) by blocked Householder
+/// reflections, with the signs fixed so that `R` has a non-negative diagonal: returns `Q`
+/// (`d × k`, orthonormal columns) and `diag(R)`.
+///
+/// `diag(R)_j` is the norm of column `j`'s component orthogonal to the columns before it, so
+/// a (numerically) dependent column shows as a value near zero. This is the factorisation of
+/// LAPACK's `geqrf`/`orgqr` (NumPy's `linalg.qr`) up to rounding; with the sign convention,
+/// the `Q` of a standard Gaussian matrix is uniform on the Stiefel manifold (Mezzadri 2007).
+/// Runs sequentially: bit-identical at any thread count, and cheap enough to run one per
+/// parallel task.
+///
+/// ```
+/// use repgeom_linalg::{Mat, orthonormal_basis_check, qr_positive};
+/// let a = Mat::<f64>::from_fn(6, 3, |i, j| ((i * 7 + j * 3) % 5) as f64 - 2.0 + (i == j) as u8 as f64);
+/// let (q, r) = qr_positive(a.as_ref());
+/// assert!(orthonormal_basis_check(q.as_ref()) < 1e-12);
+/// assert!(r.iter().all(|&v| v >= 0.0));
+/// // The first column of Q is the first column of A, normalised (R's first diagonal > 0).
+/// let norm = a.col(0).norm_l2();
+/// assert!((0..6).all(|i| (q[(i, 0)] - a[(i, 0)] / norm).abs() < 1e-12));
+/// ```
+#[track_caller]
+pub fn qr_positive(a: MatRef<'_, f64>) -> (Mat<f64>, Vec<f64>) {
+    use faer::Conj;
+    use faer::dyn_stack::{MemBuffer, MemStack, StackReq};
+    use faer::linalg::householder::{
+        apply_block_householder_sequence_on_the_left_in_place_scratch,
+        apply_block_householder_sequence_on_the_left_in_place_with_conj,
+    };
+    use faer::linalg::qr::no_pivoting::factor::{
+        qr_in_place, qr_in_place_scratch, recommended_block_size,
+    };
+    let (d, k) = (a.nrows(), a.ncols());
+    assert!(k <= d, "qr_positive needs k <= d (got {d} x {k})");
+    let mut factors = a.to_owned();
+    if k == 0 {
+        return (factors, Vec::new());
+    }
+    let bs = recommended_block_size::<f64>(d, k);
+    let mut coeffs = Mat::<f64>::zeros(bs, k);
+    let mut buf = MemBuffer::new(StackReq::any_of(&[
+        qr_in_place_scratch::<f64>(d, k, bs, Par::Seq, Default::default()),
+        apply_block_householder_sequence_on_the_left_in_place_scratch::<f64>(d, bs, k),
+    ]));
+    qr_in_place(
+        factors.as_mut(),
+        coeffs.as_mut(),
+        Par::Seq,
+        MemStack::new(&mut buf),
+        Default::default(),
+    );
+    // Q·S with S = sign(diag R): apply the reflectors to S (a d × k "identity" with signs).
+    let mut q = Mat::<f64>::zeros(d, k);
+    let mut r_diag = Vec::with_capacity(k);
+    for j in 0..k {
+        let r = factors[(j, j)];
+        q[(j, j)] = if r < 0.0 { -1.0 } else { 1.0 };
+        r_diag.push(r.abs());
+    }
+    apply_block_householder_sequence_on_the_left_in_place_with_conj(
+        factors.as_ref(),
+        coeffs.as_ref(),
+        Conj::No,
+        q.as_mut(),
+        Par::Seq,
+        MemStack::new(&mut buf),
+    );
+    (q, r_diag)
 }
 
 /// Largest absolute entry of $B^\top B - I$: zero for an orthonormal basis.

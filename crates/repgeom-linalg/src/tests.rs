@@ -362,3 +362,96 @@ fn spearman_on_large_inputs_matches_ranks_from_a_comparison_sort() {
     let got = spearman(&a, &b, "large").unwrap();
     assert!((got - expect).abs() < STRICT, "{got} vs {expect}");
 }
+
+/// The top-`m` decomposition is the whole one, bit for bit, in its first `m` columns; and the
+/// whole one is faer's `self_adjoint_evd` (taken step by step) reordered and sign-fixed. Sizes
+/// on both sides of faer's divide-and-conquer threshold.
+#[test]
+fn top_eigenvectors_equal_the_whole_decomposition_bit_for_bit() {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
+    for (n, m) in [(1, 1), (7, 3), (40, 40), (300, 25)] {
+        let x = Mat::<f64>::from_fn(n + 5, n, |i, j| {
+            let h = ((i * 7919 + j * 104_729 + 13) % 1009) as f64;
+            h / 1009.0 - 0.5
+        });
+        let mut a = Mat::<f64>::zeros(n, n);
+        faer::linalg::matmul::matmul(
+            &mut a,
+            faer::Accum::Replace,
+            x.transpose(),
+            &x,
+            1.0,
+            Par::Seq,
+        );
+        let (values, whole) = symmetric_eigen_desc(a.as_ref()).unwrap();
+        let (top_values, top) = decomp::eigen_desc(a.as_ref(), m).unwrap();
+        assert_eq!(values, top_values, "n = {n}");
+        assert!(top == whole.subcols(0, m), "n = {n}, m = {m}");
+
+        let mut s = faer::diag::Diag::<f64>::zeros(n);
+        let mut u = Mat::<f64>::zeros(n, n);
+        let req = self_adjoint_evd_scratch::<f64>(
+            n,
+            ComputeEigenvectors::Yes,
+            Par::Seq,
+            Default::default(),
+        );
+        self_adjoint_evd(
+            a.as_ref(),
+            s.as_mut(),
+            Some(u.as_mut()),
+            Par::Seq,
+            MemStack::new(&mut MemBuffer::new(req)),
+            Default::default(),
+        )
+        .unwrap();
+        for j in 0..n {
+            let src = n - 1 - j;
+            assert_eq!(
+                values[j].to_bits(),
+                s[src].to_bits(),
+                "eigenvalue {j} of {n}"
+            );
+            let flip = whole[(0, j)].to_bits() != u[(0, src)].to_bits();
+            for i in 0..n {
+                let expect = if flip { -u[(i, src)] } else { u[(i, src)] };
+                assert_eq!(
+                    whole[(i, j)].to_bits(),
+                    expect.to_bits(),
+                    "vector {j} of {n}, row {i}"
+                );
+            }
+        }
+    }
+}
+
+/// The lower triangle of the half-cost Gram is the whole product's, bit for bit.
+#[test]
+fn gram_lower_triangle_equals_the_whole_product() {
+    for (rows, cols) in [(3, 5), (64, 48), (700, 300)] {
+        let x = Mat::<f64>::from_fn(rows, cols, |i, j| {
+            ((i * 31 + j * 17) % 23) as f64 - 11.0 + 0.01 * i as f64
+        });
+        let mut whole = Mat::<f64>::zeros(cols, cols);
+        faer::linalg::matmul::matmul(
+            &mut whole,
+            faer::Accum::Replace,
+            x.transpose(),
+            &x,
+            1.0,
+            Par::rayon(2),
+        );
+        let mut lower = Mat::<f64>::zeros(cols, cols);
+        decomp::gram_lower(&mut lower, x.as_ref(), faer::Accum::Replace, Par::rayon(2));
+        for j in 0..cols {
+            for i in j..cols {
+                assert_eq!(
+                    lower[(i, j)].to_bits(),
+                    whole[(i, j)].to_bits(),
+                    "({i}, {j}) of {rows}x{cols}"
+                );
+            }
+        }
+    }
+}

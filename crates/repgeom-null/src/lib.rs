@@ -10,8 +10,8 @@
 //! so draws can be made in parallel and are bit-identical at any thread count, and a single
 //! draw can be regenerated without the others. A basis is the Q factor of a `d × k` standard
 //! Gaussian matrix with the signs fixed so that `diag(R) > 0`, which makes its span uniform on
-//! the Grassmannian (Mezzadri 2007); Q is computed by twice-iterated modified Gram–Schmidt,
-//! whose R has a positive diagonal by construction.
+//! the Grassmannian (Mezzadri 2007); Q comes from a sequential blocked Householder QR
+//! ([`repgeom_linalg::qr_positive`], LAPACK's and NumPy's factorisation up to rounding).
 //!
 //! [`spectrum_matched`] tilts those draws towards a layer's variance profile until each
 //! captures the same share of variance as the readout subspace (the stricter `spectrum` null).
@@ -155,32 +155,7 @@ pub fn haar_basis(d: usize, k: usize, seed: u64, index: u64) -> Mat<f64> {
             g[(i, j)] = StandardNormal.sample(&mut rng);
         }
     }
-    orthonormalize(&mut g);
-    g
-}
-
-/// In-place twice-iterated modified Gram–Schmidt: columns become the Q of a QR factorisation
-/// whose R has a positive diagonal.
-fn orthonormalize(q: &mut Mat<f64>) {
-    let k = q.ncols();
-    for j in 0..k {
-        for _pass in 0..2 {
-            for p in 0..j {
-                let dot: f64 = q
-                    .col(p)
-                    .iter()
-                    .zip(q.col(j).iter())
-                    .map(|(a, b)| a * b)
-                    .sum();
-                for i in 0..q.nrows() {
-                    let v = q[(i, p)];
-                    q[(i, j)] -= dot * v;
-                }
-            }
-        }
-        let norm = q.col(j).norm_l2();
-        q.col_mut(j).iter_mut().for_each(|v| *v /= norm);
-    }
+    repgeom_linalg::qr_positive(g.as_ref()).0
 }
 
 /// `n_null` Haar-random `d × k` bases, drawn once per `(seed, d, k)`.

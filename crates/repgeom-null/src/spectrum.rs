@@ -161,33 +161,15 @@ fn captured_in_eigenbasis(coords: MatRef<'_, f64>, lambda: &[f64], trace: f64) -
     s / trace
 }
 
-/// Twice-iterated modified Gram–Schmidt of the columns of `q` (in place); `false` when a
-/// column is numerically dependent on the previous ones.
-fn orthonormalize(q: &mut Mat<f64>) -> bool {
-    let k = q.ncols();
-    for j in 0..k {
-        let before = q.col(j).norm_l2();
-        for _pass in 0..2 {
-            for p in 0..j {
-                let dot: f64 = q
-                    .col(p)
-                    .iter()
-                    .zip(q.col(j).iter())
-                    .map(|(a, b)| a * b)
-                    .sum();
-                for i in 0..q.nrows() {
-                    let v = q[(i, p)];
-                    q[(i, j)] -= dot * v;
-                }
-            }
-        }
-        let norm = q.col(j).norm_l2();
-        if norm.is_nan() || norm <= 1e-10 * before {
-            return false;
-        }
-        q.col_mut(j).iter_mut().for_each(|v| *v /= norm);
-    }
-    true
+/// The orthonormal basis of the columns of `t` (Householder QR, `R` with a positive
+/// diagonal); `None` when a column is numerically dependent on the previous ones.
+fn orthonormalize(t: MatRef<'_, f64>) -> Option<Mat<f64>> {
+    let (q, r_diag) = repgeom_linalg::qr_positive(t);
+    let independent = r_diag
+        .iter()
+        .enumerate()
+        .all(|(j, &r)| r.is_finite() && r > 1e-10 * t.col(j).norm_l2());
+    independent.then_some(q)
 }
 
 /// Tilts the Haar draws `haar` towards the variance profile of `corrected` (`N × d`, centred,
@@ -251,10 +233,8 @@ pub fn spectrum_matched(
         let p = to_eigen(q.as_ref());
         // Tilted, orthonormalised coordinates in the eigenbasis, and their captured share.
         let tilt = |beta: f64| -> Option<(Mat<f64>, f64)> {
-            let mut t = Mat::from_fn(d, k, |i, j| (0.5 * beta * log_rel[i]).exp() * p[(i, j)]);
-            if !orthonormalize(&mut t) {
-                return None;
-            }
+            let t = Mat::from_fn(d, k, |i, j| (0.5 * beta * log_rel[i]).exp() * p[(i, j)]);
+            let t = orthonormalize(t.as_ref())?;
             let c = captured_in_eigenbasis(t.as_ref(), &lambda, trace);
             Some((t, c))
         };
