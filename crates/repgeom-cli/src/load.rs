@@ -69,6 +69,31 @@ pub(crate) fn readout_basis(
     acts_path: &Path,
     ctx: &Context,
 ) -> anyhow::Result<Mat<f64>> {
+    let w_u = read_readout(path, choice, k, d, acts_path, ctx)?;
+    readout_subspace(&w_u, k, ctx)
+}
+
+/// The top-`k` right singular vectors of a readout from [`read_readout`].
+pub(crate) fn readout_subspace(
+    w_u: &repgeom_io::Matrix,
+    k: usize,
+    ctx: &Context,
+) -> anyhow::Result<Mat<f64>> {
+    let view = MatRef::from_row_major_slice(&w_u.data, w_u.rows, w_u.cols);
+    Ok(repgeom_linalg::readout_subspace(view, k, ctx.par())?)
+}
+
+/// The readout `W_U` that [`readout_basis`] decomposes (downloaded first for a hub id),
+/// prepared as `choice` says and checked against the activations' `d` and the requested `k`:
+/// every error of the file shows here, before any decomposition starts.
+pub(crate) fn read_readout(
+    path: &Path,
+    choice: &ReadoutChoice,
+    k: usize,
+    d: usize,
+    acts_path: &Path,
+    ctx: &Context,
+) -> anyhow::Result<repgeom_io::Matrix> {
     // A hub id downloads only the readout's shard, unless the final norm's gain is needed too.
     let need = if choice.prep.fold_norm {
         repgeom_hub::Files::Full
@@ -106,6 +131,5 @@ pub(crate) fn readout_basis(
         m.rows,
         m.cols
     );
-    let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-    Ok(repgeom_linalg::readout_subspace(view, k, ctx.par())?)
+    Ok(readout.matrix)
 }

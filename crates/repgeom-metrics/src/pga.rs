@@ -208,7 +208,13 @@ pub fn memory_estimate(n: usize, d: usize, k: usize) -> MemoryEstimate {
 /// Checks the inputs shared by every PGA call. `what` names the layer for messages, e.g.
 /// `"run.safetensors: hidden_states.3 [300, 64]"`.
 pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str) -> Result<()> {
-    let (n, d) = (acts.nrows(), acts.ncols());
+    check_enough_points(acts.nrows(), what)?;
+    check_basis_shape(acts.nrows(), acts.ncols(), basis, what)?;
+    check_acts_values(acts, what)?;
+    check_basis_values(basis, what)
+}
+
+fn check_enough_points(n: usize, what: &str) -> Result<()> {
     if n < MIN_POINTS {
         return Err(Error::TooFewPoints {
             what: what.into(),
@@ -216,6 +222,11 @@ pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str
             min: MIN_POINTS,
         });
     }
+    Ok(())
+}
+
+/// The basis' `d` against the activations' (`n × d`), and `0 < k < d`.
+fn check_basis_shape(n: usize, d: usize, basis: MatRef<'_, f64>, what: &str) -> Result<()> {
     if basis.nrows() != d {
         return Err(Error::ShapeMismatch {
             what: format!("{what} against the readout basis"),
@@ -236,6 +247,11 @@ pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str
             reason: format!("the readout subspace dimension must satisfy 0 < k < d = {d} ({what})"),
         });
     }
+    Ok(())
+}
+
+/// Every activation finite, and no point at the origin.
+fn check_acts_values(acts: MatRef<'_, f32>, what: &str) -> Result<()> {
     if let Some((row, col)) = first_non_finite(acts) {
         return Err(Error::NonFinite {
             what: what.into(),
@@ -243,7 +259,10 @@ pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str
             col,
         });
     }
-    check_no_zero_rows(acts, what)?;
+    check_no_zero_rows(acts, what)
+}
+
+fn check_basis_values(basis: MatRef<'_, f64>, what: &str) -> Result<()> {
     if let Some((row, col)) = first_non_finite(basis) {
         return Err(Error::NonFinite {
             what: format!("readout basis for {what}"),
@@ -331,7 +350,84 @@ pub fn pga_ccr_sweep_with(
     sweep_validated(acts, readout_basis, null, ccrs, what, par, on_draw, opts)
 }
 
+/// [`pga_ccr_sweep_with`] with the readout basis computed by `readout` (for instance the
+/// top-`k` right singular vectors of `W_U`) while the layer is prepared (centring, CCR, the
+/// ranked full-space distances) and the first CCR level's null draws run: the readout's
+/// decomposition is sequential, and the draws use the cores it leaves idle. Returns that
+/// basis with the results, for the next layers of the same model.
+///
+/// The results are those of computing the basis first and calling [`pga_ccr_sweep_with`]:
+/// the two pieces of work are independent. Only the Haar null on all pairs overlaps them;
+/// the spectrum null needs the readout before its draws, and sampled pairs are cheap to
+/// prepare, so there `readout` simply runs first. With `Par::Seq` everything runs on this
+/// thread, `readout` first.
+///
+/// ```
+/// use repgeom_linalg::{Mat, Par, readout_subspace};
+/// use repgeom_metrics::pga::{EngineOptions, pga_ccr_sweep_overlapped, pga_ccr_sweep_with};
+/// use repgeom_null::{NullBases, NullParams};
+///
+/// let acts = Mat::<f32>::from_fn(40, 6, |i, j| ((i * 7 + j * 3) % 11) as f32 + 0.1 * j as f32);
+/// let w_u = Mat::<f32>::from_fn(30, 6, |i, j| ((i * 5 + j * 2) % 7) as f32 - 3.0);
+/// let null = NullBases::draw(6, 2, &NullParams { n_null: 10, seed: 0 }.check().unwrap()).unwrap();
+/// let opts = EngineOptions::default();
+/// let (basis, overlapped) = pga_ccr_sweep_overlapped(
+///     acts.as_ref(),
+///     || readout_subspace(w_u.as_ref(), 2, Par::Seq).map_err(repgeom_metrics::Error::from),
+///     &null, &[0, 1], "demo", Par::rayon(2), &|| {}, &opts,
+/// ).unwrap();
+/// let first = pga_ccr_sweep_with(
+///     acts.as_ref(), basis.as_ref(), &null, &[0, 1], "demo", Par::rayon(2), &|| {}, &opts,
+/// ).unwrap();
+/// assert_eq!(overlapped, first);
+/// ```
+pub fn pga_ccr_sweep_overlapped<E: From<Error> + Send>(
+    acts: MatRef<'_, f32>,
+    readout: impl FnOnce() -> std::result::Result<Mat<f64>, E> + Send,
+    null: &NullBases,
+    ccrs: &[usize],
+    what: &str,
+    par: Par,
+    on_draw: &(dyn Fn() + Sync),
+    opts: &EngineOptions,
+) -> std::result::Result<(Mat<f64>, Vec<PgaResult>), E> {
+    check_enough_points(acts.nrows(), what)?;
+    check_acts_values(acts, what)?;
+    // The readout's own error type is carried past the engine's: parked here, and the engine
+    // sees a placeholder that it only passes on.
+    let failed: std::sync::Mutex<Option<E>> = std::sync::Mutex::new(None);
+    let pending = || {
+        readout().map_err(|e| {
+            *failed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+            Error::Cancelled
+        })
+    };
+    let run = sweep(
+        acts,
+        Readout::Pending(Box::new(pending)),
+        null,
+        ccrs,
+        what,
+        par,
+        on_draw,
+        opts,
+    );
+    let parked = failed
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match (run, parked) {
+        (_, Some(e)) => Err(e),
+        (Ok((basis, results)), None) => {
+            Ok((basis.expect("a pending readout is returned"), results))
+        }
+        (Err(e), None) => Err(e.into()),
+    }
+}
+
 /// The engine behind [`pga_ccr_sweep_with`] and [`pga_layer`], once the inputs are valid.
+#[allow(clippy::too_many_arguments)]
 fn sweep_validated(
     acts: MatRef<'_, f32>,
     readout_basis: MatRef<'_, f64>,
@@ -342,13 +438,51 @@ fn sweep_validated(
     on_draw: &(dyn Fn() + Sync),
     opts: &EngineOptions,
 ) -> Result<Vec<PgaResult>> {
-    let (n, d, k) = (acts.nrows(), acts.ncols(), readout_basis.ncols());
-    if null.d() != d || null.k() != k {
-        return Err(Error::ShapeMismatch {
-            what: format!("{what}: null bases against the readout basis"),
-            left: format!("null bases [{}, {}, {}]", null.len(), null.d(), null.k()),
-            right: format!("readout basis [{d}, {k}]"),
-        });
+    let (_, results) = sweep(
+        acts,
+        Readout::Given(readout_basis),
+        null,
+        ccrs,
+        what,
+        par,
+        on_draw,
+        opts,
+    )?;
+    Ok(results)
+}
+
+/// The readout basis of a sweep: given, or computed while the first level is prepared.
+enum Readout<'a> {
+    Given(MatRef<'a, f64>),
+    Pending(Box<dyn FnOnce() -> Result<Mat<f64>> + Send + 'a>),
+}
+
+/// [`sweep_validated`] on a given or pending readout basis; returns the basis if it was
+/// pending. The activations are valid; a pending basis is checked once it is computed.
+#[allow(clippy::too_many_arguments)]
+fn sweep(
+    acts: MatRef<'_, f32>,
+    readout: Readout<'_>,
+    null: &NullBases,
+    ccrs: &[usize],
+    what: &str,
+    par: Par,
+    on_draw: &(dyn Fn() + Sync),
+    opts: &EngineOptions,
+) -> Result<(Option<Mat<f64>>, Vec<PgaResult>)> {
+    let (n, d, k) = (acts.nrows(), acts.ncols(), null.k());
+    let basis_shape = |basis: MatRef<'_, f64>| -> Result<()> {
+        if null.d() != d || basis.ncols() != k {
+            return Err(Error::ShapeMismatch {
+                what: format!("{what}: null bases against the readout basis"),
+                left: format!("null bases [{}, {}, {}]", null.len(), null.d(), null.k()),
+                right: format!("readout basis [{d}, {}]", basis.ncols()),
+            });
+        }
+        Ok(())
+    };
+    if let Readout::Given(basis) = &readout {
+        basis_shape(basis.as_ref())?;
     }
     let max_c = ccrs.iter().copied().max().unwrap_or(0);
     if max_c >= n.min(d) {
@@ -394,26 +528,76 @@ fn sweep_validated(
         }
         _ => None,
     };
-    let centred = center_columns(acts);
-    let directions = if max_c > 0 {
-        Some(repgeom_linalg::top_principal_directions(centred.as_ref(), max_c, par)?.directions)
-    } else {
-        None
-    };
-    let readout32 = to_f32(readout_basis);
     let haar32: Vec<Mat<f32>> = match opts.null {
         NullKind::Haar => null.bases().iter().map(|q| to_f32(q.as_ref())).collect(),
         NullKind::Spectrum => Vec::new(),
     };
-    ccrs.iter()
+    let correct =
+        |centred: &Mat<f64>, directions: &Option<Mat<f64>>, c: usize| match (directions, c) {
+            (Some(u), c) if c > 0 => {
+                remove_directions(centred.as_ref(), u.as_ref().subcols(0, c), par)
+            }
+            _ => centred.clone(),
+        };
+    // Everything up to the first level's null draws needs no readout basis. Under the Haar
+    // null on all pairs, a pending basis is computed beside it.
+    let overlap = opts.null == NullKind::Haar && sample.is_none() && par != Par::Seq;
+    let prepare = || -> Result<_> {
+        let centred = center_columns(acts);
+        let directions = if max_c > 0 {
+            Some(repgeom_linalg::top_principal_directions(centred.as_ref(), max_c, par)?.directions)
+        } else {
+            None
+        };
+        let first = match (overlap, ccrs.first()) {
+            (true, Some(&c)) => {
+                let corrected = correct(&centred, &directions, c);
+                let label = format!("{what} after CCR-{c}");
+                Some(with_workers(workers, || {
+                    let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par)?;
+                    let draws = level.null_draws(&haar32, par, on_draw)?;
+                    Ok((level, draws))
+                })?)
+            }
+            _ => None,
+        };
+        Ok((centred, directions, first))
+    };
+    let (given, pending) = match readout {
+        Readout::Given(basis) => (Some(basis), None),
+        Readout::Pending(f) => (None, Some(f)),
+    };
+    let (computed, (centred, directions, mut first)) = match pending {
+        None => (None, prepare()?),
+        Some(f) if overlap => {
+            let (basis, prepared) = rayon::join(f, prepare);
+            (Some(basis?), prepared?)
+        }
+        Some(f) => {
+            let basis = f()?;
+            (Some(basis), prepare()?)
+        }
+    };
+    let readout_basis = match (&computed, given) {
+        (Some(basis), _) => {
+            check_basis_shape(n, d, basis.as_ref(), what)?;
+            basis_shape(basis.as_ref())?;
+            check_basis_values(basis.as_ref(), what)?;
+            basis.as_ref()
+        }
+        (None, given) => given.expect("a readout basis is given or computed"),
+    };
+    let readout32 = to_f32(readout_basis);
+    let results = ccrs
+        .iter()
         .map(|&c| {
-            let corrected = match (&directions, c) {
-                (Some(u), c) if c > 0 => {
-                    remove_directions(centred.as_ref(), u.as_ref().subcols(0, c), par)
-                }
-                _ => centred.clone(),
-            };
             let label = format!("{what} after CCR-{c}");
+            if let Some((level, draws)) = first.take() {
+                let mut result = level.finish(readout32.as_ref(), draws)?;
+                result.null = opts.null;
+                return Ok(result);
+            }
+            let corrected = correct(&centred, &directions, c);
             // The captured shares come from the projections the engine computes anyway (the
             // same formula under both nulls, so the readout's share does not depend on it).
             let matched32 = match opts.null {
@@ -448,22 +632,16 @@ fn sweep_validated(
                     on_draw,
                 ),
                 None => with_workers(workers, || {
-                    pga_corrected(
-                        corrected.as_ref(),
-                        readout32.as_ref(),
-                        null32,
-                        c,
-                        opts.distance,
-                        &label,
-                        par,
-                        on_draw,
-                    )
+                    let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par)?;
+                    let draws = level.null_draws(null32, par, on_draw)?;
+                    level.finish(readout32.as_ref(), draws)
                 }),
             }?;
             result.null = opts.null;
             Ok(result)
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((computed, results))
 }
 
 /// A null-sampling error with the layer it happened on.
@@ -648,51 +826,83 @@ pub fn pga(
     Ok(all.remove(0))
 }
 
-/// The engine on an already corrected `N × d` matrix.
-fn pga_corrected(
-    corrected: MatRef<'_, f64>,
-    readout: MatRef<'_, f32>,
-    null: &[Mat<f32>],
+/// One CCR level of a layer, ready for the exact engine: the ranked full-space distances, the
+/// corrected layer in `f32`, and its total squared norm (for the captured shares).
+struct Level {
+    reference: RankedReference,
+    h32: Mat<f32>,
+    total_sq: f64,
     ccr: usize,
+    label: String,
     distance: Distance,
-    what: &str,
-    par: Par,
-    on_draw: &(dyn Fn() + Sync),
-) -> Result<PgaResult> {
-    let (n, d, k) = (corrected.nrows(), corrected.ncols(), readout.ncols());
-    let full = pairwise_distances(corrected, distance, what, par)?;
-    let reference = RankedReference::new(&full, &format!("{what}: full-space distances"))?;
-    drop(full);
-    let h32 = to_f32(corrected);
-    let engine = Engine {
-        h: h32.as_ref(),
-        reference: &reference,
-        what,
-        distance,
-    };
+}
 
-    let mut scratch = DrawScratch::new(n);
-    let (rho_readout, sq_readout) = engine.rho(readout, &mut scratch, "readout subspace")?;
-    drop(scratch);
+impl Level {
+    /// Ranks the full-space distances of the corrected `N × d` matrix.
+    fn new(
+        corrected: MatRef<'_, f64>,
+        ccr: usize,
+        distance: Distance,
+        label: &str,
+        par: Par,
+    ) -> Result<Self> {
+        let full = pairwise_distances(corrected, distance, label, par)?;
+        let reference = RankedReference::new(&full, &format!("{label}: full-space distances"))?;
+        drop(full);
+        Ok(Self {
+            reference,
+            h32: to_f32(corrected),
+            total_sq: squared_norm(corrected),
+            ccr,
+            label: label.to_owned(),
+            distance,
+        })
+    }
 
-    let draws = over_draws(
-        null,
-        par,
-        on_draw,
-        || DrawScratch::new(n),
-        |q, scratch| engine.rho(q.as_ref(), scratch, "random subspace"),
-    )?;
-    let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
-    let mut r = PgaResult::from_null(
-        (n, d, k, ccr),
-        rho_readout,
-        null_rhos,
-        repgeom_linalg::condensed_len(n),
-        None,
-        distance,
-    )?;
-    set_captured(&mut r, squared_norm(corrected), sq_readout, &sq_null);
-    Ok(r)
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            h: self.h32.as_ref(),
+            reference: &self.reference,
+            what: &self.label,
+            distance: self.distance,
+        }
+    }
+
+    /// `(rho, captured squared norm)` of every null draw, in draw order.
+    fn null_draws(
+        &self,
+        null: &[Mat<f32>],
+        par: Par,
+        on_draw: &(dyn Fn() + Sync),
+    ) -> Result<Vec<(f64, f64)>> {
+        let (engine, n) = (self.engine(), self.h32.nrows());
+        over_draws(
+            null,
+            par,
+            on_draw,
+            || DrawScratch::new(n),
+            |q, scratch| engine.rho(q.as_ref(), scratch, "random subspace"),
+        )
+    }
+
+    /// The readout's `rho` against the null draws' (from [`Self::null_draws`]).
+    fn finish(&self, readout: MatRef<'_, f32>, draws: Vec<(f64, f64)>) -> Result<PgaResult> {
+        let (n, d, k) = (self.h32.nrows(), self.h32.ncols(), readout.ncols());
+        let (rho_readout, sq_readout) =
+            self.engine()
+                .rho(readout, &mut DrawScratch::new(n), "readout subspace")?;
+        let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
+        let mut r = PgaResult::from_null(
+            (n, d, k, self.ccr),
+            rho_readout,
+            null_rhos,
+            repgeom_linalg::condensed_len(n),
+            None,
+            self.distance,
+        )?;
+        set_captured(&mut r, self.total_sq, sq_readout, &sq_null);
+        Ok(r)
+    }
 }
 
 /// Runs `f` on a rayon pool of at most `workers` threads (the current pool when `None` or

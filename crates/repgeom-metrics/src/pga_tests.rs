@@ -172,6 +172,115 @@ fn identical_at_one_and_two_threads() {
     assert!(a == b, "PGA differs between 1 and 2 threads");
 }
 
+/// A readout basis computed beside the layer's preparation and null draws gives the results
+/// of the same basis given up front, on every engine path (exact Haar, which overlaps the two;
+/// sampled pairs and the spectrum null, which do not; one thread), and the basis itself.
+#[test]
+fn overlapped_readout_equals_a_given_basis() {
+    let r = load();
+    let w = repgeom_io::read_array_f64(&fixture("readout.npy")).unwrap();
+    let w32 = Mat::<f32>::from_fn(w.shape[0], w.shape[1], |i, j| {
+        w.data[i * w.shape[1] + j] as f32
+    });
+    let check = |par: Par, opts: EngineOptions, ccrs: &[usize]| {
+        let given = pga_ccr_sweep_with(
+            r.layers[2].as_ref(),
+            r.basis.as_ref(),
+            &r.null,
+            ccrs,
+            "l2",
+            par,
+            &|| {},
+            &opts,
+        );
+        let overlapped = pga_ccr_sweep_overlapped(
+            r.layers[2].as_ref(),
+            || Ok::<_, Error>(repgeom_linalg::readout_subspace(w32.as_ref(), 8, Par::Seq)?),
+            &r.null,
+            ccrs,
+            "l2",
+            par,
+            &|| {},
+            &opts,
+        );
+        match (given, overlapped) {
+            (Ok(given), Ok((basis, overlapped))) => {
+                assert!(basis == r.basis, "{opts:?}: the computed basis is returned");
+                assert!(overlapped == given, "{par:?} {opts:?} {ccrs:?}");
+            }
+            (given, overlapped) => panic!("{opts:?}: {given:?} vs {:?}", overlapped.map(|o| o.1)),
+        }
+    };
+    let exact = EngineOptions::default();
+    let sampled = EngineOptions {
+        max_pairs: Some(500),
+        ..EngineOptions::default()
+    };
+    let spectrum = EngineOptions {
+        null: NullKind::Spectrum,
+        ..EngineOptions::default()
+    };
+    check(Par::rayon(2), exact.clone(), &[1, 0, 3]);
+    check(Par::Seq, exact.clone(), &[1, 0, 3]);
+    check(Par::rayon(2), exact, &[2]);
+    check(Par::rayon(2), sampled, &[0, 1]);
+    check(Par::rayon(2), spectrum, &[1]);
+}
+
+/// The readout closure's own error comes back unchanged; a computed basis that does not fit
+/// the null bases is a shape error naming both.
+#[test]
+fn overlapped_readout_errors_are_passed_on() {
+    #[derive(Debug, PartialEq)]
+    enum Failure {
+        Readout(&'static str),
+        Pga(String),
+    }
+    impl From<Error> for Failure {
+        fn from(e: Error) -> Self {
+            Failure::Pga(e.to_string())
+        }
+    }
+    let r = load();
+    let run = |readout: Mat<f64>, fail: bool| {
+        pga_ccr_sweep_overlapped(
+            r.layers[0].as_ref(),
+            move || {
+                if fail {
+                    Err(Failure::Readout("no W_U"))
+                } else {
+                    Ok(readout)
+                }
+            },
+            &r.null,
+            &[1],
+            "l0",
+            Par::rayon(2),
+            &|| {},
+            &EngineOptions::default(),
+        )
+        .map(|(_, results)| results)
+    };
+    assert_eq!(
+        run(r.basis.clone(), true).unwrap_err(),
+        Failure::Readout("no W_U")
+    );
+    let narrow = r.basis.as_ref().subcols(0, 5).to_owned();
+    match run(narrow, false).unwrap_err() {
+        Failure::Pga(message) => assert!(
+            message.contains("null bases [") && message.contains("readout basis [64, 5]"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let mut nan = r.basis.clone();
+    nan[(3, 2)] = f64::NAN;
+    match run(nan, false).unwrap_err() {
+        Failure::Pga(message) => assert!(message.contains("readout basis for l0"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn z_unchanged_by_a_rotation_of_everything() {
     // Rotate activations, readout basis and null bases by the same orthogonal matrix.

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use repgeom_linalg::{Mat, MatRef};
 use repgeom_metrics::pga::{
     BootstrapOptions, BootstrapUnit, Distance, EngineOptions, PgaResult, assign_q_values,
-    bootstrap_ci, pga_ccr_sweep_with,
+    bootstrap_ci, pga_ccr_sweep_overlapped, pga_ccr_sweep_with,
 };
 use repgeom_null::{NullBases, NullKind, NullParams};
 
@@ -161,29 +161,29 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         None => None,
     };
     let kmax = *ks.iter().max().expect("at least one k");
-    // The readout subspace (a sequential eigendecomposition) and the first k's null bases
-    // (parallel draws) are independent: computed side by side, the draws use the cores the
-    // decomposition leaves idle. Each result is the same as when computed alone.
-    let (full_basis, mut first_null) = if args.readout_basis.is_some() {
-        (load_basis(args, d, kmax, ctx)?, None)
-    } else {
-        let (basis, null) = rayon::join(
-            || load_basis(args, d, kmax, ctx),
-            || null_bases(args, d, ks[0]),
-        );
-        (basis?, Some((ks[0], null?)))
+    // The readout subspace: given, or decomposed from W_U (read, and checked, now) while the
+    // first layer is prepared and its null draws run; see `pga_ccr_sweep_overlapped`.
+    let mut full_basis = match &args.readout_basis {
+        Some(path) => {
+            let basis = read_given_basis(path, d)?;
+            ks = vec![basis.ncols()];
+            Some(basis)
+        }
+        None => None,
     };
-    if args.readout_basis.is_some() {
-        ks = vec![full_basis.ncols()];
-    }
-    if let Some(path) = &args.save_readout_basis {
-        let (rows, cols) = (full_basis.nrows(), full_basis.ncols());
-        let data: Vec<f64> = (0..rows * cols)
-            .map(|x| full_basis[(x / cols, x % cols)])
-            .collect();
-        repgeom_io::write_npy_f64(path, &[rows, cols], &data)
-            .with_context(|| format!("writing the readout basis to {}", path.display()))?;
-    }
+    let mut w_u = match (&full_basis, &args.readout) {
+        (None, Some(path)) => Some(crate::load::read_readout(
+            path,
+            &args
+                .readout_args
+                .choice(args.readout_fold_norm, args.readout_center),
+            kmax,
+            d,
+            &args.input.acts,
+            ctx,
+        )?),
+        _ => None,
+    };
     let null_params = args.null_args.over(NullParams::default());
     let engine = EngineOptions {
         max_memory: Some(args.max_memory.unwrap_or_else(super::default_memory_budget)),
@@ -201,16 +201,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     let bar = ctx.progress(total, "pga");
     let mut computed: Vec<Computed> = Vec::new();
     for &k in &ks {
-        let basis = if args.readout_basis.is_some() {
-            full_basis.clone()
-        } else {
-            full_basis.as_ref().subcols(0, k).to_owned()
-        };
-        let k = basis.ncols();
-        let null = match first_null.take() {
-            Some((k0, null)) if k0 == k => null,
-            _ => null_bases(args, d, k)?,
-        };
+        let null = null_bases(args, d, k)?;
         if let Some(path) = &args.save_null_bases {
             let (shape, data) = null.to_array();
             repgeom_io::write_npy_f64(path, &shape, &data)?;
@@ -231,16 +222,53 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
             );
             bar.set_message(format!("layer {} k {k}", layer.layer));
             let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-            let mut results = pga_ccr_sweep_with(
-                view,
-                basis.as_ref(),
-                &null,
-                &args.ccr,
-                &what,
-                ctx.par(),
-                &|| bar.inc(1),
-                &engine,
-            )?;
+            let (basis, mut results) = match (&full_basis, w_u.take()) {
+                (Some(full), _) => {
+                    let basis = full.as_ref().subcols(0, k.min(full.ncols())).to_owned();
+                    let results = pga_ccr_sweep_with(
+                        view,
+                        basis.as_ref(),
+                        &null,
+                        &args.ccr,
+                        &what,
+                        ctx.par(),
+                        &|| bar.inc(1),
+                        &engine,
+                    )?;
+                    (basis, results)
+                }
+                (None, Some(w_u)) => {
+                    let decomposed = std::sync::Mutex::new(None);
+                    let readout = || {
+                        let full = crate::load::readout_subspace(&w_u, kmax, ctx)?;
+                        let basis = full.as_ref().subcols(0, k).to_owned();
+                        *decomposed
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(full);
+                        anyhow::Ok(basis)
+                    };
+                    let run = pga_ccr_sweep_overlapped(
+                        view,
+                        readout,
+                        &null,
+                        &args.ccr,
+                        &what,
+                        ctx.par(),
+                        &|| bar.inc(1),
+                        &engine,
+                    )?;
+                    let full = decomposed
+                        .into_inner()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .expect("the readout was decomposed");
+                    if let Some(path) = &args.save_readout_basis {
+                        save_basis(path, full.as_ref())?;
+                    }
+                    full_basis = Some(full);
+                    run
+                }
+                (None, None) => unreachable!("--readout or --readout-basis is required"),
+            };
             if let Some(b) = args.bootstrap {
                 let cis = bootstrap_ci(
                     view,
@@ -432,39 +460,32 @@ pub(crate) fn row(layer: usize, r: &PgaResult) -> Vec<Cell> {
     ]
 }
 
-/// The readout basis (`k` columns, sorted by singular value): supplied directly, or the
-/// top-k right singular vectors of W_U after the optional gain folding and row centring.
-fn load_basis(args: &PgaArgs, d: usize, k: usize, ctx: &Context) -> anyhow::Result<Mat<f64>> {
-    if let Some(path) = &args.readout_basis {
-        let arr = repgeom_io::read_array_f64(path)?;
-        anyhow::ensure!(
-            arr.shape.len() == 2 && arr.shape[0] == d,
-            "{}: readout basis has shape {:?}, expected [{d}, k] to match the activations' d = {d}",
-            path.display(),
-            arr.shape
-        );
-        let (rows, cols) = (arr.shape[0], arr.shape[1]);
-        let b = Mat::<f64>::from_fn(rows, cols, |i, j| arr.data[i * cols + j]);
-        let dev = repgeom_linalg::orthonormal_basis_check(b.as_ref());
-        anyhow::ensure!(
-            dev <= 1e-6,
-            "{}: readout basis columns are not orthonormal (max |BᵀB − I| = {dev:.2e})",
-            path.display()
-        );
-        return Ok(b);
-    }
-    let path = args
-        .readout
-        .as_deref()
-        .expect("clap requires --readout or --readout-basis");
-    crate::load::readout_basis(
-        path,
-        &args
-            .readout_args
-            .choice(args.readout_fold_norm, args.readout_center),
-        k,
-        d,
-        &args.input.acts,
-        ctx,
-    )
+/// `--save-readout-basis`: the `d × k` basis as a row-major `f64` `.npy`.
+fn save_basis(path: &std::path::Path, basis: MatRef<'_, f64>) -> anyhow::Result<()> {
+    let (rows, cols) = (basis.nrows(), basis.ncols());
+    let data: Vec<f64> = (0..rows * cols)
+        .map(|x| basis[(x / cols, x % cols)])
+        .collect();
+    repgeom_io::write_npy_f64(path, &[rows, cols], &data)
+        .with_context(|| format!("writing the readout basis to {}", path.display()))
+}
+
+/// `--readout-basis`: a `d × k` orthonormal basis from a file.
+fn read_given_basis(path: &std::path::Path, d: usize) -> anyhow::Result<Mat<f64>> {
+    let arr = repgeom_io::read_array_f64(path)?;
+    anyhow::ensure!(
+        arr.shape.len() == 2 && arr.shape[0] == d,
+        "{}: readout basis has shape {:?}, expected [{d}, k] to match the activations' d = {d}",
+        path.display(),
+        arr.shape
+    );
+    let (rows, cols) = (arr.shape[0], arr.shape[1]);
+    let b = Mat::<f64>::from_fn(rows, cols, |i, j| arr.data[i * cols + j]);
+    let dev = repgeom_linalg::orthonormal_basis_check(b.as_ref());
+    anyhow::ensure!(
+        dev <= 1e-6,
+        "{}: readout basis columns are not orthonormal (max |BᵀB − I| = {dev:.2e})",
+        path.display()
+    );
+    Ok(b)
 }
