@@ -316,6 +316,96 @@ impl ValidPgaParams {
         readout: Readout<'_>,
         extras: &PgaExtras<'_>,
     ) -> Result<Vec<PgaResult>> {
+        let (mut w_copy, mut basis_copy) = (None, None);
+        let basis = match readout {
+            Readout::Basis(b) => b,
+            Readout::NdBasis(v) => faer_f64(v, &mut basis_copy),
+            Readout::Unembedding(w) => return Ok(self.run_overlapped(acts, w, extras)?.1),
+            Readout::NdUnembedding(v) => {
+                let w = faer_f32(v, &mut w_copy);
+                return Ok(self.run_overlapped(acts, w, extras)?.1);
+            }
+        };
+        self.sweep(
+            acts,
+            extras,
+            |_, _| Ok(()),
+            |acts, null, ccrs, what, on_draw, engine| {
+                let results =
+                    pga_ccr_sweep_with(acts, basis, null, ccrs, what, self.par, on_draw, engine)?;
+                Ok(((), results))
+            },
+        )
+        .map(|((), results)| results)
+    }
+
+    /// [`Self::run_with`] on `W_U` (`V × d`), whose readout basis (top-`k` right singular
+    /// vectors) is computed beside the layer's preparation and null draws (see
+    /// [`crate::pga::pga_ccr_sweep_overlapped`]: the same results as computing it first). Returns
+    /// the basis with the results, so that the next layers of the model pass it as
+    /// [`Readout::Basis`]. `W_U` is checked before any work starts.
+    ///
+    /// ```
+    /// use repgeom_linalg::Mat;
+    /// use repgeom_metrics::params::{PgaExtras, PgaParams, Readout};
+    ///
+    /// let acts = Mat::<f32>::from_fn(30, 6, |i, j| ((i * 31 + j * 17) % 11) as f32 - 5.0);
+    /// let w_u = Mat::<f32>::from_fn(50, 6, |i, j| ((i * 13 + j * 7) % 9) as f32 - 4.0);
+    /// let params = PgaParams { k: 2, n_null: 10, ..PgaParams::default() }.check()?;
+    /// let (basis, first) = params.run_overlapped(acts.as_ref(), w_u.as_ref(), &PgaExtras::default())?;
+    /// let again = params.run_with(acts.as_ref(), Readout::Basis(basis.as_ref()), &PgaExtras::default())?;
+    /// assert_eq!(first, again);
+    /// # Ok::<(), repgeom_metrics::Error>(())
+    /// ```
+    pub fn run_overlapped<'a>(
+        &self,
+        acts: impl Into<Acts<'a>>,
+        w_u: MatRef<'_, f32>,
+        extras: &PgaExtras<'_>,
+    ) -> Result<(Mat<f64>, Vec<PgaResult>)> {
+        let check = |d: usize, what: &str| self.check_unembedding(w_u, d, what);
+        self.sweep(
+            acts,
+            extras,
+            check,
+            |acts, null, ccrs, what, on_draw, engine| {
+                crate::pga::pga_ccr_sweep_overlapped(
+                    acts,
+                    || {
+                        Ok::<_, Error>(repgeom_linalg::readout_subspace(
+                            w_u,
+                            self.params.k,
+                            self.par,
+                        )?)
+                    },
+                    null,
+                    ccrs,
+                    what,
+                    self.par,
+                    on_draw,
+                    engine,
+                )
+            },
+        )
+    }
+
+    /// What [`Self::run_with`] and [`Self::run_overlapped`] share: the activations in `f32`,
+    /// the label, the null bases (given, or drawn for `k` once `check(d, label)` passed), the
+    /// CCR levels and the engine's options, handed to `run`.
+    fn sweep<'a, T>(
+        &self,
+        acts: impl Into<Acts<'a>>,
+        extras: &PgaExtras<'_>,
+        check: impl FnOnce(usize, &str) -> Result<()>,
+        run: impl FnOnce(
+            MatRef<'_, f32>,
+            &NullBases,
+            &[usize],
+            &str,
+            &(dyn Fn() + Sync),
+            &EngineOptions,
+        ) -> Result<(T, Vec<PgaResult>)>,
+    ) -> Result<(T, Vec<PgaResult>)> {
         let mut converted = None;
         let acts = acts.into().as_f32(&mut converted);
         let (n, d) = (acts.nrows(), acts.ncols());
@@ -327,25 +417,12 @@ impl ValidPgaParams {
                 &default_label
             }
         };
-        let (mut w_copy, mut basis_copy) = (None, None);
-        let computed;
-        let basis = match readout {
-            Readout::Basis(b) => b,
-            Readout::NdBasis(v) => faer_f64(v, &mut basis_copy),
-            Readout::Unembedding(w) => {
-                computed = self.readout_basis(w, d, what)?;
-                computed.as_ref()
-            }
-            Readout::NdUnembedding(v) => {
-                computed = self.readout_basis(faer_f32(v, &mut w_copy), d, what)?;
-                computed.as_ref()
-            }
-        };
+        check(d, what)?;
         let drawn;
         let null = match extras.null {
             Some(null) => null,
             None => {
-                drawn = self.null_bases(d, basis.ncols())?;
+                drawn = self.null_bases(d, self.params.k)?;
                 &drawn
             }
         };
@@ -355,13 +432,11 @@ impl ValidPgaParams {
             pair_seed: self.params.seed,
             ..self.params.engine.clone()
         };
-        pga_ccr_sweep_with(
+        run(
             acts,
-            basis,
             null,
             ccrs,
             what,
-            self.par,
             extras.on_draw.unwrap_or(&|| {}),
             &engine,
         )
@@ -370,6 +445,16 @@ impl ValidPgaParams {
     /// The readout basis of `W_U` (`V × d`): its top-`k` right singular vectors, in `f64`, after
     /// checking that it matches the hidden size `d` of the activations named `what`.
     pub fn readout_basis(&self, w_u: MatRef<'_, f32>, d: usize, what: &str) -> Result<Mat<f64>> {
+        self.check_unembedding(w_u, d, what)?;
+        Ok(repgeom_linalg::readout_subspace(
+            w_u,
+            self.params.k,
+            self.par,
+        )?)
+    }
+
+    /// `W_U`'s width against the activations' `d`, `k < d`, and every entry finite.
+    fn check_unembedding(&self, w_u: MatRef<'_, f32>, d: usize, what: &str) -> Result<()> {
         let k = self.params.k;
         if w_u.ncols() != d {
             return Err(Error::ShapeMismatch {
@@ -392,7 +477,7 @@ impl ValidPgaParams {
                 col,
             });
         }
-        Ok(repgeom_linalg::readout_subspace(w_u, k, self.par)?)
+        Ok(())
     }
 
     /// The `n_null` null bases (`d × k`) drawn from `seed`, for reuse across layers.

@@ -234,6 +234,25 @@ fn readout_basis(
     acts: &str,
     par: Par,
 ) -> Result<Mat<f64>, Failure> {
+    match load_readout(spec, d, acts)? {
+        Loaded::Basis(basis) => Ok(basis),
+        Loaded::Unembedding(w_u) => {
+            Ok(repgeom_linalg::readout_subspace(w_u.as_ref(), spec.k, par)?)
+        }
+    }
+}
+
+/// A readout read and checked: a basis to use as it is, or `W_U` (`V × d`, the rows kept)
+/// whose top-`k` subspace is still to be computed.
+enum Loaded {
+    Basis(Mat<f64>),
+    Unembedding(Mat<f32>),
+}
+
+/// Reads the readout `spec` names (downloading a hub id's shard first) and checks it against
+/// the activations' `d` (and `k`), with the command line's messages: every error of the
+/// readout shows here, before any decomposition.
+fn load_readout(spec: &ReadoutSpec<'_>, d: usize, acts: &str) -> Result<Loaded, Failure> {
     let check_basis = |b: Mat<f64>, name: &str| -> Result<Mat<f64>, Failure> {
         if b.nrows() != d {
             return Err(Failure::Invalid(format!(
@@ -251,7 +270,7 @@ fn readout_basis(
         Ok(b)
     };
     let k = spec.k;
-    let wu_basis = |view: MatRef<'_, f32>, name: &str, tensor: &str| -> Result<Mat<f64>, Failure> {
+    let wu_checked = |view: MatRef<'_, f32>, name: &str, tensor: &str| -> Result<Loaded, Failure> {
         let (rows, cols) = (view.nrows(), view.ncols());
         if cols != d {
             return Err(Failure::Invalid(format!(
@@ -268,7 +287,7 @@ fn readout_basis(
                 "{name} tensor {tensor} [{rows}, {cols}]: non-finite value (NaN or Inf) at row {row}, column {col}"
             )));
         }
-        Ok(repgeom_linalg::readout_subspace(view, k, par)?)
+        Ok(Loaded::Unembedding(view.to_owned()))
     };
     if let (Some(r), true) = (
         &spec.revision,
@@ -290,9 +309,9 @@ fn readout_basis(
             }
             let (rows, cols) = (arr.shape[0], arr.shape[1]);
             let b = Mat::<f64>::from_fn(rows, cols, |i, j| arr.data[i * cols + j]);
-            check_basis(b, &path.display().to_string())
+            check_basis(b, &path.display().to_string()).map(Loaded::Basis)
         }
-        (ReadoutArg::Array(raw), true) => check_basis(raw.to_f64(), "readout"),
+        (ReadoutArg::Array(raw), true) => check_basis(raw.to_f64(), "readout").map(Loaded::Basis),
         (ReadoutArg::Path(path), false) => {
             let opts = repgeom_io::ReadoutOptions {
                 vocab_rows: spec.vocab_rows,
@@ -307,12 +326,12 @@ fn readout_basis(
             let r = repgeom_io::read_readout(path, &opts)?;
             let m = &r.matrix;
             let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-            wu_basis(view, &path.display().to_string(), &r.tensor)
+            wu_checked(view, &path.display().to_string(), &r.tensor)
         }
         (ReadoutArg::Array(raw), false) => {
             let m = raw.to_f32();
             let rows = spec.vocab_rows.unwrap_or(raw.rows).min(raw.rows);
-            wu_basis(m.as_ref().subrows(0, rows), "readout", "W_U")
+            wu_checked(m.as_ref().subrows(0, rows), "readout", "W_U")
         }
     }
 }
@@ -456,19 +475,14 @@ fn pga<'py>(
         }
         .check()?;
         let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
-        let (basis, null) = if spec.is_basis {
-            let basis = readout_basis(&spec, d, &first, Par::rayon(0))?;
-            let null = null_bases_for(&null, d, basis.ncols(), &first)?;
-            (basis, null)
-        } else {
-            // k is known: the null draws (parallel) run beside the readout's sequential
-            // decomposition, on the cores it leaves idle; each result is unchanged.
-            let (basis, null) = rayon::join(
-                || readout_basis(&spec, d, &first, Par::rayon(0)),
-                || null_bases_for(&null, d, k, &first),
-            );
-            (basis?, null?)
+        // W_U is read and checked now; its decomposition then runs beside the first layer's
+        // preparation and null draws (`run_overlapped`), and later layers reuse the basis.
+        let mut readout = load_readout(&spec, d, &first)?;
+        let k = match &readout {
+            Loaded::Basis(basis) => basis.ncols(),
+            Loaded::Unembedding(_) => k,
         };
+        let null = null_bases_for(&null, d, k, &first)?;
         let total = (layers.len() * ccr.len() * null.len()) as u64;
         let bar = progress_bar(total, "pga", progress);
         let on_draw = || {
@@ -485,8 +499,17 @@ fn pga<'py>(
                 on_draw: Some(&on_draw),
                 ccr_levels: Some(&ccr),
             };
-            let results =
-                params.run_with(acts.as_ref(), Readout::Basis(basis.as_ref()), &extras)?;
+            let results = match &readout {
+                Loaded::Basis(basis) => {
+                    params.run_with(acts.as_ref(), Readout::Basis(basis.as_ref()), &extras)?
+                }
+                Loaded::Unembedding(w_u) => {
+                    let (basis, results) =
+                        params.run_overlapped(acts.as_ref(), w_u.as_ref(), &extras)?;
+                    readout = Loaded::Basis(basis);
+                    results
+                }
+            };
             out.extend(results.into_iter().map(|r| (layer.index, r)));
         }
         bar.finish_and_clear();
