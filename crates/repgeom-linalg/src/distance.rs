@@ -172,10 +172,12 @@ pub fn spearman_of_cosine<T: Copy + Into<f64>>(
         "spearman_of_cosine: reference length"
     );
     let xn = normalize_rows(x, what)?;
-    reference.spearman_with_block(scratch, what, |keys, block| {
+    let rank2 = reference.rank2();
+    reference.spearman_with_words(scratch, what, |words, block| {
         for_each_gram_column(xn.as_ref(), par, block, |pos, sims| {
-            for (k, g) in keys[pos..pos + sims.len()].iter_mut().zip(sims) {
-                *k = float_key((1.0 - g).clamp(0.0, 2.0));
+            let end = pos + sims.len();
+            for ((w, &r), g) in words[pos..end].iter_mut().zip(&rank2[pos..end]).zip(sims) {
+                *w = (float_key((1.0 - g).clamp(0.0, 2.0)) << 32) | u64::from(r);
             }
         });
     })
@@ -318,15 +320,18 @@ pub fn spearman_of_distances<T: Copy + Into<f64>>(
                 "spearman_of_distances: reference length"
             );
             let (rows, sq) = rows_with_sq_norms(x, what)?;
-            reference.spearman_with_block(scratch, what, |keys, block| {
+            let rank2 = reference.rank2();
+            reference.spearman_with_words(scratch, what, |words, block| {
                 let mut i = 0usize;
                 for_each_gram_column(rows.as_ref(), par, block, |pos, sims| {
                     while i + 1 < n && pair_index_start(n, i + 1) <= pos {
                         i += 1;
                     }
-                    for (t, (k, g)) in keys[pos..pos + sims.len()].iter_mut().zip(sims).enumerate()
-                    {
-                        *k = float_key(euclidean_from_gram(sq[i], sq[i + 1 + t], *g));
+                    let end = pos + sims.len();
+                    let pairs = words[pos..end].iter_mut().zip(&rank2[pos..end]);
+                    for (t, ((w, &r), g)) in pairs.zip(sims).enumerate() {
+                        let key = float_key(euclidean_from_gram(sq[i], sq[i + 1 + t], *g));
+                        *w = (key << 32) | u64::from(r);
                     }
                 });
             })

@@ -219,13 +219,36 @@ impl RankedReference {
         what: &str,
         fill: impl FnOnce(&mut [u64], &mut Vec<f32>),
     ) -> Result<f64> {
-        scratch.words.clear();
-        scratch.words.resize(self.rank2.len(), 0);
-        fill(&mut scratch.words, &mut scratch.block);
-        for (w, &r) in scratch.words.iter_mut().zip(&self.rank2) {
-            *w = (*w << 32) | u64::from(r);
+        let rank2 = &self.rank2;
+        self.spearman_with_words(scratch, what, |words, block| {
+            fill(words, block);
+            for (w, &r) in words.iter_mut().zip(rank2) {
+                *w = (*w << 32) | u64::from(r);
+            }
+        })
+    }
+
+    /// The correlation from sort words written directly by `fill(words, block)`: it must set
+    /// every `words[p]` to `(key_p << 32) | rank2[p]` (see [`Self::rank2`]), which saves the
+    /// pass that would join keys and reference ranks. The words buffer is reused from call to
+    /// call without clearing, since every slot is written.
+    pub(crate) fn spearman_with_words(
+        &self,
+        scratch: &mut RankScratch,
+        what: &str,
+        fill: impl FnOnce(&mut [u64], &mut Vec<f32>),
+    ) -> Result<f64> {
+        if scratch.words.len() != self.rank2.len() {
+            scratch.words.clear();
+            scratch.words.resize(self.rank2.len(), 0);
         }
+        fill(&mut scratch.words, &mut scratch.block);
         self.finish(scratch, what)
+    }
+
+    /// Twice the reference ranks, by position: the payload of each sort word.
+    pub(crate) fn rank2(&self) -> &[u32] {
+        &self.rank2
     }
 
     /// The correlation from the sorted `(key, twice the reference rank)` words, in exact
