@@ -455,3 +455,37 @@ fn gram_lower_triangle_equals_the_whole_product() {
         }
     }
 }
+
+/// The branch-free cosine key is `float_key` of the clamped distance for every finite or
+/// infinite similarity (rows are checked finite before any distance), including ±0, ±1 and
+/// values beyond [−1, 1].
+#[test]
+fn cosine_key_is_the_float_key_of_the_clamped_distance() {
+    let mut sims = vec![
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        1.0 + 1e-7,
+        -1.0 - 1e-7,
+        3.0,
+        -3.0,
+    ];
+    sims.extend([
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MIN_POSITIVE,
+        -f32::MIN_POSITIVE,
+    ]);
+    sims.extend((0..20_000).map(|i| (i as f32 / 10_000.0) - 1.0));
+    sims.extend((0..2_000).map(|i| 1.0 - i as f32 * f32::EPSILON / 4.0));
+    for g in sims {
+        assert_eq!(
+            distance::cosine_key(g),
+            float_key((1.0 - g).clamp(0.0, 2.0)),
+            "similarity {g:e}"
+        );
+    }
+}
