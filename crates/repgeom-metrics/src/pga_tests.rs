@@ -20,6 +20,8 @@ fn fixture(name: &str) -> PathBuf {
 
 struct Reference {
     layers: Vec<Mat<f32>>,
+    /// `W_U` in `f32`, and its top-8 subspace.
+    w_u: Mat<f32>,
     basis: Mat<f64>,
     null: NullBases,
     json: serde_json::Value,
@@ -34,14 +36,15 @@ fn load() -> Reference {
         .collect();
     let w = repgeom_io::read_array_f64(&fixture("readout.npy")).unwrap();
     let w32: Vec<f32> = w.data.iter().map(|&v| v as f32).collect();
-    let w = MatRef::from_row_major_slice(&w32, w.shape[0], w.shape[1]);
-    let basis = repgeom_linalg::readout_subspace(w, 8, Par::Seq).unwrap();
+    let w_u = MatRef::from_row_major_slice(&w32, w.shape[0], w.shape[1]).to_owned();
+    let basis = repgeom_linalg::readout_subspace(w_u.as_ref(), 8, Par::Seq).unwrap();
     let nb = repgeom_io::read_array_f64(&fixture("null_bases.npy")).unwrap();
     let null = NullBases::from_array(&nb.shape, &nb.data, 64, 8, 1e-9).unwrap();
     let json =
         serde_json::from_str(&std::fs::read_to_string(fixture("reference.json")).unwrap()).unwrap();
     Reference {
         layers,
+        w_u,
         basis,
         null,
         json,
@@ -178,10 +181,6 @@ fn identical_at_one_and_two_threads() {
 #[test]
 fn overlapped_readout_equals_a_given_basis() {
     let r = load();
-    let w = repgeom_io::read_array_f64(&fixture("readout.npy")).unwrap();
-    let w32 = Mat::<f32>::from_fn(w.shape[0], w.shape[1], |i, j| {
-        w.data[i * w.shape[1] + j] as f32
-    });
     let check = |par: Par, opts: EngineOptions, ccrs: &[usize]| {
         let given = pga_ccr_sweep_with(
             r.layers[2].as_ref(),
@@ -195,7 +194,13 @@ fn overlapped_readout_equals_a_given_basis() {
         );
         let overlapped = pga_ccr_sweep_overlapped(
             r.layers[2].as_ref(),
-            || Ok::<_, Error>(repgeom_linalg::readout_subspace(w32.as_ref(), 8, Par::Seq)?),
+            || {
+                Ok::<_, Error>(repgeom_linalg::readout_subspace(
+                    r.w_u.as_ref(),
+                    8,
+                    Par::Seq,
+                )?)
+            },
             &r.null,
             ccrs,
             "l2",
