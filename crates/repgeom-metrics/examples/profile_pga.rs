@@ -57,50 +57,45 @@ fn main() {
     println!("rank full        {:>8.3} s", t.elapsed().as_secs_f64());
     let h32 = repgeom_linalg::to_f32(hc.as_ref());
     let q = repgeom_linalg::to_f32(repgeom_null::haar_basis(d, k, 0, 0).as_ref());
-    let reps = 5;
-    let t = Instant::now();
+    // Per-draw stages: the mean and the best of `REPS` (default 5) repetitions, since the
+    // best is what comparisons between builds on a noisy machine can rely on.
+    let reps: usize = std::env::var("REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    let time = |label: &str, f: &mut dyn FnMut()| {
+        let (mut total, mut best) = (0.0f64, f64::INFINITY);
+        for _ in 0..reps {
+            let t = Instant::now();
+            f();
+            let s = t.elapsed().as_secs_f64();
+            total += s;
+            best = best.min(s);
+        }
+        println!(
+            "{label:<16} {:>8.4} s (best {best:.4} s)",
+            total / reps as f64
+        );
+    };
     let mut p = Mat::<f32>::zeros(1, 1);
-    for _ in 0..reps {
+    time("project (1 draw)", &mut || {
         p = repgeom_linalg::project_f32(h32.as_ref(), q.as_ref(), Par::Seq);
-    }
-    println!(
-        "project (1 draw) {:>8.4} s",
-        t.elapsed().as_secs_f64() / reps as f64
-    );
+    });
     let mut buf = vec![0.0f32; full.len()];
-    let t = Instant::now();
-    for _ in 0..reps {
+    time("proj distances", &mut || {
         repgeom_linalg::cosine_distances_into(p.as_ref(), &mut buf, "p", Par::Seq).unwrap();
-    }
-    println!(
-        "proj distances   {:>8.4} s",
-        t.elapsed().as_secs_f64() / reps as f64
-    );
+    });
     let mut scratch = repgeom_linalg::RankScratch::default();
-    let t = Instant::now();
-    for _ in 0..reps {
+    time("spearman", &mut || {
         reference.spearman(&buf, &mut scratch, "p").unwrap();
-    }
-    println!(
-        "spearman         {:>8.4} s",
-        t.elapsed().as_secs_f64() / reps as f64
-    );
-    let t = Instant::now();
-    for _ in 0..reps {
+    });
+    time("fused dist+rho", &mut || {
         repgeom_linalg::spearman_of_cosine(&reference, p.as_ref(), &mut scratch, "p", Par::Seq)
             .unwrap();
-    }
-    println!(
-        "fused dist+rho   {:>8.4} s",
-        t.elapsed().as_secs_f64() / reps as f64
-    );
-    let t = Instant::now();
-    for _ in 0..reps {
+    });
+    time("std sort (floor)", &mut || {
         let mut v = buf.clone();
         v.sort_unstable_by(f32::total_cmp);
-    }
-    println!(
-        "std sort (floor) {:>8.4} s",
-        t.elapsed().as_secs_f64() / reps as f64
-    );
+    });
 }
