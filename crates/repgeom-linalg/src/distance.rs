@@ -173,10 +173,12 @@ pub fn spearman_of_cosine<T: Copy + Into<f64>>(
     );
     let xn = normalize_rows(x, what)?;
     let rank2 = reference.rank2();
+    // The CPU's SIMD level, detected once per call rather than once per column.
+    let arch = pulp::Arch::new();
     reference.spearman_with_words(scratch, what, |words, block| {
         for_each_gram_column(xn.as_ref(), par, block, |pos, sims| {
             let end = pos + sims.len();
-            pulp::Arch::new().dispatch(CosineWords {
+            arch.dispatch(CosineWords {
                 words: &mut words[pos..end],
                 rank2: &rank2[pos..end],
                 sims,
