@@ -548,7 +548,9 @@ fn bench_extract() -> anyhow::Result<()> {
 /// SciPy). The release CLI runs in three configurations (best of 3 wall times each): as a user
 /// first runs it; with the readout basis and the null bases read from the files the first run
 /// saved (what a sweep reuses); with 2 draws (the fixed costs: loading, CCR, the readout
-/// subspace, the full-space ranking).
+/// subspace, the full-space ranking). Then, on the same files, the unavoidable parts of the
+/// run on one thread (`profile_pga`, see [`pga_parts`]): their sum over the core count is the
+/// floor the user's run is compared with.
 fn bench_pga() -> anyhow::Result<()> {
     let exe = build_release_cli()?;
     let dir = target_dir().join("bench-pga");
@@ -634,6 +636,7 @@ fn bench_pga() -> anyhow::Result<()> {
         }
         ours.push((*what, best));
     }
+    let parts = pga_parts(&dir)?;
     let scipy = std::process::Command::new("python3")
         .current_dir(root())
         .arg("fixtures/pga/time_end_to_end.py")
@@ -676,6 +679,16 @@ fn bench_pga() -> anyhow::Result<()> {
         println!("{what:<56} {s:>9.2}");
     }
     println!("rho_readout (repgeom): {rho}");
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let floor = parts.1 / cores as f64;
+    println!(
+        "unavoidable parts, single thread (profile_pga on the same files, each stage at its best of 3, draws of 5): {}",
+        parts.0
+    );
+    println!(
+        "floor on {cores} cores (their sum / {cores}): {floor:.2} s; as a user runs it: {:.2}x the floor",
+        ours[1].1 / floor
+    );
     if let Some(v) = theirs {
         let total = v["seconds"].as_f64().unwrap_or(f64::NAN);
         println!(
@@ -694,6 +707,54 @@ fn bench_pga() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The unavoidable parts of one `repgeom pga` run on the bench files in `dir`, measured on one
+/// thread by the release `profile_pga` example (loading, the readout subspace, the null bases,
+/// CCR-1, the full-space ranking, 101 draws at their best time): its summary line and their sum
+/// in seconds.
+fn pga_parts(dir: &Path) -> anyhow::Result<(String, f64)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "repgeom-metrics",
+            "--example",
+            "profile_pga",
+        ])
+        .status()
+        .context("build the profile_pga example")?;
+    if !status.success() {
+        bail!("building profile_pga failed ({status})");
+    }
+    let out = std::process::Command::new(target_dir().join("release/examples/profile_pga"))
+        .env("PGA_FILES", dir)
+        .env("RAYON_NUM_THREADS", "1")
+        .env("REPS", "5")
+        .env("STAGE_REPS", "3")
+        .output()
+        .context("run profile_pga")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "profile_pga on {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let summary = text
+        .lines()
+        .find_map(|l| l.strip_prefix("parts of one run: "))
+        .context("profile_pga printed no parts line")?;
+    let sum = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sum_s="))
+        .and_then(|v| v.parse::<f64>().ok())
+        .context("profile_pga printed no sum_s= line")?;
+    Ok((summary.to_owned(), sum))
 }
 
 /// The value of column `name` in the first data row of a CSV table.
