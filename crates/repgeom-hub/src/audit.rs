@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::client::hex;
+use crate::client::{hex, read_weight_map};
 use crate::{Error, Result};
 
 /// What [`weights_hash`] found in a checkpoint directory.
@@ -104,19 +104,7 @@ pub fn weights_hash(dir: &Path) -> Result<WeightsDigest> {
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
-        let text = fs::read_to_string(&index).map_err(Error::io(&index))?;
-        let js: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Format {
-            path: index.clone(),
-            reason: format!("bad JSON: {e}"),
-        })?;
-        let map = js
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| Error::Format {
-                path: index.clone(),
-                reason: "no `weight_map` object".into(),
-            })?;
-        let mut files: Vec<PathBuf> = map
+        let mut files: Vec<PathBuf> = read_weight_map(&index)?
             .values()
             .filter_map(|v| v.as_str())
             .map(|f| dir.join(f))

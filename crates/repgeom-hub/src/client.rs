@@ -873,20 +873,28 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Weight shards a run needs, from a downloaded `model.safetensors.index.json`.
-fn shards_needed(index: &Path, need: &Files) -> Result<Vec<String>> {
+/// The `weight_map` (tensor name → shard file) of a sharded checkpoint's
+/// `model.safetensors.index.json`.
+pub(crate) fn read_weight_map(index: &Path) -> Result<serde_json::Map<String, serde_json::Value>> {
     let text = fs::read_to_string(index).map_err(Error::io(index))?;
     let js: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Format {
         path: index.into(),
         reason: format!("bad JSON: {e}"),
     })?;
-    let map = js
-        .get("weight_map")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| Error::Format {
-            path: index.into(),
-            reason: "no `weight_map` object".into(),
-        })?;
+    if let serde_json::Value::Object(mut top) = js
+        && let Some(serde_json::Value::Object(map)) = top.remove("weight_map")
+    {
+        return Ok(map);
+    }
+    Err(Error::Format {
+        path: index.into(),
+        reason: "no `weight_map` object".into(),
+    })
+}
+
+/// Weight shards a run needs, from a downloaded `model.safetensors.index.json`.
+fn shards_needed(index: &Path, need: &Files) -> Result<Vec<String>> {
+    let map = &read_weight_map(index)?;
     let mut shards: Vec<String> = Vec::new();
     let untied = map.keys().any(|k| UNTIED_READOUT.contains(&k.as_str()));
     let pick = |name: &str| match need {

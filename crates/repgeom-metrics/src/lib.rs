@@ -53,8 +53,9 @@ pub use pga_metric::Pga;
 pub use pga_spectrum::PgaSpectrum;
 pub use registry::{
     AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,
-    PairMetric, all_metrics, all_pair_metrics, metric, metric_from_config, metric_names,
-    numerical_rank, options_of, pair_metric, pair_metric_from_config, pair_metric_names,
+    PairMetric, all_metrics, all_pair_metrics, layer_pairs, metric, metric_from_config,
+    metric_names, numerical_rank, options_of, pair_metric, pair_metric_from_config,
+    pair_metric_names,
 };
 pub use spectral::{
     AlphaFit, AlphaReq, ConditionNumber, FitWeighting, Isotropy, PowerLawFit, RankMe,

@@ -226,7 +226,12 @@ fn check_enough_points(n: usize, what: &str) -> Result<()> {
 }
 
 /// The basis' `d` against the activations' (`n × d`), and `0 < k < d`.
-fn check_basis_shape(n: usize, d: usize, basis: MatRef<'_, f64>, what: &str) -> Result<()> {
+pub(crate) fn check_basis_shape(
+    n: usize,
+    d: usize,
+    basis: MatRef<'_, f64>,
+    what: &str,
+) -> Result<()> {
     if basis.nrows() != d {
         return Err(Error::ShapeMismatch {
             what: format!("{what} against the readout basis"),
@@ -262,7 +267,8 @@ fn check_acts_values(acts: MatRef<'_, f32>, what: &str) -> Result<()> {
     check_no_zero_rows(acts, what)
 }
 
-fn check_basis_values(basis: MatRef<'_, f64>, what: &str) -> Result<()> {
+/// Every entry of the readout basis finite.
+pub(crate) fn check_basis_values(basis: MatRef<'_, f64>, what: &str) -> Result<()> {
     if let Some((row, col)) = first_non_finite(basis) {
         return Err(Error::NonFinite {
             what: format!("readout basis for {what}"),

@@ -228,37 +228,9 @@ impl<'a> LayerInput<'a> {
 
     /// Attaches the readout basis `V_k` (`d × k`, orthonormal columns, `0 < k < d`).
     pub fn with_readout(mut self, basis: MatRef<'a, f64>) -> Result<Self> {
-        let d = self.acts.ncols();
-        if basis.nrows() != d {
-            return Err(Error::ShapeMismatch {
-                what: format!("{} against the readout basis", self.what),
-                left: format!("activations [{}, {d}] (d = {d})", self.acts.nrows()),
-                right: format!(
-                    "readout basis [{}, {}] (d = {})",
-                    basis.nrows(),
-                    basis.ncols(),
-                    basis.nrows()
-                ),
-            });
-        }
-        let k = basis.ncols();
-        if k == 0 || k >= d {
-            return Err(Error::InvalidOption {
-                name: "k".into(),
-                value: k.to_string(),
-                reason: format!(
-                    "the readout subspace dimension must satisfy 0 < k < d = {d} ({})",
-                    self.what
-                ),
-            });
-        }
-        if let Some((row, col)) = first_non_finite(basis) {
-            return Err(Error::NonFinite {
-                what: format!("readout basis for {}", self.what),
-                row,
-                col,
-            });
-        }
+        let (n, d) = (self.acts.nrows(), self.acts.ncols());
+        crate::pga::check_basis_shape(n, d, basis, &self.what)?;
+        crate::pga::check_basis_values(basis, &self.what)?;
         self.readout_basis = Some(basis);
         Ok(self)
     }
@@ -446,6 +418,35 @@ impl<'a> PairInput<'a> {
     pub fn what(&self) -> String {
         format!("{} vs {}", self.a.what(), self.b.what())
     }
+}
+
+/// Which layers of two models a comparison pairs, as index pairs into their layer lists: all
+/// `len_a × len_b` of them, or, with `diagonal`, each layer `i` of A with the layer of B at the
+/// nearest relative depth, `j = round(i (len_b − 1) / (len_a − 1))` (halves rounded away from
+/// zero). Both `repgeom compare` and the Python `compare` pair layers with this.
+///
+/// ```
+/// use repgeom_metrics::layer_pairs;
+/// assert_eq!(layer_pairs(2, 2, false), [(0, 0), (0, 1), (1, 0), (1, 1)]);
+/// // 3 layers of A against 5 of B: depths 0, 1/2, 1
+/// assert_eq!(layer_pairs(3, 5, true), [(0, 0), (1, 2), (2, 4)]);
+/// ```
+pub fn layer_pairs(len_a: usize, len_b: usize, diagonal: bool) -> Vec<(usize, usize)> {
+    if !diagonal {
+        return (0..len_a)
+            .flat_map(|i| (0..len_b).map(move |j| (i, j)))
+            .collect();
+    }
+    (0..len_a)
+        .map(|i| {
+            let j = if len_a <= 1 {
+                0
+            } else {
+                ((i as f64) * (len_b - 1) as f64 / (len_a - 1) as f64).round() as usize
+            };
+            (i, j)
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

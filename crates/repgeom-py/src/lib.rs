@@ -34,7 +34,7 @@ use pyo3::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::params::{PgaExtras, PgaParams, Readout};
 use repgeom_metrics::pga::{EngineOptions, assign_q_values};
-use repgeom_metrics::{LayerInput, PairInput};
+use repgeom_metrics::{LayerInput, PairInput, layer_pairs};
 use repgeom_null::NullBases;
 
 use errors::Failure;
@@ -807,26 +807,6 @@ fn layer_inputs<'a>(
         out.push(Some(input));
     }
     Ok(out)
-}
-
-/// Index pairs into two layer lists: all of them, or each layer of A with the layer of B at
-/// the nearest relative depth (as `repgeom compare --diagonal`).
-fn layer_pairs(len_a: usize, len_b: usize, diagonal: bool) -> Vec<(usize, usize)> {
-    if !diagonal {
-        return (0..len_a)
-            .flat_map(|i| (0..len_b).map(move |j| (i, j)))
-            .collect();
-    }
-    (0..len_a)
-        .map(|i| {
-            let j = if len_a <= 1 {
-                0
-            } else {
-                ((i as f64) * (len_b - 1) as f64 / (len_a - 1) as f64).round() as usize
-            };
-            (i, j)
-        })
-        .collect()
 }
 
 /// The metric registry: one JSON object per registered metric (per-layer and pair).

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use repgeom_linalg::{Mat, MatRef};
-use repgeom_metrics::{LayerInput, PairInput, PairMetric};
+use repgeom_metrics::{LayerInput, PairInput, PairMetric, layer_pairs};
 use repgeom_null::{NullBases, NullParams};
 
 use super::Context;
@@ -251,24 +251,4 @@ fn side_input<'a>(
         input = input.with_null(null)?;
     }
     Ok(input)
-}
-
-/// Index pairs into the two layer lists: all of them, or, with `diagonal`, each layer of A with
-/// the layer of B at the nearest relative depth (position / (count − 1), ties rounded up).
-pub(crate) fn layer_pairs(len_a: usize, len_b: usize, diagonal: bool) -> Vec<(usize, usize)> {
-    if !diagonal {
-        return (0..len_a)
-            .flat_map(|i| (0..len_b).map(move |j| (i, j)))
-            .collect();
-    }
-    (0..len_a)
-        .map(|i| {
-            let j = if len_a <= 1 {
-                0
-            } else {
-                ((i as f64) * (len_b - 1) as f64 / (len_a - 1) as f64).round() as usize
-            };
-            (i, j)
-        })
-        .collect()
 }
