@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::arch::Arch;
 use crate::st::{StFile, list_names};
 use crate::{Error, Result};
 
@@ -21,7 +22,9 @@ pub struct Checkpoint {
     /// `model_type` from the config, if present.
     pub model_type: Option<String>,
     /// Whether the output embedding is tied to the input embedding: `tie_word_embeddings`
-    /// (or hf_olmo's `weight_tying`); HuggingFace's default, `true`, when neither is present.
+    /// (or hf_olmo's `weight_tying`); when neither is present, the family's default from
+    /// [`crate::ARCHS`] (`false` for Llama, GPT-NeoX, ...), else HuggingFace's
+    /// `PretrainedConfig` default, `true`.
     pub tie_word_embeddings: bool,
     /// Mapped shards; `None` for a shard the index lists but that is absent (only with
     /// [`open_checkpoint_partial`]).
@@ -83,7 +86,7 @@ fn open(dir: &Path, strict: bool) -> Result<Checkpoint> {
         .get("tie_word_embeddings")
         .and_then(|v| v.as_bool())
         .or_else(|| config.get("weight_tying").and_then(|v| v.as_bool()))
-        .unwrap_or(true);
+        .unwrap_or_else(|| Arch::for_config(&config).is_none_or(|a| a.tie_default));
 
     let index_path = dir.join("model.safetensors.index.json");
     let mut shards: Vec<Option<StFile>> = Vec::new();

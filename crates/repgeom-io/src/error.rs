@@ -132,6 +132,20 @@ pub enum Error {
         /// The tensors present, comma separated (shortened when there are many).
         available: String,
     },
+    /// The final norm of the checkpoint's family has no gain to fold into `W_U` (OLMo-1's
+    /// LayerNorm without weight or bias).
+    #[error(
+        "{}: the final norm of model_type {model_type} is a LayerNorm without weight or bias (no `{tensor}`): there is no gain to fold",
+        file.display()
+    )]
+    NoNormGain {
+        /// The checkpoint directory.
+        file: PathBuf,
+        /// The checkpoint's `model_type`.
+        model_type: String,
+        /// The gain tensor such a norm would have (e.g. `model.norm.weight`).
+        tensor: String,
+    },
     /// A requested layer is absent from an activation file.
     #[error("{}: layer {layer} not found (available layers: {available:?})", file.display())]
     MissingLayer {

@@ -1,8 +1,9 @@
 //! repgeom-io: tensor file input and output for repgeom, and nothing else (no maths, no
 //! printing). It reads per-layer hidden states ([`read_activations`] → [`Activations`]), the
-//! unembedding matrix `W_U` ([`read_readout`] → [`Readout`]), HuggingFace checkpoints
-//! ([`open_checkpoint`] → [`Checkpoint`]), saved bases ([`read_array_f64`]) and probe labels
-//! ([`read_labels`]); it writes `.npy` and `.safetensors` atomically.
+//! unembedding matrix `W_U` ([`read_readout`] → [`Readout`]; which tensor, and the final
+//! norm in front of it, come from one table keyed by `model_type`, [`ARCHS`]), HuggingFace
+//! checkpoints ([`open_checkpoint`] → [`Checkpoint`]), saved bases ([`read_array_f64`]) and
+//! probe labels ([`read_labels`]); it writes `.npy` and `.safetensors` atomically.
 //!
 //! The main type is [`Matrix`], a plain row-major `Vec<f32>` with its shape. Key design
 //! decision: this crate hands out plain data, not faer or ndarray types, and implements the
@@ -17,6 +18,7 @@
 #![deny(missing_docs)]
 
 mod activations;
+mod arch;
 mod array;
 mod checkpoint;
 mod error;
@@ -33,12 +35,14 @@ mod write;
 mod tests;
 
 pub use activations::{Activations, LayerActs, read_activations};
+pub use arch::{ARCHS, Arch, GainConvention, NormKind};
 pub use array::{ArrayF64, read_array_f64};
 pub use checkpoint::{Checkpoint, open_checkpoint, open_checkpoint_partial};
 pub use error::{Error, Result};
 pub use labels::{AG_NEWS_CLASSES, LabelFile, read_labels};
 pub use readout::{
-    Readout, ReadoutOptions, ReadoutPrep, read_final_norm_gain, read_readout, read_readout_prepared,
+    FinalNormGain, Readout, ReadoutOptions, ReadoutPrep, read_final_norm_gain, read_readout,
+    read_readout_prepared,
 };
 pub use write::{atomic_write, write_npy_f32, write_npy_f64, write_safetensors};
 

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use crate::activations::extension;
+use crate::arch::{Arch, GainConvention, NormKind};
 use crate::checkpoint::{Checkpoint, open_checkpoint_partial, read_json};
 use crate::st::{StFile, list_names};
 use crate::{Error, Matrix, Result, mmap, npy};
@@ -33,13 +34,14 @@ pub struct Readout {
     pub note: Option<String>,
 }
 
-/// Untied output-embedding names, most specific first.
+/// Untied output-embedding names, most specific first, probed when the checkpoint's
+/// `model_type` is not in [`crate::ARCHS`] (and for a bare `.safetensors` file).
 const HEAD_NAMES: &[&str] = &[
     "embed_out.weight",
     "lm_head.weight",
     "model.transformer.ff_out.weight",
 ];
-/// Input-embedding names used when the readout is tied.
+/// Input-embedding names used when the readout is tied, probed like [`HEAD_NAMES`].
 const TIED_NAMES: &[&str] = &[
     "model.embed_tokens.weight",
     "gpt_neox.embed_in.weight",
@@ -52,8 +54,8 @@ const TIED_NAMES: &[&str] = &[
 pub struct ReadoutPrep {
     /// Tensor and rows ([`read_readout`]).
     pub options: ReadoutOptions,
-    /// Multiply every column by the final norm's gain γ, read from the checkpoint directory
-    /// ([`read_final_norm_gain`], [`Readout::fold_gain`]).
+    /// Multiply every column by the final norm's effective gain γ (`1 + w` for Gemma), read
+    /// from the checkpoint directory ([`read_final_norm_gain`], [`Readout::fold_gain`]).
     pub fold_norm: bool,
     /// Subtract the mean row ([`Readout::center_rows`]).
     pub center: bool,
@@ -66,8 +68,8 @@ pub struct ReadoutPrep {
 pub fn read_readout_prepared(path: &Path, prep: &ReadoutPrep) -> Result<Readout> {
     let mut r = read_readout(path, &prep.options)?;
     if prep.fold_norm {
-        let (name, gamma) = read_final_norm_gain(path)?;
-        r.fold_gain(&gamma, &name)?;
+        let g = read_final_norm_gain(path)?;
+        r.fold_gain(&g.gain, &g.tensor)?;
     }
     if prep.center {
         r.center_rows();
@@ -210,17 +212,17 @@ fn choose_tensor(ck: &Checkpoint, opts: &ReadoutOptions) -> Result<(String, Opti
         }
         return Ok((n.clone(), None));
     }
-    let neox = ck.architecture.contains("GPTNeoX") || ck.model_type.as_deref() == Some("gpt_neox");
-    let heads: Vec<&str> = if neox {
-        vec!["embed_out.weight"]
-    } else {
-        HEAD_NAMES.to_vec()
-    };
+    let (heads, tied): (&[&str], &[&str]) =
+        match ck.model_type.as_deref().and_then(Arch::for_model_type) {
+            Some(arch) => (arch.readout, arch.tied),
+            None if ck.architecture.contains("GPTNeoX") => (&["embed_out.weight"], TIED_NAMES),
+            None => (HEAD_NAMES, TIED_NAMES),
+        };
     if let Some(n) = heads.iter().find(|n| ck.has_tensor(n)) {
         return Ok((n.to_string(), None));
     }
     if ck.tie_word_embeddings
-        && let Some(n) = TIED_NAMES.iter().find(|n| ck.has_tensor(n))
+        && let Some(n) = tied.iter().find(|n| ck.has_tensor(n))
     {
         return Ok((
             n.to_string(),
@@ -229,9 +231,9 @@ fn choose_tensor(ck: &Checkpoint, opts: &ReadoutOptions) -> Result<(String, Opti
             )),
         ));
     }
-    let mut wanted: Vec<&str> = heads;
+    let mut wanted: Vec<&str> = heads.to_vec();
     if ck.tie_word_embeddings {
-        wanted.extend(TIED_NAMES);
+        wanted.extend(tied);
     }
     Err(Error::MissingTensor {
         file: ck.dir.clone(),
@@ -299,7 +301,7 @@ pub(crate) fn tokenizer_vocab_size(path: &Path) -> Result<usize> {
 }
 
 /// Final-norm gain names, most specific first: GPT-NeoX, Llama/OLMo-2/Mistral, GPT-2, OLMo
-/// (hf_olmo).
+/// (hf_olmo); probed when the checkpoint's `model_type` is not in [`crate::ARCHS`].
 const FINAL_NORM_NAMES: &[&str] = &[
     "gpt_neox.final_layer_norm.weight",
     "model.norm.weight",
@@ -307,11 +309,28 @@ const FINAL_NORM_NAMES: &[&str] = &[
     "model.transformer.ln_f.weight",
 ];
 
-/// Reads the gain γ (length d) of the final norm before the readout from a checkpoint
-/// directory; returns the tensor name and γ. Models whose final norm has no gain (OLMo-1's
-/// non-parametric LayerNorm) have none of these tensors: that is an error naming the
+/// The gain of the final norm before the readout, as [`read_final_norm_gain`] returns it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct FinalNormGain {
+    /// The stored weight tensor (e.g. `model.norm.weight`).
+    pub tensor: String,
+    /// How the stored weight became [`FinalNormGain::gain`] ([`GainConvention::Weight`] when
+    /// the `model_type` is not in [`crate::ARCHS`]).
+    pub convention: GainConvention,
+    /// The effective gain γ, one per hidden dimension, that the norm multiplies by: the
+    /// stored weight `w`, or `1 + w` (Gemma, Gemma-2), computed in `f32`.
+    pub gain: Vec<f32>,
+}
+
+/// Reads the effective gain γ (length d) of the final norm before the readout from a
+/// checkpoint directory. The `config.json` `model_type` picks the tensor and the convention
+/// from [`crate::ARCHS`] (Gemma's `(1 + w)` is applied); for a `model_type` not in the table
+/// the first present of a fixed list of names is read as γ. A model whose final norm has no
+/// gain (OLMo-1's non-parametric LayerNorm) is an [`Error::NoNormGain`]; a checkpoint without
+/// the tensor, or a path that is not a directory, an [`Error::MissingTensor`] naming the
 /// tensors present.
-pub fn read_final_norm_gain(dir: &Path) -> Result<(String, Vec<f32>)> {
+pub fn read_final_norm_gain(dir: &Path) -> Result<FinalNormGain> {
     if !dir.is_dir() {
         return Err(Error::MissingTensor {
             file: dir.to_path_buf(),
@@ -322,28 +341,68 @@ pub fn read_final_norm_gain(dir: &Path) -> Result<(String, Vec<f32>)> {
         });
     }
     let ck = open_checkpoint_partial(dir)?;
-    let Some(name) = FINAL_NORM_NAMES.iter().find(|n| ck.has_tensor(n)) else {
-        return Err(Error::MissingTensor {
-            file: dir.to_path_buf(),
-            tensor: format!("the final norm's gain ({})", FINAL_NORM_NAMES.join(" | ")),
-            available: list_names(&ck.tensor_names()),
-        });
+    let (name, convention) = match ck.model_type.as_deref().and_then(Arch::for_model_type) {
+        Some(arch) => {
+            let module = arch.final_norm_in(|n| ck.has_tensor(n));
+            let name = format!("{module}.weight");
+            if arch.norm_kind == NormKind::BareLayerNorm {
+                return Err(Error::NoNormGain {
+                    file: dir.to_path_buf(),
+                    model_type: arch.model_type.to_string(),
+                    tensor: name,
+                });
+            }
+            if !ck.has_tensor(&name) {
+                let wanted: Vec<String> = arch
+                    .final_norm
+                    .iter()
+                    .map(|n| format!("{n}.weight"))
+                    .collect();
+                return Err(Error::MissingTensor {
+                    file: dir.to_path_buf(),
+                    tensor: format!(
+                        "the final norm's gain ({}, model_type {})",
+                        wanted.join(" | "),
+                        arch.model_type
+                    ),
+                    available: list_names(&ck.tensor_names()),
+                });
+            }
+            (name, arch.gain)
+        }
+        None => {
+            let Some(name) = FINAL_NORM_NAMES.iter().find(|n| ck.has_tensor(n)) else {
+                return Err(Error::MissingTensor {
+                    file: dir.to_path_buf(),
+                    tensor: format!("the final norm's gain ({})", FINAL_NORM_NAMES.join(" | ")),
+                    available: list_names(&ck.tensor_names()),
+                });
+            };
+            (name.to_string(), GainConvention::Weight)
+        }
     };
-    let (shape, data) = ck.read_tensor_f32(name)?;
+    let (shape, mut gain) = ck.read_tensor_f32(&name)?;
     if shape.len() != 1 {
         return Err(Error::ShapeMismatch {
             file: dir.to_path_buf(),
-            tensor: name.to_string(),
+            tensor: name,
             expected: "[d] (one gain per hidden dimension)".into(),
             found: shape,
         });
     }
-    Ok((name.to_string(), data))
+    convention.apply(&mut gain);
+    Ok(FinalNormGain {
+        tensor: name,
+        convention,
+        gain,
+    })
 }
 
 impl Readout {
-    /// Folds the final norm's gain into `W_U`: column `j` is multiplied by `gamma[j]`, so
-    /// the logits are `W_U diag(γ) n(h)` with `n` the gain-free normalisation.
+    /// Folds the final norm's effective gain into `W_U`: column `j` is multiplied by
+    /// `gamma[j]`, so the logits are `W_U diag(γ) n(h)` (plus `W_U β` for a LayerNorm's bias)
+    /// with `n` the gain-free normalisation. `gamma` is the effective gain
+    /// ([`FinalNormGain::gain`], `1 + w` for Gemma), not necessarily the stored tensor.
     pub fn fold_gain(&mut self, gamma: &[f32], gamma_name: &str) -> Result<()> {
         let (rows, cols) = (self.matrix.rows, self.matrix.cols);
         if gamma.len() != cols {

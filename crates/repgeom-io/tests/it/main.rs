@@ -2,6 +2,7 @@
 //! committed files under `fixtures/io/` (made by `fixtures/io/make_io_fixtures.py`).
 
 mod activations;
+mod final_norm;
 mod labels;
 mod readout;
 mod robustness;

@@ -179,16 +179,18 @@ fn checkpoint_errors_name_shard_tensor_and_rows() {
 #[test]
 fn final_norm_gain_fold_and_row_centring() {
     let extract = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/extract");
-    let (name, gamma) = repgeom_io::read_final_norm_gain(&fixture("tiny_neox")).unwrap();
-    assert_eq!(name, "gpt_neox.final_layer_norm.weight");
-    assert_eq!(gamma, vec![1.0; 4]);
-    let (name, gamma) = repgeom_io::read_final_norm_gain(&extract.join("llama_tied")).unwrap();
-    assert_eq!((name.as_str(), gamma.len()), ("model.norm.weight", 32));
+    let g = repgeom_io::read_final_norm_gain(&fixture("tiny_neox")).unwrap();
+    assert_eq!(g.tensor, "gpt_neox.final_layer_norm.weight");
+    assert_eq!(g.gain, vec![1.0; 4]);
+    let g = repgeom_io::read_final_norm_gain(&extract.join("llama_tied")).unwrap();
+    assert_eq!((g.tensor.as_str(), g.gain.len()), ("model.norm.weight", 32));
     let err = repgeom_io::read_final_norm_gain(&extract.join("olmo_clip"))
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("final norm") && err.contains("model.norm.weight"),
+        err.contains("final norm")
+            && err.contains("model.norm.weight")
+            && err.contains("no gain to fold"),
         "{err}"
     );
     let err = repgeom_io::read_final_norm_gain(&fixture("tiny_neox/config.json"))
@@ -227,8 +229,8 @@ fn prepared_readout_is_read_fold_centre_then_a_finite_check() {
     };
     let got = read_readout_prepared(&fixture("tiny_neox"), &prep).unwrap();
     let mut by_hand = read_readout(&fixture("tiny_neox"), &ReadoutOptions::default()).unwrap();
-    let (name, gamma) = repgeom_io::read_final_norm_gain(&fixture("tiny_neox")).unwrap();
-    by_hand.fold_gain(&gamma, &name).unwrap();
+    let g = repgeom_io::read_final_norm_gain(&fixture("tiny_neox")).unwrap();
+    by_hand.fold_gain(&g.gain, &g.tensor).unwrap();
     by_hand.center_rows();
     assert_eq!(got.matrix.data, by_hand.matrix.data);
 
