@@ -28,6 +28,7 @@ mod npy;
 mod npz;
 mod readout;
 mod st;
+mod system;
 mod tensor;
 mod write;
 
@@ -44,6 +45,7 @@ pub use readout::{
     FinalNormGain, Readout, ReadoutOptions, ReadoutPrep, read_final_norm_gain, read_readout,
     read_readout_prepared,
 };
+pub use system::default_memory_budget;
 pub use write::{atomic_write, write_npy_f32, write_npy_f64, write_safetensors};
 
 use std::collections::BTreeMap;

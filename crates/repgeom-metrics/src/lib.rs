@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 mod alignment;
+pub mod analysis;
 #[cfg(test)]
 mod beyond_tests;
 pub mod conformance;

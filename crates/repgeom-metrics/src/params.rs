@@ -9,7 +9,7 @@
 //! same inputs and seeds give identical numbers.
 
 use ndarray::{Array2, ArrayView2};
-use repgeom_linalg::{Mat, MatRef, Par, first_non_finite};
+use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_null::{NullBases, NullParams};
 use serde::{Deserialize, Serialize};
 
@@ -455,29 +455,7 @@ impl ValidPgaParams {
 
     /// `W_U`'s width against the activations' `d`, `k < d`, and every entry finite.
     fn check_unembedding(&self, w_u: MatRef<'_, f32>, d: usize, what: &str) -> Result<()> {
-        let k = self.params.k;
-        if w_u.ncols() != d {
-            return Err(Error::ShapeMismatch {
-                what: format!("{what} against the readout"),
-                left: format!("activations d = {d}"),
-                right: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
-            });
-        }
-        if k >= d {
-            return Err(Error::InvalidOption {
-                name: "k".into(),
-                value: k.to_string(),
-                reason: format!("the readout subspace dimension must satisfy 0 < k < d = {d}"),
-            });
-        }
-        if let Some((row, col)) = first_non_finite(w_u) {
-            return Err(Error::NonFinite {
-                what: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
-                row,
-                col,
-            });
-        }
-        Ok(())
+        crate::analysis::check_unembedding(w_u, d, self.params.k, what)
     }
 
     /// The `n_null` null bases (`d × k`) drawn from `seed`, for reuse across layers.

@@ -23,9 +23,12 @@ pub struct Pga {
     pub distance: crate::pga::Distance,
     /// Estimate each Spearman correlation on a seeded sample of this many pairs (`None`: all).
     pub max_pairs: Option<usize>,
-    /// Seed of the pair sample.
+    /// Seed of the pair sample (`repgeom pga`, the study and `repgeom.pga` set it to the
+    /// null's seed).
     pub pair_seed: u64,
-    /// Bytes the engine may use (`None`: unlimited); fewer null draws then run at once.
+    /// Bytes the engine may use (`None`: the run's budget, which every front end sets to half
+    /// the machine's memory, `repgeom_io::default_memory_budget`); fewer null draws then run
+    /// at once. Never changes a number.
     pub max_memory: Option<u64>,
     /// Percentile bootstrap over sequences (points when the input has no sequence ids), with
     /// the null bases held fixed: rows `pga_z_lo`, `pga_z_hi`, `rho_readout_lo`,
@@ -53,10 +56,11 @@ impl Default for Pga {
 }
 
 impl Pga {
-    /// The engine settings these options ask for.
-    pub fn engine(&self) -> EngineOptions {
+    /// The engine settings these options ask for, with the memory budget `max_memory`, else
+    /// `budget` (the run's, e.g. [`LayerInput::memory_budget`]).
+    pub fn engine_with(&self, budget: Option<u64>) -> EngineOptions {
         EngineOptions {
-            max_memory: self.max_memory,
+            max_memory: self.max_memory.or(budget),
             max_pairs: self.max_pairs,
             pair_seed: self.pair_seed,
             distance: self.distance,
@@ -101,7 +105,7 @@ impl Metric for Pga {
                 },
                 OptionDoc {
                     name: "max_memory",
-                    help: "bytes the engine may use; fewer null draws run at once (default: unlimited)",
+                    help: "bytes the engine may use; fewer null draws run at once, no number changes (default: half the machine's memory, set by the front end)",
                 },
                 OptionDoc {
                     name: "bootstrap",
@@ -154,7 +158,8 @@ impl Metric for Pga {
         self.check()?;
         let basis = input.readout_basis("pga")?;
         let null = input.null("pga")?;
-        let results = pga_layer(input, &self.ccr, &|| {}, &self.engine())?;
+        let engine = self.engine_with(input.memory_budget());
+        let results = pga_layer(input, &self.ccr, &|| {}, &engine)?;
         let cis = match &self.bootstrap {
             Some(boot) => Some(bootstrap_ci(
                 input.acts(),
@@ -164,7 +169,7 @@ impl Metric for Pga {
                 input.sequences(),
                 input.what(),
                 input.par(),
-                &self.engine(),
+                &engine,
                 boot,
             )?),
             None => None,

@@ -176,6 +176,7 @@ pub struct LayerInput<'a> {
     sequences: Option<&'a [usize]>,
     what: String,
     par: Par,
+    memory_budget: Option<u64>,
     centred: OnceLock<Mat<f64>>,
     sv_centred: OnceLock<Vec<f64>>,
     sv_raw: OnceLock<Vec<f64>>,
@@ -219,6 +220,7 @@ impl<'a> LayerInput<'a> {
             sequences: None,
             what,
             par,
+            memory_budget: None,
             centred: OnceLock::new(),
             sv_centred: OnceLock::new(),
             sv_raw: OnceLock::new(),
@@ -266,6 +268,19 @@ impl<'a> LayerInput<'a> {
         }
         self.sequences = Some(ids);
         Ok(self)
+    }
+
+    /// Sets the memory budget (bytes) of engines that hold per-worker buffers (PGA), for
+    /// metrics whose own options leave it unset; like [`Self::par`], an execution resource
+    /// that never changes a number. Front ends pass `repgeom_io::default_memory_budget()`.
+    pub fn with_memory_budget(mut self, bytes: Option<u64>) -> Self {
+        self.memory_budget = bytes;
+        self
+    }
+
+    /// The memory budget set with [`Self::with_memory_budget`] (`None`: unlimited).
+    pub fn memory_budget(&self) -> Option<u64> {
+        self.memory_budget
     }
 
     /// The sequence of each point, when attached with [`Self::with_sequences`].

@@ -1,0 +1,170 @@
+//! The model run against the per-layer metric and the engine called by hand: one PGA, however
+//! it is reached.
+
+use repgeom_linalg::{Mat, MatRef, Par};
+use repgeom_null::NullParams;
+
+use super::*;
+use crate::Metric as _;
+use crate::pga::BootstrapOptions;
+
+/// The committed PGA fixture: layers `[N, d]` and `W_U`.
+fn fixture() -> (Vec<Mat<f32>>, Mat<f32>) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/pga");
+    let acts = repgeom_io::read_activations(&dir.join("acts.npy"), None).unwrap();
+    let layers = acts
+        .layers
+        .iter()
+        .map(|l| MatRef::from_row_major_slice(&l.acts.data, l.acts.rows, l.acts.cols).to_owned())
+        .collect();
+    let w = repgeom_io::read_array_f64(&dir.join("readout.npy")).unwrap();
+    let w32: Vec<f32> = w.data.iter().map(|&v| v as f32).collect();
+    let w_u = MatRef::from_row_major_slice(&w32, w.shape[0], w.shape[1]).to_owned();
+    (layers, w_u)
+}
+
+fn input<'a>(layers: &'a [Mat<f32>], readout: ModelReadout<'a>, ks: &[usize]) -> ModelInput<'a> {
+    ModelInput {
+        layers: layers
+            .iter()
+            .enumerate()
+            .map(|(layer, m)| ModelLayer {
+                layer,
+                acts: m.as_ref(),
+                what: format!("layer {layer}"),
+            })
+            .collect(),
+        readout,
+        ks: ks.to_vec(),
+        null: NullSource::Draw(NullParams {
+            n_null: 12,
+            seed: 3,
+        }),
+        sequences: None,
+        memory_budget: Some(1 << 30),
+    }
+}
+
+/// `run_model`'s rows equal the registry metric on [`ModelContext`] layers, bit for bit, for
+/// each `pga` option set, and its `k` list equals one run per `k`.
+fn check(pga: Pga, ks: &[usize]) {
+    let (layers, w_u) = fixture();
+    let d = w_u.ncols();
+    let run = pga
+        .run_model(
+            &input(&layers, ModelReadout::Unembedding(w_u.as_ref()), ks),
+            Par::rayon(2),
+            &Hooks::default(),
+        )
+        .unwrap();
+    assert_eq!(run.rows.len(), layers.len() * ks.len() * pga.ccr.len());
+    for &k in ks {
+        let model = ModelContext::new(
+            d,
+            k,
+            Some(ModelReadout::Unembedding(w_u.as_ref())),
+            Some(NullSource::Draw(NullParams {
+                n_null: 12,
+                seed: 3,
+            })),
+            "fixture",
+            Par::rayon(2),
+        )
+        .unwrap();
+        for (l, m) in layers.iter().enumerate() {
+            let values = pga
+                .compute(&model.layer(m.as_ref(), format!("layer {l}")).unwrap())
+                .unwrap();
+            for row in run.rows.iter().filter(|r| r.layer == l && r.result.k == k) {
+                let variant = Pga::variant(pga.null, row.result.ccr);
+                let z = values
+                    .iter()
+                    .find(|v| v.metric == "pga_z" && v.variant == variant)
+                    .unwrap();
+                assert_eq!(
+                    z.value.to_bits(),
+                    row.result.summary.z.to_bits(),
+                    "{pga:?} k {k}"
+                );
+                if let Some(ci) = &row.result.bootstrap {
+                    let lo = values
+                        .iter()
+                        .find(|v| v.metric == "pga_z_lo" && v.variant == variant)
+                        .unwrap();
+                    assert_eq!(lo.value.to_bits(), ci.z_lo.to_bits());
+                }
+            }
+        }
+    }
+    // The basis it returns, passed back, gives the same rows at the largest k.
+    let kmax = *ks.iter().max().unwrap();
+    let again = pga
+        .run_model(
+            &input(
+                &layers,
+                ModelReadout::Basis(run.readout_basis.as_ref()),
+                &[],
+            ),
+            Par::Seq,
+            &Hooks::default(),
+        )
+        .unwrap();
+    let at_kmax: Vec<_> = run.rows.iter().filter(|r| r.result.k == kmax).collect();
+    assert_eq!(again.rows.len(), at_kmax.len());
+    for (a, b) in again.rows.iter().zip(at_kmax) {
+        assert_eq!(a.result.summary.z.to_bits(), b.result.summary.z.to_bits());
+    }
+}
+
+#[test]
+fn run_model_equals_the_metric_per_layer() {
+    check(Pga::default(), &[8]);
+    check(
+        Pga {
+            ccr: vec![0, 2],
+            ..Pga::default()
+        },
+        &[4, 8],
+    );
+    check(
+        Pga {
+            distance: repgeom_linalg::Distance::Euclidean,
+            max_pairs: Some(500),
+            bootstrap: Some(BootstrapOptions {
+                replicates: 5,
+                seed: 1,
+                level: 0.9,
+            }),
+            ..Pga::default()
+        },
+        &[8],
+    );
+}
+
+#[test]
+fn run_model_refuses_what_it_cannot_honour() {
+    let (layers, w_u) = fixture();
+    let null = NullBases::draw(
+        w_u.ncols(),
+        4,
+        &NullParams { n_null: 4, seed: 0 }.check().unwrap(),
+    )
+    .unwrap();
+    let mut given = input(&layers, ModelReadout::Unembedding(w_u.as_ref()), &[4, 8]);
+    given.null = NullSource::Given(&null);
+    let err = Pga::default()
+        .run_model(&given, Par::Seq, &Hooks::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("one k"), "{err}");
+    let skewed = Mat::<f64>::from_fn(w_u.ncols(), 2, |i, j| (i + j) as f64);
+    let err = Pga::default()
+        .run_model(
+            &input(&layers, ModelReadout::Basis(skewed.as_ref()), &[]),
+            Par::Seq,
+            &Hooks::default(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("not orthonormal"), "{err}");
+    assert!(k_values(&[], Some(1.5), 16).is_err());
+    assert_eq!(k_values(&[], Some(0.5), 16).unwrap(), [8]);
+}
