@@ -59,12 +59,12 @@ impl GainConvention {
 pub struct Arch {
     /// HuggingFace `config.json` `model_type`.
     pub model_type: &'static str,
-    /// The untied readout `W_U` ([V, d]), first present wins.
+    /// The untied readout `W_U` (`[V, d]`), first present wins.
     pub readout: &'static [&'static str],
-    /// The readout's bias ([V]), for families whose readout has one (Phi's `lm_head.bias`);
+    /// The readout's bias (`[V]`), for families whose readout has one (Phi's `lm_head.bias`);
     /// it shifts the logits but is not part of `W_U`.
     pub readout_bias: Option<&'static str>,
-    /// The input embedding ([V, d]) that is the readout when the embeddings are tied, first
+    /// The input embedding (`[V, d]`) that is the readout when the embeddings are tied, first
     /// present wins.
     pub tied: &'static [&'static str],
     /// `tie_word_embeddings` when `config.json` does not say (the family's config class
