@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use repgeom_io::Arch;
 use serde_json::Value;
 
 use crate::{Error, Result};
@@ -41,6 +42,30 @@ impl Family {
     /// Every `model_type` with a forward pass, in the order the docs list them.
     pub const MODEL_TYPES: &'static str =
         "gpt_neox, gpt2, llama, mistral, qwen2, olmo, olmo2, phi, gemma, gemma2";
+
+    /// The HuggingFace `config.json` `model_type` of the family.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::GptNeoX => "gpt_neox",
+            Family::Llama => "llama",
+            Family::Olmo => "olmo",
+            Family::Olmo2 => "olmo2",
+            Family::Qwen2 => "qwen2",
+            Family::Mistral => "mistral",
+            Family::Gpt2 => "gpt2",
+            Family::Phi => "phi",
+            Family::Gemma => "gemma",
+            Family::Gemma2 => "gemma2",
+        }
+    }
+
+    /// The family's entry of `repgeom-io`'s architecture table ([`repgeom_io::ARCHS`]): its
+    /// readout and input-embedding tensors, the tie default, and the final norm's tensor,
+    /// kind, gain convention and epsilon, which the forward pass and the readout loader share.
+    pub fn arch(self) -> &'static Arch {
+        Arch::for_model_type(self.model_type())
+            .expect("every Family has an entry in repgeom_io::ARCHS (tested)")
+    }
 
     /// Whether the family's decoder is Llama-shaped (`model.layers.{i}.self_attn.q_proj` ...).
     pub(crate) fn is_llama_like(self) -> bool {
@@ -167,7 +192,7 @@ pub struct ModelConfig {
     /// Per layer: the sliding-window width (a query sees keys at most `w - 1` positions back),
     /// or `None` for full causal attention. `n_layers` entries.
     pub windows: Vec<Option<usize>>,
-    /// Phi: whether `lm_head` has a bias.
+    /// Whether the readout has a bias (Phi's `lm_head.bias`, [`repgeom_io::Arch::readout_bias`]).
     pub lm_head_bias: bool,
 }
 
@@ -387,22 +412,17 @@ impl ModelConfig {
         let activation = Activation::parse(path, act_key, act_name)?;
         let vocab_size = r.usize("vocab_size")?;
         let max_positions = r.usize(key("max_position_embeddings", "n_positions"))?;
-        // transformers' defaults when the key is absent
-        let tie_default = matches!(family, Family::Gpt2 | Family::Gemma | Family::Gemma2);
-        let tie_word_embeddings = r.opt_bool("tie_word_embeddings").unwrap_or(tie_default);
+        let arch = family.arch();
+        // transformers' default when the key is absent, from the architecture table
+        let tie_word_embeddings = arch.tie_word_embeddings(cfg);
 
         let intermediate_size = match family {
             Family::Gpt2 => r.opt_usize("n_inner")?.unwrap_or(4 * hidden_size),
             _ => r.usize("intermediate_size")?,
         };
-        let norm_eps = match family {
-            Family::GptNeoX | Family::Phi => r.opt_f64("layer_norm_eps").unwrap_or(1e-5),
-            Family::Gpt2 => r.opt_f64("layer_norm_epsilon").unwrap_or(1e-5),
-            // OLMo's LayerNorm has a fixed eps of 1e-5 in transformers.
-            Family::Olmo => 1e-5,
-            Family::Olmo2 => r.opt_f64("rms_norm_eps").unwrap_or(1e-5),
-            _ => r.opt_f64("rms_norm_eps").unwrap_or(1e-6),
-        };
+        // `layer_norm_eps`, GPT-2's `layer_norm_epsilon` or `rms_norm_eps`, with transformers'
+        // defaults; OLMo's LayerNorm has a fixed eps of 1e-5.
+        let norm_eps = arch.norm_eps(cfg);
         let (attention_bias, attention_out_bias) = match family {
             Family::GptNeoX => {
                 let b = r.opt_bool("attention_bias").unwrap_or(true);
@@ -516,7 +536,7 @@ impl ModelConfig {
             attn_logit_softcap,
             final_logit_softcap,
             windows,
-            lm_head_bias: family == Family::Phi,
+            lm_head_bias: arch.readout_bias.is_some(),
         })
     }
 }

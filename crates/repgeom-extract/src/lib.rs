@@ -16,7 +16,10 @@
 //! widened) because the point is to reproduce transformers' numbers to 1e-4, which
 //! half-precision arithmetic does not. Batches of sequences of different lengths are padded
 //! on the right, which needs no attention mask beyond the causal one: no real position ever
-//! sees a padding position, and padded rows are never read.
+//! sees a padding position, and padded rows are never read. Which tensors are the readout,
+//! the tied embedding and the final norm, and the norms' kind, gain convention and epsilon,
+//! come from `repgeom-io`'s architecture table ([`repgeom_io::ARCHS`], [`Family::arch`]), the
+//! one the readout loader folds the final norm by, so analysis and extraction agree.
 //!
 //! It is not a general inference engine: no KV cache, no generation, no GPU, no quantised
 //! weights, and only the architectures listed in `docs/extraction.md`.

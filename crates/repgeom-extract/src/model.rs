@@ -8,6 +8,7 @@ use candle_core::{D, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
+use repgeom_io::{Arch, GainConvention, NormKind};
 use repgeom_linalg::{MatMut, MatRef, Par, matmul_abt_add_f32, matmul_abt_f32};
 
 use crate::config::{Activation, Family, ModelConfig, RopeScaling};
@@ -247,6 +248,16 @@ impl Loader<'_, '_> {
             eps: self.eps,
         })
     }
+
+    /// A norm of the kind and gain convention the architecture table gives the family.
+    fn norm(&mut self, arch: &Arch, name: &str, dim: usize) -> Result<Norm> {
+        match arch.norm_kind {
+            NormKind::LayerNorm => self.layer_norm(name, dim),
+            NormKind::BareLayerNorm => self.bare_layer_norm(dim),
+            // `NormKind` is non-exhaustive; the table has no other kind.
+            _ => self.rms(name, dim, arch.gain == GainConvention::OnePlusWeight),
+        }
+    }
 }
 
 impl Model {
@@ -314,9 +325,12 @@ impl Model {
             eps: c.norm_eps as f32,
         };
         let mut layers = Vec::with_capacity(c.n_layers);
-        let (embed, positions, final_norm, readout_name) = match c.family {
+        // The readout, the input embedding it is tied to, and the final norm: names, kind and
+        // gain convention from the table that the readout loader reads too.
+        let arch = c.family.arch();
+        let (embed, positions) = match c.family {
             Family::GptNeoX => {
-                let embed = ld.tensor("gpt_neox.embed_in.weight", &[v, d])?;
+                let embed = ld.tensor(arch.tied[0], &[v, d])?;
                 for i in 0..c.n_layers {
                     let l = format!("gpt_neox.layers.{i}");
                     let ab = c.attention_bias;
@@ -347,13 +361,12 @@ impl Model {
                         window: c.windows[i],
                     });
                 }
-                let final_norm = ld.layer_norm("gpt_neox.final_layer_norm", d)?;
-                (embed, None, final_norm, "embed_out")
+                (embed, None)
             }
             Family::Gpt2 => {
                 // GPT2LMHeadModel saves `transformer.*`; the original repos saved GPT2Model's
                 // bare names.
-                let p = if (ld.has)("transformer.wte.weight") {
+                let p = if (ld.has)(arch.tied[0]) {
                     "transformer."
                 } else {
                     ""
@@ -379,11 +392,10 @@ impl Model {
                         window: c.windows[i],
                     });
                 }
-                let final_norm = ld.layer_norm(&format!("{p}ln_f"), d)?;
-                (embed, Some(wpe), final_norm, "lm_head")
+                (embed, Some(wpe))
             }
             Family::Phi => {
-                let embed = ld.tensor("model.embed_tokens.weight", &[v, d])?;
+                let embed = ld.tensor(arch.tied[0], &[v, d])?;
                 for i in 0..c.n_layers {
                     let l = format!("model.layers.{i}");
                     layers.push(Layer {
@@ -406,19 +418,14 @@ impl Model {
                         window: c.windows[i],
                     });
                 }
-                let final_norm = ld.layer_norm("model.final_layernorm", d)?;
-                (embed, None, final_norm, "lm_head")
+                (embed, None)
             }
             family => {
                 debug_assert!(family.is_llama_like());
-                let embed = ld.tensor("model.embed_tokens.weight", &[v, d])?;
-                let gemma = matches!(family, Family::Gemma | Family::Gemma2);
+                let embed = ld.tensor(arch.tied[0], &[v, d])?;
+                // Every norm of these families is of the final norm's kind and convention.
                 let norm = |ld: &mut Loader<'_, '_>, name: &str, dim: usize| -> Result<Norm> {
-                    if family == Family::Olmo {
-                        ld.bare_layer_norm(dim)
-                    } else {
-                        ld.rms(name, dim, gemma)
-                    }
+                    ld.norm(arch, name, dim)
                 };
                 let (ab, ob, mb) = (c.attention_bias, c.attention_out_bias, c.mlp_bias);
                 for i in 0..c.n_layers {
@@ -473,19 +480,24 @@ impl Model {
                         window: c.windows[i],
                     });
                 }
-                let final_norm = norm(&mut ld, "model.norm", d)?;
-                (embed, None, final_norm, "lm_head")
+                (embed, None)
             }
         };
-        let weight_name = format!("{readout_name}.weight");
-        let tied = c.tie_word_embeddings && !(ld.has)(&weight_name);
+        let final_norm = ld.norm(arch, arch.final_norm_in(|n| (ld.has)(n)), d)?;
+        let weight_name = arch.readout[0];
+        let tied = c.tie_word_embeddings && !(ld.has)(weight_name);
         let readout = if tied {
             embed.clone()
         } else {
-            ld.tensor(&weight_name, &[v, d])?
+            ld.tensor(weight_name, &[v, d])?
         };
         let readout_bias = if c.lm_head_bias {
-            Some(ld.small(&format!("{readout_name}.bias"), &[v])?)
+            // a hand-built config may ask for a bias the table does not list
+            let name = arch.readout_bias.map_or_else(
+                || format!("{}.bias", weight_name.trim_end_matches(".weight")),
+                str::to_string,
+            );
+            Some(ld.small(&name, &[v])?)
         } else {
             None
         };

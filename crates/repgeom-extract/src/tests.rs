@@ -252,6 +252,31 @@ fn family_defaults_follow_transformers() {
 /// The batched loss (tiles of 256 rows × 1024 vocabulary entries, combined per row) against
 /// full logits rows from the one-sequence path: three vocabulary tiles, the last partial, and
 /// two row blocks, for a plain readout, Phi's `lm_head.bias` and Gemma-2's logit soft-capping.
+/// The families with a forward pass are exactly the entries of repgeom-io's architecture
+/// table, in the docs' order, and each `model_type` parses to the family whose entry it is.
+#[test]
+fn every_family_has_one_architecture_table_entry() {
+    let families = [
+        Family::GptNeoX,
+        Family::Gpt2,
+        Family::Llama,
+        Family::Mistral,
+        Family::Qwen2,
+        Family::Olmo,
+        Family::Olmo2,
+        Family::Phi,
+        Family::Gemma,
+        Family::Gemma2,
+    ];
+    let table: Vec<&str> = repgeom_io::ARCHS.iter().map(|a| a.model_type).collect();
+    assert_eq!(table.join(", "), Family::MODEL_TYPES);
+    for f in families {
+        assert_eq!(f.arch().model_type, f.model_type());
+        let c = check_config(family_config(f.model_type(), json!({}))).unwrap();
+        assert_eq!(c.family, f);
+    }
+}
+
 #[test]
 fn tiled_loss_equals_the_loss_of_full_logits_rows() {
     const TOL: f64 = 1e-6;
