@@ -25,7 +25,7 @@ impl ActsArgs {
         let layers = self
             .layers
             .as_deref()
-            .map(crate::cmd::parse_layers)
+            .map(crate::context::parse_layers)
             .transpose()?;
         let acts = repgeom_io::read_activations(&self.acts, layers.as_deref())?;
         anyhow::ensure!(
@@ -72,19 +72,41 @@ pub(crate) struct ReadoutArgs {
     /// Name of the readout tensor, overriding the architecture's default.
     #[arg(long)]
     pub(crate) readout_tensor: Option<String>,
+    #[command(flatten)]
+    pub(crate) prep: ReadoutPrepArgs,
+}
+
+/// `--readout-fold-norm` and `--readout-center`: what `W_U` goes through before its SVD, the
+/// same flags in `pga`, `metrics` and `compare` (`repgeom_io::ReadoutPrep`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(crate) struct ReadoutPrepArgs {
+    /// Multiply W_U by the final norm's effective gain (read from the checkpoint by its
+    /// architecture: γ, or 1 + γ for Gemma) before the SVD.
+    #[arg(long)]
+    pub(crate) readout_fold_norm: bool,
+    /// Centre W_U's rows (subtract the mean over the vocabulary) before the SVD.
+    #[arg(long)]
+    pub(crate) readout_center: bool,
+}
+
+impl ReadoutPrepArgs {
+    /// Whether either flag is set (they need a `W_U`, not a given basis).
+    pub(crate) fn any(&self) -> bool {
+        self.readout_fold_norm || self.readout_center
+    }
 }
 
 impl ReadoutArgs {
     /// The readout to read, with W_U folded by the final norm's gain and/or row-centred.
-    pub(crate) fn choice(&self, fold_norm: bool, center: bool) -> ReadoutChoice {
+    pub(crate) fn choice(&self) -> ReadoutChoice {
         ReadoutChoice {
             prep: repgeom_io::ReadoutPrep {
                 options: repgeom_io::ReadoutOptions {
                     vocab_rows: self.vocab_rows,
                     tensor: self.readout_tensor.clone(),
                 },
-                fold_norm,
-                center,
+                fold_norm: self.prep.readout_fold_norm,
+                center: self.prep.readout_center,
             },
             revision: self.revision.clone(),
         }

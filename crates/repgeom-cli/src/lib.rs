@@ -15,6 +15,8 @@ use clap::{Parser, Subcommand};
 
 mod args;
 mod cmd;
+mod context;
+mod hub;
 mod load;
 mod output;
 
@@ -75,7 +77,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()?;
-    let ctx = cmd::Context {
+    let ctx = context::Context {
         quiet: cli.quiet,
         threads: pool.current_num_threads(),
     };

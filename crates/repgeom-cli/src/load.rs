@@ -1,4 +1,4 @@
-//! Loading a model's data for analysis on the command line: the readout basis (hub ids
+//! Loading a model's data for analysis on the command line: the readout `W_U` (hub ids
 //! resolved with progress bars, then [`repgeom_io::read_readout_prepared`], the library's one
 //! readout loader, then the width and `k` checks naming both files), analysis files and metric
 //! specs. Shared by `pga`, `metrics` and `compare`, so no command module imports another.
@@ -6,10 +6,9 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use repgeom_linalg::{Mat, MatRef};
 use repgeom_metrics::AnalysisParams;
 
-use crate::cmd::Context;
+use crate::context::Context;
 
 /// Reads an analysis file, TOML or JSON by extension.
 pub(crate) fn read_analysis(path: &Path) -> anyhow::Result<AnalysisParams> {
@@ -58,32 +57,7 @@ pub(crate) struct ReadoutChoice {
     pub(crate) revision: Option<String>,
 }
 
-/// The readout basis: the top-`k` right singular vectors of `W_U` read from `path` (a file, a
-/// checkpoint directory or a hub id) and prepared as `choice` says, after checking it against
-/// the activations in `acts_path` (width `d`).
-pub(crate) fn readout_basis(
-    path: &Path,
-    choice: &ReadoutChoice,
-    k: usize,
-    d: usize,
-    acts_path: &Path,
-    ctx: &Context,
-) -> anyhow::Result<Mat<f64>> {
-    let w_u = read_readout(path, choice, k, d, acts_path, ctx)?;
-    readout_subspace(&w_u, k, ctx)
-}
-
-/// The top-`k` right singular vectors of a readout from [`read_readout`].
-pub(crate) fn readout_subspace(
-    w_u: &repgeom_io::Matrix,
-    k: usize,
-    ctx: &Context,
-) -> anyhow::Result<Mat<f64>> {
-    let view = MatRef::from_row_major_slice(&w_u.data, w_u.rows, w_u.cols);
-    Ok(repgeom_linalg::readout_subspace(view, k, ctx.par())?)
-}
-
-/// The readout `W_U` that [`readout_basis`] decomposes (downloaded first for a hub id),
+/// The readout `W_U` of a model (downloaded first for a hub id),
 /// prepared as `choice` says and checked against the activations' `d` and the requested `k`:
 /// every error of the file shows here, before any decomposition starts.
 pub(crate) fn read_readout(
@@ -100,7 +74,7 @@ pub(crate) fn read_readout(
     } else {
         repgeom_hub::Files::Readout
     };
-    let resolved = crate::cmd::hub::model_path(
+    let resolved = crate::hub::model_path(
         &path.to_string_lossy(),
         choice.revision.as_deref(),
         &need,

@@ -3,7 +3,7 @@
 
 use repgeom_hub::Hub;
 
-use super::Context;
+use crate::context::Context;
 use crate::output::{Cell, CellTable, OutputArgs};
 
 /// Arguments of `repgeom checkpoints`.
@@ -38,7 +38,7 @@ pub(crate) fn run(args: &CheckpointsArgs, ctx: &Context) -> anyhow::Result<()> {
         &hub,
         &args.model,
         &revisions,
-        &mut super::hub::download_bar(ctx),
+        &mut crate::hub::download_bar(ctx),
     )?;
     let table = CellTable::new(
         crate::output::names(&[

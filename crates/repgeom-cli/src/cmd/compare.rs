@@ -4,13 +4,14 @@
 
 use std::path::PathBuf;
 
-use repgeom_linalg::{Mat, MatRef};
+use repgeom_linalg::MatRef;
+use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
 use repgeom_metrics::{LayerInput, PairInput, PairMetric, layer_pairs};
-use repgeom_null::{NullBases, NullParams};
+use repgeom_null::NullParams;
 
-use super::Context;
-use crate::args::NullArgs;
-use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, readout_basis};
+use crate::args::{NullArgs, ReadoutPrepArgs};
+use crate::context::Context;
+use crate::load::{ReadoutChoice, model_label, parse_spec, read_analysis, read_readout};
 use crate::output::{OutputArgs, metric_row, tidy_cells};
 
 /// Arguments of `repgeom compare`.
@@ -59,6 +60,8 @@ pub(crate) struct CompareArgs {
     #[arg(long)]
     pub(crate) model_b: Option<String>,
     #[command(flatten)]
+    pub(crate) readout_prep: ReadoutPrepArgs,
+    #[command(flatten)]
     pub(crate) null_args: NullArgs,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
@@ -70,8 +73,8 @@ struct Side {
     acts: repgeom_io::Activations,
     /// The highest layer read + 1 (bounds the rows' layer).
     n_layers: usize,
-    basis: Option<Mat<f64>>,
-    null: Option<NullBases>,
+    /// The side's readout subspace and null bases, prepared once for all its layers.
+    model: ModelContext,
 }
 
 pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
@@ -104,7 +107,10 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
                 label: &Option<String>,
                 seed: u64|
      -> anyhow::Result<Side> {
-        let layers = layers.as_deref().map(super::parse_layers).transpose()?;
+        let layers = layers
+            .as_deref()
+            .map(crate::context::parse_layers)
+            .transpose()?;
         let acts = repgeom_io::read_activations(path, layers.as_deref())?;
         anyhow::ensure!(
             !acts.layers.is_empty(),
@@ -112,7 +118,7 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
             path.display()
         );
         let d = acts.layers[0].acts.cols;
-        let basis = if needs_readout {
+        let w_u = if needs_readout {
             let r = readout.as_deref().ok_or_else(|| {
                 let names: Vec<&str> = metrics
                     .iter()
@@ -125,7 +131,7 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
                     names.join(", ")
                 )
             })?;
-            Some(readout_basis(
+            Some(read_readout(
                 r,
                 &ReadoutChoice {
                     prep: repgeom_io::ReadoutPrep {
@@ -133,7 +139,8 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
                             vocab_rows,
                             tensor: None,
                         },
-                        ..Default::default()
+                        fold_norm: args.readout_prep.readout_fold_norm,
+                        center: args.readout_prep.readout_center,
                     },
                     revision: None,
                 },
@@ -145,25 +152,25 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         } else {
             None
         };
-        let null =
-            if needs_null {
-                let params = NullParams {
-                    n_null: analysis.null.n_null,
-                    seed,
-                }
-                .check()?;
-                Some(NullBases::draw(d, analysis.k, &params).map_err(|e| {
-                    anyhow::anyhow!("{e} (hidden size d = {d} of {})", path.display())
-                })?)
-            } else {
-                None
-            };
+        let model = ModelContext::new(
+            d,
+            analysis.k,
+            w_u.as_ref().map(|w| {
+                ModelReadout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
+            }),
+            needs_null.then_some(NullSource::Draw(NullParams {
+                n_null: analysis.null.n_null,
+                seed,
+            })),
+            &path.display().to_string(),
+            ctx.par(),
+        )?
+        .with_memory_budget(Some(repgeom_io::default_memory_budget()));
         Ok(Side {
             label: label.clone().unwrap_or_else(|| model_label(path)),
             n_layers: crate::output::layer_bound(&acts),
             acts,
-            basis,
-            null,
+            model,
         })
     };
     let seed = analysis.null.seed;
@@ -195,10 +202,10 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
     for &(i, j) in &pairs {
         let (la, lb) = (&a.acts.layers[i], &b.acts.layers[j]);
         if inputs_a[i].is_none() {
-            inputs_a[i] = Some(side_input(&a, &args.a, la, ctx)?);
+            inputs_a[i] = Some(side_input(&a, &args.a, la)?);
         }
         if inputs_b[j].is_none() {
-            inputs_b[j] = Some(side_input(&b, &args.b, lb, ctx)?);
+            inputs_b[j] = Some(side_input(&b, &args.b, lb)?);
         }
         let (Some(ia), Some(ib)) = (&inputs_a[i], &inputs_b[j]) else {
             unreachable!("both inputs were just built")
@@ -232,7 +239,6 @@ fn side_input<'a>(
     side: &'a Side,
     path: &std::path::Path,
     layer: &'a repgeom_io::LayerActs,
-    ctx: &Context,
 ) -> anyhow::Result<LayerInput<'a>> {
     let m = &layer.acts;
     let what = format!(
@@ -243,12 +249,5 @@ fn side_input<'a>(
         m.cols
     );
     let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-    let mut input = LayerInput::new(view, what, ctx.par())?;
-    if let Some(basis) = &side.basis {
-        input = input.with_readout(basis.as_ref())?;
-    }
-    if let Some(null) = &side.null {
-        input = input.with_null(null)?;
-    }
-    Ok(input)
+    Ok(side.model.layer(view, what)?)
 }

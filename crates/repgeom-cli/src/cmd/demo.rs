@@ -1,9 +1,10 @@
 //! `repgeom demo`: PGA on the built-in synthetic model zoo (clearly labelled synthetic).
 
-use repgeom_metrics::pga::pga_ccr_sweep;
-use repgeom_null::{NullBases, NullParams};
+use repgeom_metrics::Pga;
+use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource, PgaRow};
+use repgeom_null::NullParams;
 
-use super::Context;
+use crate::context::Context;
 use crate::output::{Cell, CellTable, Format, OutputArgs};
 
 /// Arguments of `repgeom demo`.
@@ -31,8 +32,7 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
     let null_params = NullParams {
         n_null: args.n_null,
         seed: args.seed,
-    }
-    .check()?;
+    };
     let total: usize = zoo
         .iter()
         .map(|m| m.layers.len() * ccrs.len() * args.n_null)
@@ -54,37 +54,53 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
         ]),
         Vec::new(),
     );
+    let pga = Pga {
+        ccr: ccrs.to_vec(),
+        ..Pga::default()
+    };
     for model in &zoo {
         // The same path as real data: the readout subspace is computed from W_U itself.
-        let basis = repgeom_linalg::readout_subspace(model.readout.as_ref(), model.k, ctx.par())?;
-        let null = NullBases::draw(model.d, model.k, &null_params)?;
-        for (layer, (acts, regime)) in model.layers.iter().zip(&model.regimes).enumerate() {
-            bar.set_message(format!("{} layer {layer}", model.label));
-            let what = format!("{} layer {layer} (synthetic)", model.label);
-            let results = pga_ccr_sweep(
-                acts.as_ref(),
-                basis.as_ref(),
-                &null,
-                &ccrs,
-                &what,
-                ctx.par(),
-                &|| bar.inc(1),
-            )?;
-            for r in results {
-                table.rows.push(vec![
-                    Cell::Text(model.label.clone()),
-                    Cell::Int(layer as i64),
-                    Cell::Text(regime.name().to_string()),
-                    Cell::Int(r.d as i64),
-                    Cell::Int(r.k as i64),
-                    Cell::Int(r.ccr as i64),
-                    Cell::float(r.rho_readout, 6),
-                    Cell::float(r.summary.null_mean, 6),
-                    Cell::float(r.summary.null_std, 6),
-                    Cell::float(r.summary.z, 3),
-                    Cell::float(r.summary.p_value, 4),
-                ]);
-            }
+        let input = ModelInput {
+            layers: model
+                .layers
+                .iter()
+                .enumerate()
+                .map(|(layer, acts)| ModelLayer {
+                    layer,
+                    acts: acts.as_ref(),
+                    what: format!("{} layer {layer} (synthetic)", model.label),
+                })
+                .collect(),
+            readout: ModelReadout::Unembedding(model.readout.as_ref()),
+            ks: vec![model.k],
+            null: NullSource::Draw(null_params.clone()),
+            sequences: None,
+            memory_budget: Some(repgeom_io::default_memory_budget()),
+        };
+        let run = pga.run_model(
+            &input,
+            ctx.par(),
+            &Hooks {
+                on_draw: Some(&|| bar.inc(1)),
+                on_layer: Some(&|layer, _| {
+                    bar.set_message(format!("{} layer {layer}", model.label));
+                }),
+            },
+        )?;
+        for PgaRow { layer, result: r } in run.rows {
+            table.rows.push(vec![
+                Cell::Text(model.label.clone()),
+                Cell::Int(layer as i64),
+                Cell::Text(model.regimes[layer].name().to_string()),
+                Cell::Int(r.d as i64),
+                Cell::Int(r.k as i64),
+                Cell::Int(r.ccr as i64),
+                Cell::float(r.rho_readout, 6),
+                Cell::float(r.summary.null_mean, 6),
+                Cell::float(r.summary.null_std, 6),
+                Cell::float(r.summary.z, 3),
+                Cell::float(r.summary.p_value, 4),
+            ]);
         }
     }
     bar.finish_and_clear();

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use repgeom_extract::{ExtractParams, Extractor, Pool};
 
-use super::Context;
+use crate::context::Context;
 
 /// How points are made from the hidden states.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +80,7 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
     .check()?;
     let text = std::fs::read_to_string(&args.text)
         .with_context(|| format!("reading {}", args.text.display()))?;
-    let dir = super::hub::model_path(
+    let dir = crate::hub::model_path(
         &args.model,
         args.revision.as_deref(),
         &repgeom_hub::Files::Full,

@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 
 use repgeom_linalg::MatRef;
-use repgeom_metrics::{AnalysisParams, LayerInput, Metric, MetricInfo, options_of};
-use repgeom_null::NullBases;
+use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource, k_values};
+use repgeom_metrics::{AnalysisParams, Metric, MetricInfo, options_of};
 
-use super::Context;
 use crate::args::{ActsArgs, NullArgs, ReadoutArgs};
-use crate::load::{model_label, parse_spec, read_analysis, readout_basis};
+use crate::context::{Context, flag_error};
+use crate::load::{model_label, parse_spec, read_analysis, read_readout};
 use crate::output::{Cell, CellTable, Format, OutputArgs, metric_row, tidy_cells};
 
 /// Arguments of `repgeom metrics`.
@@ -39,6 +39,14 @@ pub(crate) struct MetricsArgs {
     /// Readout subspace dimension.
     #[arg(short = 'k', long)]
     pub(crate) k: Option<usize>,
+    /// Readout subspace dimension as a fraction of the hidden size: k = round(f·d) (instead
+    /// of -k), so that z is comparable across widths.
+    #[arg(long, conflicts_with_all = ["k", "config"])]
+    pub(crate) k_frac: Option<f64>,
+    /// Memory budget of the PGA engine for metrics whose options set none, e.g. 4GiB
+    /// (default: half the machine's RAM, as in `repgeom pga`).
+    #[arg(long, value_parser = crate::context::parse_bytes)]
+    pub(crate) max_memory: Option<u64>,
     /// Model label in the `model` column (default: the activation file's stem).
     #[arg(long)]
     pub(crate) model: Option<String>,
@@ -83,26 +91,35 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
     let acts = input.read()?;
     let d = acts.layers[0].acts.cols;
     let model = args.model.clone().unwrap_or_else(|| model_label(acts_path));
-    let basis = match &args.readout {
-        Some(path) if needs_readout => Some(readout_basis(
+    let k = match args.k_frac {
+        Some(f) => k_values(&[], Some(f), d).map_err(flag_error)?[0],
+        None => analysis.k,
+    };
+    let w_u = match &args.readout {
+        Some(path) if needs_readout => Some(read_readout(
             path,
-            &args.readout_args.choice(false, false),
-            analysis.k,
+            &args.readout_args.choice(),
+            k,
             d,
             acts_path,
             ctx,
         )?),
         _ => None,
     };
-    let null =
-        if needs_null {
-            let params = analysis.null.clone().check()?;
-            Some(NullBases::draw(d, analysis.k, &params).map_err(|e| {
-                anyhow::anyhow!("{e} (hidden size d = {d} of {})", acts_path.display())
-            })?)
-        } else {
-            None
-        };
+    let model_ctx = ModelContext::new(
+        d,
+        k,
+        w_u.as_ref().map(|w| {
+            ModelReadout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
+        }),
+        needs_null.then_some(NullSource::Draw(analysis.null.clone())),
+        &acts_path.display().to_string(),
+        ctx.par(),
+    )?
+    .with_memory_budget(Some(
+        args.max_memory
+            .unwrap_or_else(repgeom_io::default_memory_budget),
+    ));
 
     let bar = ctx.progress(
         (acts.layers.len() * analysis.metrics.len()) as u64,
@@ -119,14 +136,7 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
             m.rows,
             m.cols
         );
-        let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-        let mut input = LayerInput::new(view, what, ctx.par())?;
-        if let Some(b) = &basis {
-            input = input.with_readout(b.as_ref())?;
-        }
-        if let Some(n) = &null {
-            input = input.with_null(n)?;
-        }
+        let input = model_ctx.layer(MatRef::from_row_major_slice(&m.data, m.rows, m.cols), what)?;
         for metric in &analysis.metrics {
             bar.set_message(format!("layer {} {}", layer.layer, metric.info().name));
             let values = metric.compute(&input)?;

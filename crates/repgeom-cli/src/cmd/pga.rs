@@ -4,14 +4,16 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use repgeom_linalg::{Mat, MatRef};
-use repgeom_metrics::pga::{
-    BootstrapOptions, BootstrapUnit, Distance, EngineOptions, PgaResult, assign_q_values,
-    bootstrap_ci, pga_ccr_sweep_overlapped, pga_ccr_sweep_with,
+use repgeom_metrics::analysis::{
+    BASIS_TOL, Hooks, ModelInput, ModelLayer, ModelReadout, NullSource, PgaRow,
+    check_readout_basis, k_values,
 };
+use repgeom_metrics::pga::{BootstrapOptions, BootstrapUnit, Distance, PgaResult};
+use repgeom_metrics::{Metric as _, Pga};
 use repgeom_null::{NullBases, NullKind, NullParams};
 
-use super::Context;
 use crate::args::{ActsArgs, NullArgs, ReadoutArgs};
+use crate::context::{Context, flag_error};
 use crate::output::{Cell, CellTable, OutputArgs};
 
 /// Arguments of `repgeom pga`.
@@ -44,12 +46,6 @@ pub(crate) struct PgaArgs {
     /// Pairwise distance compared: cosine (default) or euclidean.
     #[arg(long, default_value = "cosine")]
     pub(crate) distance: Distance,
-    /// Multiply W_U by the final norm's gain γ (read from the checkpoint) before the SVD.
-    #[arg(long, conflicts_with = "readout_basis")]
-    pub(crate) readout_fold_norm: bool,
-    /// Centre W_U's rows (subtract the mean over the vocabulary) before the SVD.
-    #[arg(long, conflicts_with = "readout_basis")]
-    pub(crate) readout_center: bool,
     /// Percentile bootstrap over sequences with this many replicates (null bases held fixed):
     /// adds z_lo, z_hi, rho_lo, rho_hi (95%).
     #[arg(long)]
@@ -80,7 +76,7 @@ pub(crate) struct PgaArgs {
     pub(crate) save_null_bases: Option<PathBuf>,
     /// Memory budget of the exact engine, e.g. 4GiB or 512MiB (default: half the machine's RAM).
     /// Null draws run on as many workers as fit; work beyond one worker is never allocated.
-    #[arg(long, value_parser = super::parse_bytes)]
+    #[arg(long, value_parser = crate::context::parse_bytes)]
     pub(crate) max_memory: Option<u64>,
     /// Estimate every Spearman on one seeded sample of this many pairs (shared by the readout
     /// and all null draws) instead of all N(N-1)/2; adds n_pairs and rho_se columns.
@@ -134,49 +130,64 @@ pub(crate) const NULL_COLUMNS: [&str; 4] = [
     "captured_variance_null_sd",
 ];
 
-/// One computed row before formatting.
-struct Computed {
-    layer: usize,
-    k_policy: String,
-    result: PgaResult,
+impl PgaArgs {
+    /// The PGA options these flags ask for: the library's one option struct.
+    fn options(&self) -> Pga {
+        Pga {
+            ccr: self.ccr.clone(),
+            distance: self.distance,
+            max_pairs: self.max_pairs,
+            // One seed for the null draws and the pair sample, as documented on --seed.
+            pair_seed: self.null_args.over(NullParams::default()).seed,
+            max_memory: self.max_memory,
+            bootstrap: self.bootstrap.map(|replicates| BootstrapOptions {
+                replicates,
+                seed: self.bootstrap_seed,
+                level: 0.95,
+            }),
+            null: self.null,
+            spectrum_tol: self.spectrum_tol,
+        }
+    }
 }
 
 pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.spectrum_tol > 0.0 && args.spectrum_tol < 1.0,
-        "--spectrum-tol {}: the relative tolerance on captured variance must lie strictly between 0 and 1",
-        args.spectrum_tol
-    );
+    let pga = args.options();
+    pga.check().map_err(flag_error)?;
     let acts = args.input.read()?;
     let d = acts.layers[0].acts.cols;
-    let mut ks = k_values(args, d)?;
+    let given_basis = match &args.readout_basis {
+        Some(path) => {
+            anyhow::ensure!(
+                !args.readout_args.prep.any(),
+                "--readout-fold-norm and --readout-center prepare W_U; a --readout-basis is used as given"
+            );
+            Some(read_given_basis(path, d)?)
+        }
+        None => None,
+    };
+    let ks = match &given_basis {
+        Some(basis) => vec![basis.ncols()],
+        None => k_values(&args.k, args.k_frac, d)
+            .map_err(flag_error)
+            .with_context(|| format!("choosing k for {}", args.input.acts.display()))?,
+    };
     if ks.len() > 1 {
         anyhow::ensure!(
             args.null_bases.is_none() && args.save_null_bases.is_none(),
             "--null-bases and --save-null-bases hold one k; give a single -k with them (got {ks:?})"
         );
     }
-    let groups = match args.bootstrap {
+    let sequences = match args.bootstrap {
         Some(_) => sequence_ids(&args.input.acts, acts.layers[0].acts.rows, ctx)?,
         None => None,
     };
     let kmax = *ks.iter().max().expect("at least one k");
-    // The readout subspace: given, or decomposed from W_U (read, and checked, now) while the
-    // first layer is prepared and its null draws run; see `pga_ccr_sweep_overlapped`.
-    let mut full_basis = match &args.readout_basis {
-        Some(path) => {
-            let basis = read_given_basis(path, d)?;
-            ks = vec![basis.ncols()];
-            Some(basis)
-        }
-        None => None,
-    };
-    let mut w_u = match (&full_basis, &args.readout) {
+    // W_U is read (and checked) now; the library decomposes it beside the first layer.
+    let w_u = match (&given_basis, &args.readout) {
         (None, Some(path)) => Some(crate::load::read_readout(
             path,
-            &args
-                .readout_args
-                .choice(args.readout_fold_norm, args.readout_center),
+            &args.readout_args.choice(),
             kmax,
             d,
             &args.input.acts,
@@ -184,130 +195,82 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         )?),
         _ => None,
     };
+    let readout = match (&given_basis, &w_u) {
+        (Some(b), _) => ModelReadout::Basis(b.as_ref()),
+        (None, Some(w)) => {
+            ModelReadout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
+        }
+        (None, None) => unreachable!("--readout or --readout-basis is required"),
+    };
     let null_params = args.null_args.over(NullParams::default());
-    let engine = EngineOptions {
-        max_memory: Some(args.max_memory.unwrap_or_else(super::default_memory_budget)),
-        max_pairs: args.max_pairs,
-        pair_seed: null_params.seed,
-        distance: args.distance,
-        null: args.null,
-        spectrum_tol: Some(args.spectrum_tol),
+    let given_null = match &args.null_bases {
+        Some(path) => {
+            let arr = repgeom_io::read_array_f64(path)?;
+            Some(
+                NullBases::from_array(&arr.shape, &arr.data, d, ks[0], BASIS_TOL)
+                    .with_context(|| format!("reading null bases from {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let input = ModelInput {
+        layers: acts
+            .layers
+            .iter()
+            .map(|layer| {
+                let m = &layer.acts;
+                ModelLayer {
+                    layer: layer.layer,
+                    acts: MatRef::from_row_major_slice(&m.data, m.rows, m.cols),
+                    what: format!(
+                        "{}: {} [{}, {}]",
+                        args.input.acts.display(),
+                        layer.tensor,
+                        m.rows,
+                        m.cols
+                    ),
+                }
+            })
+            .collect(),
+        readout,
+        ks: ks.clone(),
+        null: match &given_null {
+            Some(n) => NullSource::Given(n),
+            None => NullSource::Draw(null_params.clone()),
+        },
+        sequences: sequences.as_deref(),
+        memory_budget: Some(repgeom_io::default_memory_budget()),
     };
     let boot_draws = args.bootstrap.unwrap_or(0) as u64;
-    let total = (acts.layers.len() * args.ccr.len()) as u64
-        * ks.len() as u64
-        * (null_params.n_null as u64)
-        * (1 + boot_draws);
+    let n_null = given_null
+        .as_ref()
+        .map_or(null_params.n_null, NullBases::len) as u64;
+    let total = (acts.layers.len() * args.ccr.len() * ks.len()) as u64 * n_null * (1 + boot_draws);
     let bar = ctx.progress(total, "pga");
-    let mut computed: Vec<Computed> = Vec::new();
-    for &k in &ks {
-        let null = null_bases(args, d, k)?;
-        if let Some(path) = &args.save_null_bases {
-            let (shape, data) = null.to_array();
-            repgeom_io::write_npy_f64(path, &shape, &data)?;
-        }
-        let k_policy = match (args.k_frac, &args.readout_basis) {
-            (_, Some(_)) => "basis".to_owned(),
-            (Some(f), None) => format!("frac={f}"),
-            (None, None) => "fixed".to_owned(),
-        };
-        for layer in &acts.layers {
-            let m = &layer.acts;
-            let what = format!(
-                "{}: {} [{}, {}]",
-                args.input.acts.display(),
-                layer.tensor,
-                m.rows,
-                m.cols
-            );
-            bar.set_message(format!("layer {} k {k}", layer.layer));
-            let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-            let (basis, mut results) = match (&full_basis, w_u.take()) {
-                (Some(full), _) => {
-                    let basis = full.as_ref().subcols(0, k.min(full.ncols())).to_owned();
-                    let results = pga_ccr_sweep_with(
-                        view,
-                        basis.as_ref(),
-                        &null,
-                        &args.ccr,
-                        &what,
-                        ctx.par(),
-                        &|| bar.inc(1),
-                        &engine,
-                    )?;
-                    (basis, results)
-                }
-                (None, Some(w_u)) => {
-                    let decomposed = std::sync::Mutex::new(None);
-                    let readout = || {
-                        let full = crate::load::readout_subspace(&w_u, kmax, ctx)?;
-                        let basis = full.as_ref().subcols(0, k).to_owned();
-                        *decomposed
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(full);
-                        anyhow::Ok(basis)
-                    };
-                    let run = pga_ccr_sweep_overlapped(
-                        view,
-                        readout,
-                        &null,
-                        &args.ccr,
-                        &what,
-                        ctx.par(),
-                        &|| bar.inc(1),
-                        &engine,
-                    )?;
-                    let full = decomposed
-                        .into_inner()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .expect("the readout was decomposed");
-                    if let Some(path) = &args.save_readout_basis {
-                        save_basis(path, full.as_ref())?;
-                    }
-                    full_basis = Some(full);
-                    run
-                }
-                (None, None) => unreachable!("--readout or --readout-basis is required"),
-            };
-            if let Some(b) = args.bootstrap {
-                let cis = bootstrap_ci(
-                    view,
-                    basis.as_ref(),
-                    &null,
-                    &args.ccr,
-                    groups.as_deref(),
-                    &what,
-                    ctx.par(),
-                    &engine,
-                    &BootstrapOptions {
-                        replicates: b,
-                        seed: args.bootstrap_seed,
-                        level: 0.95,
-                    },
-                )?;
-                bar.inc(b as u64 * args.ccr.len() as u64 * null.len() as u64);
-                for (r, ci) in results.iter_mut().zip(cis) {
-                    r.bootstrap = Some(ci);
-                }
-            }
-            computed.extend(results.into_iter().map(|result| Computed {
-                layer: layer.layer,
-                k_policy: k_policy.clone(),
-                result,
-            }));
-        }
-    }
+    let run = pga.run_model(
+        &input,
+        ctx.par(),
+        &Hooks {
+            on_draw: Some(&|| bar.inc(1)),
+            on_layer: Some(&|layer, k| bar.set_message(format!("layer {layer} k {k}"))),
+        },
+    )?;
     bar.finish_and_clear();
-    assign_q_values(
-        &mut computed
-            .iter_mut()
-            .map(|c| &mut c.result)
-            .collect::<Vec<_>>(),
-    );
-    computed.sort_by_key(|c| (c.layer, c.result.k, c.result.ccr));
-    if let Some(path) = &args.save_null_rhos {
-        write_null_rhos(path, &computed)?;
+    if let Some(path) = &args.save_null_bases {
+        let (shape, data) = run.null_bases[0].to_array();
+        repgeom_io::write_npy_f64(path, &shape, &data)?;
     }
+    if let Some(path) = &args.save_readout_basis {
+        save_basis(path, run.readout_basis.as_ref())?;
+    }
+    if let Some(path) = &args.save_null_rhos {
+        write_null_rhos(path, &run.rows)?;
+    }
+    let k_policy = match (args.k_frac, &args.readout_basis) {
+        (_, Some(_)) => "basis".to_owned(),
+        (Some(f), None) => format!("frac={f}"),
+        (None, None) => "fixed".to_owned(),
+    };
     let mut columns = COLUMNS.to_vec();
     if args.max_pairs.is_some() {
         columns.extend(["n_pairs", "rho_se"]);
@@ -318,7 +281,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     }
     columns.extend(NULL_COLUMNS);
     let mut table = CellTable::new(crate::output::names(&columns), Vec::new());
-    for c in &computed {
+    for c in &run.rows {
         let r = &c.result;
         let mut cells = row(c.layer, r);
         if args.max_pairs.is_some() {
@@ -331,10 +294,10 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
             Cell::float(r.delta_rho, 6),
             Cell::float(r.z_se, 3),
             Cell::float(r.q_value.unwrap_or(f64::NAN), 4),
-            Cell::Text(c.k_policy.clone()),
+            Cell::Text(k_policy.clone()),
             Cell::Text(r.distance.name().to_owned()),
-            Cell::Int(i64::from(args.readout_fold_norm)),
-            Cell::Int(i64::from(args.readout_center)),
+            Cell::Int(i64::from(args.readout_args.prep.readout_fold_norm)),
+            Cell::Int(i64::from(args.readout_args.prep.readout_center)),
         ]);
         if let Some(ci) = &r.bootstrap {
             cells.extend([
@@ -362,54 +325,6 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     args.output.emit(&table)
 }
 
-/// The k values to run: the `-k` list, or `round(f·d)` for `--k-frac f`.
-fn k_values(args: &PgaArgs, d: usize) -> anyhow::Result<Vec<usize>> {
-    let ks = match args.k_frac {
-        Some(f) => {
-            anyhow::ensure!(
-                f.is_finite() && f > 0.0 && f < 1.0,
-                "--k-frac {f}: the fraction of the hidden size must lie strictly between 0 and 1"
-            );
-            let k = (f * d as f64).round() as usize;
-            anyhow::ensure!(
-                k > 0 && k < d,
-                "--k-frac {f} gives k = round({f} · {d}) = {k}, outside 0 < k < d = {d} ({})",
-                args.input.acts.display()
-            );
-            vec![k]
-        }
-        None => {
-            let mut ks = args.k.clone();
-            ks.sort_unstable();
-            ks.dedup();
-            anyhow::ensure!(
-                ks.len() == args.k.len(),
-                "-k {:?}: the k values must be distinct",
-                args.k
-            );
-            ks
-        }
-    };
-    Ok(ks)
-}
-
-/// The null bases for one k: read from `--null-bases` or drawn from the seed.
-fn null_bases(args: &PgaArgs, d: usize, k: usize) -> anyhow::Result<NullBases> {
-    Ok(match &args.null_bases {
-        Some(path) => {
-            let arr = repgeom_io::read_array_f64(path)?;
-            NullBases::from_array(&arr.shape, &arr.data, d, k, 1e-6)
-                .with_context(|| format!("reading null bases from {}", path.display()))?
-        }
-        None => {
-            let params = args.null_args.over(NullParams::default()).check()?;
-            NullBases::draw(d, k, &params).map_err(|e| {
-                anyhow::anyhow!("{e} (hidden size d = {d} of {})", args.input.acts.display())
-            })?
-        }
-    })
-}
-
 /// The sequence of every point, from the `positions` metadata that `repgeom extract` writes
 /// (`[sequence, position]` per point). `None`, with a warning, when the file has none: the
 /// bootstrap then resamples points.
@@ -430,7 +345,7 @@ fn sequence_ids(
 }
 
 /// `--save-null-rhos`: one CSV line per null draw.
-fn write_null_rhos(path: &std::path::Path, computed: &[Computed]) -> anyhow::Result<()> {
+fn write_null_rhos(path: &std::path::Path, computed: &[PgaRow]) -> anyhow::Result<()> {
     let mut text = String::from("layer,k,ccr,draw,rho\n");
     for c in computed {
         for (i, rho) in c.result.null_rhos.iter().enumerate() {
@@ -470,22 +385,18 @@ fn save_basis(path: &std::path::Path, basis: MatRef<'_, f64>) -> anyhow::Result<
         .with_context(|| format!("writing the readout basis to {}", path.display()))
 }
 
-/// `--readout-basis`: a `d × k` orthonormal basis from a file.
+/// `--readout-basis`: a `d × k` basis from a file (checked against the activations by the
+/// library's [`repgeom_metrics::analysis::check_readout_basis`], naming this file).
 fn read_given_basis(path: &std::path::Path, d: usize) -> anyhow::Result<Mat<f64>> {
     let arr = repgeom_io::read_array_f64(path)?;
     anyhow::ensure!(
-        arr.shape.len() == 2 && arr.shape[0] == d,
-        "{}: readout basis has shape {:?}, expected [{d}, k] to match the activations' d = {d}",
+        arr.shape.len() == 2,
+        "{}: readout basis has shape {:?}, expected a 2-D [d, k] array",
         path.display(),
         arr.shape
     );
     let (rows, cols) = (arr.shape[0], arr.shape[1]);
-    let b = Mat::<f64>::from_fn(rows, cols, |i, j| arr.data[i * cols + j]);
-    let dev = repgeom_linalg::orthonormal_basis_check(b.as_ref());
-    anyhow::ensure!(
-        dev <= 1e-6,
-        "{}: readout basis columns are not orthonormal (max |BᵀB − I| = {dev:.2e})",
-        path.display()
-    );
-    Ok(b)
+    let basis = Mat::<f64>::from_fn(rows, cols, |i, j| arr.data[i * cols + j]);
+    check_readout_basis(basis.as_ref(), d, &path.display().to_string())?;
+    Ok(basis)
 }

@@ -58,7 +58,7 @@ pub(crate) struct ProbeArgs {
 }
 
 /// Run `repgeom probe`.
-pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> {
+pub(crate) fn run(args: &ProbeArgs, ctx: &crate::context::Context) -> anyhow::Result<()> {
     let params = ProbeParams {
         train_frac: args.train_frac,
         folds: args.folds,
@@ -86,7 +86,7 @@ pub(crate) fn run(args: &ProbeArgs, ctx: &super::Context) -> anyhow::Result<()> 
     let layers = args
         .layers
         .as_deref()
-        .map(super::parse_layers)
+        .map(crate::context::parse_layers)
         .transpose()?;
     let acts = repgeom_io::read_activations(&args.features, layers.as_deref())
         .with_context(|| format!("reading features {}", args.features.display()))?;

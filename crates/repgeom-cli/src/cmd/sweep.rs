@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use anyhow::{Context as _, bail};
 use repgeom_study::{BUILTIN, Manifest, Study, UnitDone, UnitKind};
 
-use super::Context;
+use crate::context::Context;
 
 /// Arguments of `repgeom sweep`.
 #[derive(clap::Args, Debug)]

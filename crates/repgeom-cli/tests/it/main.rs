@@ -5,6 +5,7 @@ mod errors;
 mod extract;
 mod hub;
 mod metrics;
+mod parity;
 mod pga;
 mod sweep;
 

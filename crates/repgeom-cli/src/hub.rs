@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressStyle};
 use repgeom_hub::{DownloadProgress, Files, Hub, ModelRef};
 
-use super::Context;
+use crate::context::Context;
 
 /// The local path of a `--model`/`--readout` argument: the path itself, or a hub model id's
 /// snapshot folder after downloading the `need`ed files (the rule is

@@ -1,0 +1,221 @@
+//! One Subspace PGA, however it is reached: `repgeom pga`, `repgeom metrics` and the study
+//! (`repgeom sweep`) give bit-identical numbers for one input and one set of options (the Python
+//! package's pytest adds `repgeom.pga` to the same comparison).
+
+use std::collections::BTreeMap;
+
+use crate::{repgeom, root};
+
+/// One set of options, spelled as each front end spells it.
+struct Case {
+    /// `repgeom pga` flags (besides the input, `-k 8 --n-null 12 --seed 7 --ccr 0,2`).
+    pga: &'static [&'static str],
+    /// The `pga` metric's options for `repgeom metrics --metric 'pga:{...}'` (besides `ccr`).
+    metric: &'static str,
+    /// `repgeom metrics` flags for the readout.
+    metrics: &'static [&'static str],
+    /// `[analysis]` lines of the study manifest.
+    analysis: &'static str,
+    /// The variant suffix of the null (`""` or `"_spectrum"`).
+    suffix: &'static str,
+}
+
+/// The numbers of one PGA row: (layer, ccr) → name → value.
+type Numbers = BTreeMap<(u64, u64), BTreeMap<String, f64>>;
+
+const NAMES: [&str; 5] = ["z", "rho_readout", "null_mean", "null_std", "p_value"];
+
+fn json_lines(run: &crate::Run) -> Vec<serde_json::Value> {
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn check(case: &Case) {
+    let common = ["-k", "8", "--n-null", "12", "--seed", "7"];
+    // repgeom pga
+    let mut args = vec![
+        "pga",
+        "--acts",
+        "fixtures/pga/acts.npy",
+        "--readout",
+        "fixtures/pga/readout.npy",
+        "--ccr",
+        "0,2",
+        "--format",
+        "json",
+    ];
+    args.extend(common);
+    args.extend(case.pga);
+    let mut pga = Numbers::new();
+    for row in json_lines(&repgeom(&args)) {
+        let key = (row["layer"].as_u64().unwrap(), row["ccr"].as_u64().unwrap());
+        let mut values: BTreeMap<String, f64> = NAMES
+            .iter()
+            .map(|n| (n.to_string(), row[n].as_f64().unwrap()))
+            .collect();
+        if let Some(lo) = row.get("z_lo") {
+            values.insert("z_lo".into(), lo.as_f64().unwrap());
+        }
+        pga.insert(key, values);
+    }
+    assert_eq!(pga.len(), 3 * 2, "three layers at two CCR levels");
+
+    // repgeom metrics, the registry metric
+    let spec = format!("pga:{{\"ccr\":[0,2],\"pair_seed\":7{}}}", case.metric);
+    let mut args = vec![
+        "metrics",
+        "--acts",
+        "fixtures/pga/acts.npy",
+        "--readout",
+        "fixtures/pga/readout.npy",
+        "--metric",
+        &spec,
+        "--format",
+        "json",
+    ];
+    args.extend(common);
+    args.extend(case.metrics);
+    let metrics = tidy(json_lines(&repgeom(&args)), case.suffix, |row, name| {
+        row[name].as_f64()
+    });
+
+    // the study, from a manifest naming the same files
+    let dir = tempfile::tempdir().unwrap();
+    let root = root();
+    let manifest = format!(
+        "[analysis]\nk = 8\nn_null = 12\nseed = 7\nccr = [0, 2]\nspectral = []\npc_share = 0\n\
+         probe = false\n{}\n\n[[model]]\nlabel = \"fixture\"\nfamily = \"fixture\"\nd = 64\n\
+         n_layers = 3\nreadout = \"{}\"\n\n[[model.checkpoint]]\nname = \"final\"\n\
+         activations = \"{}\"\n",
+        case.analysis,
+        root.join("fixtures/pga/readout.npy").display(),
+        root.join("fixtures/pga/acts.npy").display(),
+    );
+    let path = dir.path().join("study.toml");
+    std::fs::write(&path, manifest).unwrap();
+    let out = dir.path().join("out");
+    let run = repgeom(&[
+        "sweep",
+        "--manifest",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<serde_json::Value> = lines
+        .map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            let object: serde_json::Map<String, serde_json::Value> = header
+                .iter()
+                .zip(cells)
+                .map(|(h, c)| {
+                    let v = c
+                        .parse::<f64>()
+                        .map(serde_json::Value::from)
+                        .unwrap_or_else(|_| serde_json::Value::from(c.trim_matches('"')));
+                    (h.to_string(), v)
+                })
+                .collect();
+            serde_json::Value::Object(object)
+        })
+        .collect();
+    let study = tidy(rows, case.suffix, |row, name| row[name].as_f64());
+
+    for (front, numbers) in [("repgeom metrics", &metrics), ("the study", &study)] {
+        assert_eq!(numbers.len(), pga.len(), "{front}: rows");
+        for (key, values) in numbers {
+            for (name, v) in values {
+                let want = pga[key][name];
+                assert_eq!(
+                    v.to_bits(),
+                    want.to_bits(),
+                    "{front}, layer {} ccr {}: {name} {v} != repgeom pga's {want}",
+                    key.0,
+                    key.1
+                );
+            }
+        }
+    }
+}
+
+/// The `pga_z` rows of a tidy table (and `pga_z_lo` with a bootstrap) as [`Numbers`].
+fn tidy(
+    rows: Vec<serde_json::Value>,
+    suffix: &str,
+    get: impl Fn(&serde_json::Value, &str) -> Option<f64>,
+) -> Numbers {
+    let mut out = Numbers::new();
+    for row in &rows {
+        let (Some(metric), Some(variant)) = (row["metric"].as_str(), row["variant"].as_str())
+        else {
+            continue;
+        };
+        let Some(ccr) = variant
+            .strip_suffix(suffix)
+            .and_then(|v| v.strip_prefix("ccr"))
+            .and_then(|c| c.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let layer = get(row, "layer").unwrap() as u64;
+        let entry = out.entry((layer, ccr)).or_default();
+        match metric {
+            "pga_z" => {
+                entry.insert("z".into(), get(row, "value").unwrap());
+                for n in ["null_mean", "null_std", "p_value"] {
+                    entry.insert(n.into(), get(row, n).unwrap());
+                }
+            }
+            "rho_readout" => {
+                entry.insert("rho_readout".into(), get(row, "value").unwrap());
+            }
+            "pga_z_lo" => {
+                entry.insert("z_lo".into(), get(row, "value").unwrap());
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn one_pga_through_every_front_end() {
+    check(&Case {
+        pga: &[],
+        metric: "",
+        metrics: &[],
+        analysis: "",
+        suffix: "",
+    });
+    check(&Case {
+        pga: &[
+            "--distance",
+            "euclidean",
+            "--max-pairs",
+            "3000",
+            "--readout-center",
+            "--bootstrap",
+            "4",
+            "--bootstrap-seed",
+            "7",
+        ],
+        metric: ",\"distance\":\"euclidean\",\"max_pairs\":3000,\
+                 \"bootstrap\":{\"replicates\":4,\"seed\":7}",
+        metrics: &["--readout-center"],
+        analysis: "distance = \"euclidean\"\nmax_pairs = 3000\nreadout_center = true\nbootstrap = 4",
+        suffix: "",
+    });
+    check(&Case {
+        pga: &["--null", "spectrum", "--max-memory", "64MiB"],
+        metric: ",\"null\":\"spectrum\",\"max_memory\":67108864",
+        metrics: &[],
+        analysis: "null = \"spectrum\"\nmax_memory = 67108864",
+        suffix: "_spectrum",
+    });
+}
