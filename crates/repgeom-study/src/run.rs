@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use repgeom_linalg::{Mat, Par};
+use repgeom_linalg::{Mat, MatRef, Par};
+use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
 use repgeom_metrics::{LayerInput, Metric, MetricValue, PairInput, PcReadoutShare, Pga};
-use repgeom_null::{NullBases, NullParams};
+use repgeom_null::NullParams;
 use repgeom_report::Row;
 
 use crate::parts::write_part;
@@ -30,12 +31,12 @@ pub struct UnitDone<'a> {
 
 /// Per-model data shared by all its units.
 struct ModelCtx {
-    basis: Mat<f64>,
-    null: NullBases,
+    /// The readout subspace at the model's `k` and its null bases.
+    model: ModelContext,
     labels: Option<Vec<usize>>,
-    /// The readout basis with as many columns as the largest k-sensitivity `k` (its leading
-    /// columns serve every smaller `k`), and a null per such `k`. Empty without k-sensitivity.
-    sensitivity: Option<(Mat<f64>, BTreeMap<usize, NullBases>)>,
+    /// One context per k-sensitivity `k`: the leading `k` columns of the readout basis
+    /// decomposed once at the largest such `k`, and a null per `k`. Empty without k-sensitivity.
+    sensitivity: BTreeMap<usize, ModelContext>,
 }
 
 /// Loads and caches model data. Nothing cached changes a number: every unit's rows depend only
@@ -244,47 +245,42 @@ impl<'s> Loader<'s> {
                 (mx, labels)
             }
         };
-        let readout = Mat::from_fn(readout.rows, readout.cols, |i, j| {
-            readout.data[i * readout.cols + j]
-        });
+        let readout = MatRef::from_row_major_slice(&readout.data, readout.rows, readout.cols);
         // Decompositions single-threaded: bit-identical bases at any thread count. The null
         // draws (parallel) run beside the sequential decomposition, on the idle cores.
         let a = &self.study.manifest.analysis;
-        let (basis, null) = rayon::join(
-            || repgeom_linalg::readout_subspace(readout.as_ref(), m.k, Par::Seq),
-            || -> Result<NullBases> {
-                Ok(NullBases::draw(
-                    m.d as usize,
-                    m.k,
-                    &NullParams {
-                        n_null: a.n_null,
-                        seed: a.seed,
-                    }
-                    .check()?,
-                )?)
-            },
-        );
-        let (basis, null) = (basis?, null?);
-        let ks = m.sensitivity_ks(&a.k_sensitivity);
-        let sensitivity = match ks.last() {
-            Some(&kmax) => {
-                let wide = repgeom_linalg::readout_subspace(readout.as_ref(), kmax, Par::Seq)?;
-                let mut nulls = BTreeMap::new();
-                for &k in &ks {
-                    let params = NullParams {
-                        n_null: a.n_null,
-                        seed: a.seed,
-                    }
-                    .check()?;
-                    nulls.insert(k, NullBases::draw(m.d as usize, k, &params)?);
-                }
-                Some((wide, nulls))
-            }
-            None => None,
+        let null = NullParams {
+            n_null: a.n_null,
+            seed: a.seed,
         };
+        let what = format!("model {}", m.label);
+        let d = m.d as usize;
+        let model = ModelContext::new(
+            d,
+            m.k,
+            Some(ModelReadout::Unembedding(readout)),
+            Some(NullSource::Draw(null.clone())),
+            &what,
+            Par::Seq,
+        )?
+        .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+        let ks = m.sensitivity_ks(&a.k_sensitivity);
+        let mut sensitivity = BTreeMap::new();
+        if let Some(&kmax) = ks.last() {
+            let wide = repgeom_linalg::readout_subspace(readout, kmax, Par::Seq)?;
+            for &k in &ks {
+                let basis = ModelReadout::Basis(wide.as_ref().subcols(0, k));
+                let null = Some(NullSource::Draw(null.clone()));
+                let budget = Some(repgeom_io::default_memory_budget());
+                sensitivity.insert(
+                    k,
+                    ModelContext::new(d, k, Some(basis), null, &what, Par::Seq)?
+                        .with_memory_budget(budget),
+                );
+            }
+        }
         let ctx = Arc::new(ModelCtx {
-            basis,
-            null,
+            model,
             labels,
             sensitivity,
         });
@@ -526,11 +522,7 @@ fn compute_unit(
     let a = &study.manifest.analysis;
     let synth = if m.synthetic { " (synthetic)" } else { "" };
     let what = format!("{} {} layer {}{synth}", m.label, u.checkpoint, u.layer);
-    let input = || -> Result<LayerInput<'_>> {
-        Ok(LayerInput::new(acts.as_ref(), what.clone(), Par::Seq)?
-            .with_readout(ctx.basis.as_ref())?
-            .with_null(&ctx.null)?)
-    };
+    let input = || -> Result<LayerInput<'_>> { Ok(ctx.model.layer(acts.as_ref(), what.clone())?) };
     let values = match &u.kind {
         UnitKind::Pga { ccr } => {
             let mut layer = input()?;
@@ -540,11 +532,7 @@ fn compute_unit(
             pga_metric(a, ccr.clone(), true).compute(&layer)?
         }
         UnitKind::PgaK { ccr, k } => {
-            let (wide, nulls) = ctx.sensitivity.as_ref().expect("planned k-sensitivity");
-            let basis = wide.as_ref().subcols(0, *k);
-            let layer = LayerInput::new(acts.as_ref(), what.clone(), Par::Seq)?
-                .with_readout(basis)?
-                .with_null(&nulls[k])?;
+            let layer = ctx.sensitivity[k].layer(acts.as_ref(), what.clone())?;
             let mut values = pga_metric(a, vec![*ccr], false).compute(&layer)?;
             // `ccrC` → `ccrC_kK` (`ccrC_kK_spectrum` under the spectrum null: the null stays last).
             for v in &mut values {
@@ -639,9 +627,7 @@ fn compute_unit(
             let olayers = loader.layers(o, &ockpt, &[ol])?;
             let oacts = &olayers[&ol];
             let owhat = format!("{} {ockpt} layer {ol}{synth}", o.label);
-            let b = LayerInput::new(oacts.as_ref(), owhat.clone(), Par::Seq)?
-                .with_readout(octx.basis.as_ref())?
-                .with_null(&octx.null)?;
+            let b = octx.model.layer(oacts.as_ref(), owhat.clone())?;
             // One input for every metric, so its caches (centred layers, spectra) are shared.
             let ia = input()?;
             let pair = PairInput::new(&ia, &b)?;

@@ -17,8 +17,9 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use repgeom_linalg::{Mat, MatRef, Par};
-use repgeom_metrics::pga::{EngineOptions, NullKind, pga_ccr_sweep_with};
-use repgeom_metrics::{LayerInput, PairInput, PairMetric};
+use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource};
+use repgeom_metrics::pga::NullKind;
+use repgeom_metrics::{LayerInput, PairInput, PairMetric, Pga};
 use repgeom_null::{NullBases, NullParams};
 use repgeom_synth::{ModelParams, Regime, SyntheticSpace, ZooParams};
 
@@ -355,20 +356,28 @@ fn planted_pga(push: &mut dyn FnMut(Check)) -> Result<()> {
     ];
     for (name, layer, c, haar, spectrum) in cases {
         for (kind, expect) in [(NullKind::Haar, haar), (NullKind::Spectrum, spectrum)] {
-            let r = pga_ccr_sweep_with(
-                layer.as_ref(),
-                space.readout_basis.as_ref(),
-                &null,
-                &[c],
-                &format!("planted {name} layer"),
-                Par::Seq,
-                &|| {},
-                &EngineOptions {
-                    null: kind,
-                    ..EngineOptions::default()
-                },
-            )?
-            .remove(0);
+            let input = ModelInput {
+                layers: vec![ModelLayer {
+                    layer: 0,
+                    acts: layer.as_ref(),
+                    what: format!("planted {name} layer"),
+                }],
+                readout: ModelReadout::Basis(space.readout_basis.as_ref()),
+                ks: Vec::new(),
+                null: NullSource::Given(&null),
+                sequences: None,
+                memory_budget: Some(repgeom_io::default_memory_budget()),
+            };
+            let pga = Pga {
+                ccr: vec![c],
+                null: kind,
+                ..Pga::default()
+            };
+            let r = pga
+                .run_model(&input, Par::Seq, &Hooks::default())?
+                .rows
+                .remove(0)
+                .result;
             push(Check {
                 group: CheckGroup::PlantedPga,
                 subject: format!("{name}, {} null, CCR-{c}", kind.name()),
