@@ -4,7 +4,7 @@
 //!
 //! Its main entry point is [`pga`], which takes NumPy arrays or DLPack tensors, views `f32`
 //! memory in place (any strides) and runs the same library path as `repgeom pga`
-//! ([`repgeom_metrics::params::ValidPgaParams::run_with`]), so the numbers equal the command
+//! ([`repgeom_metrics::Pga::run_model`]), so the numbers equal the command
 //! line's bit for bit. Key design decisions: results cross the boundary as the JSON of the Rust
 //! result types (serde), so a field added to `PgaResult` or `MetricValue` appears in Python
 //! without a change here; every computation runs on a worker thread with the GIL released
@@ -32,8 +32,9 @@ use std::time::Duration;
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
-use repgeom_metrics::params::{PgaExtras, PgaParams, Readout};
-use repgeom_metrics::pga::{EngineOptions, assign_q_values};
+use repgeom_metrics::analysis::{
+    Hooks, ModelContext, ModelInput, ModelLayer, ModelReadout, NullSource,
+};
 use repgeom_metrics::{LayerInput, PairInput, layer_pairs};
 use repgeom_null::NullBases;
 
@@ -204,6 +205,9 @@ struct ReadoutSpec<'py> {
     /// Hub revision when the path is a hub model id (`org/name`).
     revision: Option<String>,
     progress: Option<bool>,
+    /// `repgeom_io::ReadoutPrep`: fold the final norm's effective gain, centre the rows.
+    fold_norm: bool,
+    center: bool,
 }
 
 /// A model reference, by the rule every front end shares ([`repgeom_hub::ModelRef::parse`]):
@@ -227,19 +231,31 @@ fn resolve_model(
     Ok(dir)
 }
 
-/// The readout basis (`d × k`, f64), with the command line's checks and messages.
-fn readout_basis(
-    spec: &ReadoutSpec<'_>,
+/// A model's readout subspace and null bases prepared once for its layers (the library's
+/// [`ModelContext`]), from the readout `spec` names (read with the command line's checks and
+/// messages) and the null drawn from `null`, each only when given.
+fn model_context(
+    spec: Option<&ReadoutSpec<'_>>,
+    k: usize,
+    null: Option<repgeom_null::NullParams>,
     d: usize,
     acts: &str,
-    par: Par,
-) -> Result<Mat<f64>, Failure> {
-    match load_readout(spec, d, acts)? {
-        Loaded::Basis(basis) => Ok(basis),
-        Loaded::Unembedding(w_u) => {
-            Ok(repgeom_linalg::readout_subspace(w_u.as_ref(), spec.k, par)?)
-        }
-    }
+) -> Result<ModelContext, Failure> {
+    let loaded = spec.map(|s| load_readout(s, d, acts)).transpose()?;
+    let (readout, k) = match &loaded {
+        None => (None, k),
+        Some(Loaded::Basis(b)) => (Some(ModelReadout::Basis(b.as_ref())), b.ncols()),
+        Some(Loaded::Unembedding(w)) => (Some(ModelReadout::Unembedding(w.as_ref())), k),
+    };
+    Ok(ModelContext::new(
+        d,
+        k,
+        readout,
+        null.map(NullSource::Draw),
+        acts,
+        Par::rayon(0),
+    )?
+    .with_memory_budget(Some(repgeom_io::default_memory_budget())))
 }
 
 /// A readout read and checked: a basis to use as it is, or `W_U` (`V × d`, the rows kept)
@@ -254,19 +270,7 @@ enum Loaded {
 /// readout shows here, before any decomposition.
 fn load_readout(spec: &ReadoutSpec<'_>, d: usize, acts: &str) -> Result<Loaded, Failure> {
     let check_basis = |b: Mat<f64>, name: &str| -> Result<Mat<f64>, Failure> {
-        if b.nrows() != d {
-            return Err(Failure::Invalid(format!(
-                "{name}: readout basis has shape [{}, {}], expected [{d}, k] to match the activations' d = {d}",
-                b.nrows(),
-                b.ncols()
-            )));
-        }
-        let dev = repgeom_linalg::orthonormal_basis_check(b.as_ref());
-        if dev > 1e-6 {
-            return Err(Failure::Invalid(format!(
-                "{name}: readout basis columns are not orthonormal (max |BᵀB − I| = {dev:.2e})"
-            )));
-        }
+        repgeom_metrics::analysis::check_readout_basis(b.as_ref(), d, name)?;
         Ok(b)
     };
     let k = spec.k;
@@ -313,25 +317,52 @@ fn load_readout(spec: &ReadoutSpec<'_>, d: usize, acts: &str) -> Result<Loaded, 
         }
         (ReadoutArg::Array(raw), true) => check_basis(raw.to_f64(), "readout").map(Loaded::Basis),
         (ReadoutArg::Path(path), false) => {
-            let opts = repgeom_io::ReadoutOptions {
-                vocab_rows: spec.vocab_rows,
-                tensor: spec.tensor.clone(),
+            let prep = repgeom_io::ReadoutPrep {
+                options: repgeom_io::ReadoutOptions {
+                    vocab_rows: spec.vocab_rows,
+                    tensor: spec.tensor.clone(),
+                },
+                fold_norm: spec.fold_norm,
+                center: spec.center,
             };
-            let path = &resolve_model(
-                path,
-                spec.revision.as_deref(),
-                &repgeom_hub::Files::Readout,
-                spec.progress,
-            )?;
-            let r = repgeom_io::read_readout(path, &opts)?;
+            // The final norm's gain lives outside the readout's shard.
+            let need = if spec.fold_norm {
+                repgeom_hub::Files::Full
+            } else {
+                repgeom_hub::Files::Readout
+            };
+            let path = &resolve_model(path, spec.revision.as_deref(), &need, spec.progress)?;
+            let r = repgeom_io::read_readout_prepared(path, &prep)?;
             let m = &r.matrix;
             let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
             wu_checked(view, &path.display().to_string(), &r.tensor)
         }
         (ReadoutArg::Array(raw), false) => {
+            if spec.fold_norm {
+                return Err(Failure::Invalid(
+                    "readout_fold_norm: the final norm's gain is read from a checkpoint directory or hub id; the readout here is an array".into(),
+                ));
+            }
             let m = raw.to_f32();
             let rows = spec.vocab_rows.unwrap_or(raw.rows).min(raw.rows);
-            wu_checked(m.as_ref().subrows(0, rows), "readout", "W_U")
+            let view = m.as_ref().subrows(0, rows);
+            if !spec.center {
+                return wu_checked(view, "readout", "W_U");
+            }
+            // Centred as a file's W_U is (`repgeom_io::ReadoutPrep`): one copy, then the rows.
+            let mut w = repgeom_io::Matrix {
+                rows,
+                cols: view.ncols(),
+                data: (0..rows * view.ncols())
+                    .map(|x| view[(x / view.ncols(), x % view.ncols())])
+                    .collect(),
+            };
+            w.center_rows();
+            wu_checked(
+                MatRef::from_row_major_slice(&w.data, w.rows, w.cols),
+                "readout",
+                "W_U",
+            )
         }
     }
 }
@@ -399,45 +430,33 @@ fn read_null_arg<'py>(
     Ok(NullArg::Array(arr))
 }
 
-/// Subspace PGA of each layer; one JSON object (a `PgaResult` plus `layer`) per layer and CCR.
+/// Subspace PGA of each layer through the library's one model run
+/// ([`repgeom_metrics::Pga::run_model`], as `repgeom pga`); `options` is the JSON of the
+/// [`repgeom_metrics::Pga`] option struct, so every PGA option reaches Python by its own name.
+/// One JSON object (a `PgaResult` plus `layer`) per layer, `k` and CCR.
 #[pyfunction]
-#[pyo3(signature = (layers, readout, *, k, n_null, ccr, seed, readout_is_basis, null_bases, max_pairs, max_memory, progress, vocab_rows, readout_tensor, revision=None, null="haar".to_owned(), spectrum_tol=repgeom_null::DEFAULT_SPECTRUM_TOL))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (layers, readout, *, options, ks, k_frac, n_null, seed, readout_is_basis, null_bases, progress, vocab_rows, readout_tensor, revision=None, readout_fold_norm=false, readout_center=false))]
 fn pga<'py>(
     py: Python<'py>,
     layers: Vec<(usize, Bound<'py, PyAny>)>,
     readout: Bound<'py, PyAny>,
-    k: usize,
+    options: String,
+    ks: Vec<usize>,
+    k_frac: Option<f64>,
     n_null: usize,
-    ccr: Vec<usize>,
     seed: u64,
     readout_is_basis: bool,
     null_bases: Option<Bound<'py, PyAny>>,
-    max_pairs: Option<usize>,
-    max_memory: Option<u64>,
     progress: Option<bool>,
     vocab_rows: Option<usize>,
     readout_tensor: Option<String>,
     revision: Option<String>,
-    null: String,
-    spectrum_tol: f64,
+    readout_fold_norm: bool,
+    readout_center: bool,
 ) -> PyResult<Vec<String>> {
-    let null_kind = match null.as_str() {
-        "haar" => repgeom_null::NullKind::Haar,
-        "spectrum" => repgeom_null::NullKind::Spectrum,
-        other => {
-            return Err(Failure::Invalid(format!(
-                "null = {other:?}: expected \"haar\" or \"spectrum\""
-            ))
-            .into_py(py));
-        }
-    };
-    if !(spectrum_tol > 0.0 && spectrum_tol < 1.0) {
-        return Err(Failure::Invalid(format!(
-            "spectrum_tol = {spectrum_tol}: the relative tolerance must lie in (0, 1)"
-        ))
-        .into_py(py));
-    }
+    let pga: repgeom_metrics::Pga = serde_json::from_str(&options)
+        .map_err(|e| Failure::Invalid(format!("invalid pga options {options}: {e}")).into_py(py))?;
+    repgeom_metrics::Metric::check(&pga).map_err(|e| Failure::from(e).into_py(py))?;
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
         let layers = read_layers(layers, "acts", &mut keep)?;
@@ -446,77 +465,76 @@ fn pga<'py>(
         Ok((layers, arg, null))
     })();
     let (layers, arg, null) = prepared.map_err(|e| e.into_py(py))?;
-    if ccr.is_empty() {
-        return Err(Failure::Invalid("ccr: give at least one CCR level".into()).into_py(py));
-    }
-    let spec = ReadoutSpec {
-        arg,
-        is_basis: readout_is_basis,
-        k,
-        vocab_rows,
-        tensor: readout_tensor,
-        revision,
-        progress,
-    };
     run_blocking(py, move |cancel| {
-        let params = PgaParams {
-            k,
-            ccr: ccr[0],
-            n_null: n_null.max(2),
-            seed,
-            engine: EngineOptions {
-                max_memory,
-                max_pairs,
-                pair_seed: seed,
-                null: null_kind,
-                spectrum_tol: Some(spectrum_tol),
-                ..EngineOptions::default()
-            },
-        }
-        .check()?;
         let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
-        // W_U is read and checked now; its decomposition then runs beside the first layer's
-        // preparation and null draws (`run_overlapped`), and later layers reuse the basis.
-        let mut readout = load_readout(&spec, d, &first)?;
-        let k = match &readout {
-            Loaded::Basis(basis) => basis.ncols(),
-            Loaded::Unembedding(_) => k,
+        let ks = repgeom_metrics::analysis::k_values(&ks, k_frac, d)?;
+        let spec = ReadoutSpec {
+            arg,
+            is_basis: readout_is_basis,
+            k: *ks.iter().max().expect("k_values gives one or more"),
+            vocab_rows,
+            tensor: readout_tensor,
+            revision,
+            progress,
+            fold_norm: readout_fold_norm,
+            center: readout_center,
         };
-        let null = null_bases_for(&null, d, k, &first)?;
-        let total = (layers.len() * ccr.len() * null.len()) as u64;
+        // W_U is read and checked now; the library decomposes it beside the first layer.
+        let loaded = load_readout(&spec, d, &first)?;
+        let k0 = match &loaded {
+            Loaded::Basis(basis) => basis.ncols(),
+            Loaded::Unembedding(_) => ks[0],
+        };
+        let given_null = match &null {
+            NullArg::Draw { .. } => None,
+            other => Some(null_bases_for(other, d, k0, &first)?),
+        };
+        let acts: Vec<Matrix32<'_>> = layers.iter().map(|l| l.raw.to_f32()).collect();
+        let input = ModelInput {
+            layers: layers
+                .iter()
+                .zip(&acts)
+                .map(|(l, m)| ModelLayer {
+                    layer: l.index,
+                    acts: m.as_ref(),
+                    what: l.what.clone(),
+                })
+                .collect(),
+            readout: match &loaded {
+                Loaded::Basis(b) => ModelReadout::Basis(b.as_ref()),
+                Loaded::Unembedding(w) => ModelReadout::Unembedding(w.as_ref()),
+            },
+            ks: ks.clone(),
+            null: match &given_null {
+                Some(n) => NullSource::Given(n),
+                None => NullSource::Draw(repgeom_null::NullParams {
+                    n_null: n_null.max(2),
+                    seed,
+                }),
+            },
+            sequences: None,
+            memory_budget: Some(repgeom_io::default_memory_budget()),
+        };
+        let n_draws = given_null.as_ref().map_or(n_null.max(2), NullBases::len);
+        let boot = pga.bootstrap.as_ref().map_or(0, |b| b.replicates);
+        let total = (layers.len() * pga.ccr.len() * ks.len() * n_draws * (1 + boot)) as u64;
         let bar = progress_bar(total, "pga", progress);
         let on_draw = || {
             check_cancel(cancel);
             bar.inc(1);
         };
-        let mut out = Vec::new();
-        for layer in &layers {
-            bar.set_message(format!("layer {}", layer.index));
-            let acts = layer.raw.to_f32();
-            let extras = PgaExtras {
-                null: Some(&null),
-                label: Some(&layer.what),
+        let run = pga.run_model(
+            &input,
+            Par::rayon(0),
+            &Hooks {
                 on_draw: Some(&on_draw),
-                ccr_levels: Some(&ccr),
-            };
-            let results = match &readout {
-                Loaded::Basis(basis) => {
-                    params.run_with(acts.as_ref(), Readout::Basis(basis.as_ref()), &extras)?
-                }
-                Loaded::Unembedding(w_u) => {
-                    let (basis, results) =
-                        params.run_overlapped(acts.as_ref(), w_u.as_ref(), &extras)?;
-                    readout = Loaded::Basis(basis);
-                    results
-                }
-            };
-            out.extend(results.into_iter().map(|r| (layer.index, r)));
-        }
+                on_layer: Some(&|layer, k| bar.set_message(format!("layer {layer} k {k}"))),
+            },
+        )?;
         bar.finish_and_clear();
-        // q-values over the rows of this call, one family per CCR level, as `repgeom pga`.
-        assign_q_values(&mut out.iter_mut().map(|(_, r)| r).collect::<Vec<_>>());
-        out.into_iter()
-            .map(|(index, r)| Ok(with_layer(index, to_json(&r)?)))
+        run.rows
+            .into_iter()
+            .map(|r| Ok(with_layer(r.layer, to_json(&r.result)?)))
             .collect()
     })
 }
@@ -551,7 +569,7 @@ fn parse_configs<T>(
 /// Registered per-layer metrics on each layer; one JSON object (a `MetricValue` plus `layer`)
 /// per value.
 #[pyfunction]
-#[pyo3(signature = (layers, configs, readout, *, k, n_null, seed, readout_is_basis, progress, revision=None))]
+#[pyo3(signature = (layers, configs, readout, *, k, n_null, seed, readout_is_basis, progress, revision=None, readout_fold_norm=false, readout_center=false))]
 #[allow(clippy::too_many_arguments)]
 fn metrics<'py>(
     py: Python<'py>,
@@ -564,6 +582,8 @@ fn metrics<'py>(
     readout_is_basis: bool,
     progress: Option<bool>,
     revision: Option<String>,
+    readout_fold_norm: bool,
+    readout_center: bool,
 ) -> PyResult<Vec<String>> {
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
@@ -589,7 +609,7 @@ fn metrics<'py>(
             .collect();
         let needs_null = metrics.iter().any(|m| m.info().needs_null);
         let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
-        let basis = match (arg, needs_readout.is_empty()) {
+        let spec = match (arg, needs_readout.is_empty()) {
             (_, true) => None,
             (None, false) => {
                 let verb = if needs_readout.len() == 1 {
@@ -602,43 +622,25 @@ fn metrics<'py>(
                     needs_readout.join(", ")
                 )));
             }
-            (Some(arg), false) => Some(readout_basis(
-                &ReadoutSpec {
-                    arg,
-                    is_basis: readout_is_basis,
-                    k,
-                    vocab_rows: None,
-                    tensor: None,
-                    revision: revision.clone(),
-                    progress,
-                },
-                d,
-                &first,
-                Par::rayon(0),
-            )?),
-        };
-        let null = if needs_null {
-            let k = basis.as_ref().map_or(k, |b| b.ncols());
-            Some(null_bases_for(
-                &NullArg::Draw { n_null, seed },
-                d,
+            (Some(arg), false) => Some(ReadoutSpec {
+                arg,
+                is_basis: readout_is_basis,
                 k,
-                &first,
-            )?)
-        } else {
-            None
+                vocab_rows: None,
+                tensor: None,
+                revision: revision.clone(),
+                progress,
+                fold_norm: readout_fold_norm,
+                center: readout_center,
+            }),
         };
+        let null = needs_null.then_some(repgeom_null::NullParams { n_null, seed });
+        let model = model_context(spec.as_ref(), k, null, d, &first)?;
         let bar = progress_bar((layers.len() * metrics.len()) as u64, "metrics", progress);
         let mut out = Vec::new();
         for layer in &layers {
             let acts = layer.raw.to_f32();
-            let mut input = LayerInput::new(acts.as_ref(), layer.what.clone(), Par::rayon(0))?;
-            if let Some(b) = &basis {
-                input = input.with_readout(b.as_ref())?;
-            }
-            if let Some(n) = &null {
-                input = input.with_null(n)?;
-            }
+            let input = model.layer(acts.as_ref(), layer.what.clone())?;
             for metric in &metrics {
                 check_cancel(cancel);
                 bar.set_message(format!("layer {} {}", layer.index, metric.info().name));
@@ -655,7 +657,7 @@ fn metrics<'py>(
 
 /// Pair metrics between the layers of two representations of the same inputs.
 #[pyfunction]
-#[pyo3(signature = (a, b, configs, readout_a, readout_b, *, k, n_null, seed, diagonal, progress))]
+#[pyo3(signature = (a, b, configs, readout_a, readout_b, *, k, n_null, seed, diagonal, progress, readout_fold_norm=false, readout_center=false))]
 #[allow(clippy::too_many_arguments)]
 fn compare<'py>(
     py: Python<'py>,
@@ -669,6 +671,8 @@ fn compare<'py>(
     seed: u64,
     diagonal: bool,
     progress: Option<bool>,
+    readout_fold_norm: bool,
+    readout_center: bool,
 ) -> PyResult<Vec<String>> {
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
@@ -701,46 +705,34 @@ fn compare<'py>(
         let side = |layers: &[LayerArg<'_>],
                     readout: Option<ReadoutArg<'_>>,
                     seed: u64|
-         -> Result<(Option<Mat<f64>>, Option<NullBases>), Failure> {
+         -> Result<ModelContext, Failure> {
             let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
-            let basis = if needs_readout {
+            let spec = if needs_readout {
                 let arg = readout.ok_or_else(|| {
                     Failure::Invalid(format!(
                         "{readout_users} needs both readouts: pass readout_a and readout_b \
                          (or choose options that need none, e.g. metrics=[('distance_spearman', {{'readout': False, 'random': False}})])"
                     ))
                 })?;
-                Some(readout_basis(
-                    &ReadoutSpec {
-                        arg,
-                        is_basis: false,
-                        k,
-                        vocab_rows: None,
-                        tensor: None,
-                        revision: None,
-                        progress,
-                    },
-                    d,
-                    &first,
-                    Par::rayon(0),
-                )?)
-            } else {
-                None
-            };
-            let null = if needs_null {
-                Some(null_bases_for(
-                    &NullArg::Draw { n_null, seed },
-                    d,
+                Some(ReadoutSpec {
+                    arg,
+                    is_basis: false,
                     k,
-                    &first,
-                )?)
+                    vocab_rows: None,
+                    tensor: None,
+                    revision: None,
+                    progress,
+                    fold_norm: readout_fold_norm,
+                    center: readout_center,
+                })
             } else {
                 None
             };
-            Ok((basis, null))
+            let null = needs_null.then_some(repgeom_null::NullParams { n_null, seed });
+            model_context(spec.as_ref(), k, null, d, &first)
         };
-        let (basis_a, null_a) = side(&la, ra, seed)?;
-        let (basis_b, null_b) = side(&lb, rb, seed.wrapping_add(1))?;
+        let model_a = side(&la, ra, seed)?;
+        let model_b = side(&lb, rb, seed.wrapping_add(1))?;
         let pairs = layer_pairs(la.len(), lb.len(), diagonal);
         let bar = progress_bar((pairs.len() * metrics.len()) as u64, "compare", progress);
         let mut out = Vec::new();
@@ -748,8 +740,8 @@ fn compare<'py>(
         // spectra) serve every metric and every pair it is part of.
         let xa = paired_f32(&la, |i| pairs.iter().any(|&(p, _)| p == i));
         let xb = paired_f32(&lb, |j| pairs.iter().any(|&(_, q)| q == j));
-        let ia = layer_inputs(&xa, &la, basis_a.as_ref(), null_a.as_ref())?;
-        let ib = layer_inputs(&xb, &lb, basis_b.as_ref(), null_b.as_ref())?;
+        let ia = layer_inputs(&xa, &la, &model_a)?;
+        let ib = layer_inputs(&xb, &lb, &model_b)?;
         for &(i, j) in &pairs {
             let (Some(ia), Some(ib)) = (&ia[i], &ib[j]) else {
                 unreachable!("every paired layer has an input")
@@ -788,25 +780,16 @@ fn paired_f32<'py>(
 fn layer_inputs<'a>(
     xs: &'a [Option<Matrix32<'_>>],
     layers: &[LayerArg<'_>],
-    basis: Option<&'a Mat<f64>>,
-    null: Option<&'a NullBases>,
+    model: &'a ModelContext,
 ) -> repgeom_metrics::Result<Vec<Option<LayerInput<'a>>>> {
-    let mut out = Vec::with_capacity(xs.len());
-    for (x, layer) in xs.iter().zip(layers) {
-        let Some(x) = x else {
-            out.push(None);
-            continue;
-        };
-        let mut input = LayerInput::new(x.as_ref(), &layer.what, Par::rayon(0))?;
-        if let Some(b) = basis {
-            input = input.with_readout(b.as_ref())?;
-        }
-        if let Some(n) = null {
-            input = input.with_null(n)?;
-        }
-        out.push(Some(input));
-    }
-    Ok(out)
+    xs.iter()
+        .zip(layers)
+        .map(|(x, layer)| {
+            x.as_ref()
+                .map(|x| model.layer(x.as_ref(), layer.what.clone()))
+                .transpose()
+        })
+        .collect()
 }
 
 /// The metric registry: one JSON object per registered metric (per-layer and pair).

@@ -1,5 +1,8 @@
 """repgeom.pga equals `repgeom pga --format json` bit for bit on the committed fixtures."""
 
+import csv
+import json
+
 import numpy as np
 import pytest
 
@@ -160,3 +163,89 @@ def test_extract_missing_checkpoint():
         pytest.skip("built without the extract feature")
     with pytest.raises(repgeom.FileNotFoundError, match="no-such-model"):
         repgeom.extract("no-such-model", "some text", progress=False)
+
+
+def _tidy_pga(rows, suffix=""):
+    """`{(layer, ccr): {z, rho_readout, null_mean, null_std, p_value}}` from tidy pga rows."""
+    out = {}
+    for r in rows:
+        variant = str(r["variant"])
+        if not variant.startswith("ccr") or not variant.endswith(suffix):
+            continue
+        key = (int(r["layer"]), int(variant[3:len(variant) - len(suffix)]))
+        entry = out.setdefault(key, {})
+        if r["metric"] == "pga_z":
+            entry["z"] = float(r["value"])
+            for n in ("null_mean", "null_std", "p_value"):
+                entry[n] = float(r[n])
+        elif r["metric"] == "rho_readout":
+            entry["rho_readout"] = float(r["value"])
+    return out
+
+
+@pytest.mark.parametrize(
+    "flags, kwargs, metric, analysis, suffix",
+    [
+        ([], {}, {}, "", ""),
+        (
+            ["--distance", "euclidean", "--max-pairs", "3000", "--readout-center"],
+            {"distance": "euclidean", "max_pairs": 3000, "readout_center": True},
+            {"distance": "euclidean", "max_pairs": 3000},
+            'distance = "euclidean"\nmax_pairs = 3000\nreadout_center = true',
+            "",
+        ),
+        (
+            ["--null", "spectrum", "--max-memory", "67108864"],
+            {"null": "spectrum", "max_memory": 67108864},
+            {"null": "spectrum", "max_memory": 67108864},
+            'null = "spectrum"\nmax_memory = 67108864',
+            "_spectrum",
+        ),
+    ],
+)
+def test_one_pga_through_every_front_end(acts, readout, tmp_path, flags, kwargs, metric, analysis, suffix):
+    """repgeom.pga, `repgeom pga`, `repgeom metrics` and the study (`repgeom sweep`) on one input
+    with one set of options: the same numbers, bit for bit."""
+    common = ["-k", "8", "--n-null", "12", "--seed", "7"]
+    cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "--ccr", "0,2", *common, *flags)
+    py = repgeom.pga(acts, readout, k=8, n_null=12, seed=7, ccr=[0, 2], progress=False, **kwargs)
+    assert len(py) == len(cli) == 6
+    want = {}
+    for r, row in zip(py, cli):
+        for key in ("layer", "ccr", "z", "rho_readout", "null_mean", "null_std", "p_value", "q_value"):
+            assert getattr(r, key) == row[key], key
+        want[(row["layer"], row["ccr"])] = {k: row[k] for k in ("z", "rho_readout", "null_mean", "null_std", "p_value")}
+
+    spec = "pga:" + json.dumps({"ccr": [0, 2], "pair_seed": 7, **metric})
+    readout_flags = ["--readout-center"] if "--readout-center" in flags else []
+    metrics = cli_rows("metrics", "--acts", ACTS, "--readout", READOUT, "--metric", spec, *common, *readout_flags)
+    assert _tidy_pga(metrics, suffix) == want
+
+    manifest = tmp_path / "study.toml"
+    manifest.write_text(
+        "[analysis]\nk = 8\nn_null = 12\nseed = 7\nccr = [0, 2]\nspectral = []\npc_share = 0\nprobe = false\n"
+        f"{analysis}\n\n[[model]]\nlabel = \"fixture\"\nfamily = \"fixture\"\nd = 64\nn_layers = 3\n"
+        f"readout = \"{ROOT / READOUT}\"\n\n[[model.checkpoint]]\nname = \"final\"\nactivations = \"{ROOT / ACTS}\"\n"
+    )
+    out = tmp_path / "out"
+    run_cli("sweep", "--manifest", str(manifest), "--out", str(out))
+    with open(out / "results.csv", newline="") as f:
+        study = list(csv.DictReader(f))
+    assert _tidy_pga(study, suffix) == want
+
+
+def test_k_list_k_frac_and_bootstrap_match_the_cli(acts, readout):
+    """The options repgeom.pga gained with the library's model run: a k list, k_frac and the
+    bootstrap (points: an array records no sequences), as `repgeom pga` spells them."""
+    cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "4,8", "--n-null", "10")
+    py = repgeom.pga(acts, readout, k=[8, 4], n_null=10, progress=False)
+    assert [(r.layer, r.k) for r in py] == [(row["layer"], row["k"]) for row in cli]
+    assert [r.z for r in py] == [row["z"] for row in cli]
+    frac = repgeom.pga(acts, readout, k_frac=0.125, n_null=10, progress=False)
+    assert [r.z for r in frac] == [row["z"] for row in cli if row["k"] == 8]
+    cli = cli_rows("pga", "--acts", ACTS, "--readout", READOUT, "-k", "8", "--n-null", "10",
+                   "--bootstrap", "3", "--bootstrap-seed", "2")
+    py = repgeom.pga(acts, readout, k=8, n_null=10, bootstrap=3, bootstrap_seed=2, progress=False)
+    assert [(r.bootstrap["z_lo"], r.bootstrap["z_hi"]) for r in py] == [(row["z_lo"], row["z_hi"]) for row in cli]
+    with pytest.raises(repgeom.InvalidInputError, match="readout_fold_norm"):
+        repgeom.pga(acts, readout, k=8, readout_fold_norm=True, progress=False)

@@ -221,7 +221,8 @@ def pga(
     acts: Any,
     readout: Any,
     *,
-    k: int = 100,
+    k: Union[int, Sequence[int]] = 100,
+    k_frac: Optional[float] = None,
     n_null: int = 100,
     ccr: Union[int, Sequence[int]] = 1,
     seed: int = 0,
@@ -235,6 +236,11 @@ def pga(
     revision: Optional[str] = None,
     null: str = "haar",
     spectrum_tol: float = 0.01,
+    distance: str = "cosine",
+    bootstrap: Optional[int] = None,
+    bootstrap_seed: int = 0,
+    readout_fold_norm: bool = False,
+    readout_center: bool = False,
 ) -> Union[PgaResult, PgaResults]:
     """Subspace PGA: is each layer's distance structure preserved better by the readout
     subspace than by random subspaces? (``repgeom pga``)
@@ -247,7 +253,9 @@ def pga(
             ``readout_is_basis=True``), a path to a ``.npy``/``.safetensors`` matrix or a local
             HuggingFace checkpoint directory, or a hub model id ``"org/name"`` (resolved in the
             HuggingFace cache, downloading only the readout's shard when missing).
-        k: readout subspace dimension (top-``k`` right singular vectors of ``W_U``).
+        k: readout subspace dimension (top-``k`` right singular vectors of ``W_U``); a list
+            runs one result per ``k`` (``repgeom pga -k 25,50``).
+        k_frac: ``k = round(k_frac · d)`` instead of ``k`` (comparable across widths).
         n_null: number of random subspaces in the null.
         ccr: principal directions removed first (CCR-c); a list runs a sweep sharing one
             eigendecomposition.
@@ -265,6 +273,13 @@ def pga(
             draws tilted until each captures the readout's share of the layer's variance;
             ``repgeom pga --null spectrum``, see docs/pga.md).
         spectrum_tol: relative tolerance of the spectrum null on captured variance.
+        distance: pairwise distance compared, ``"cosine"`` or ``"euclidean"``.
+        bootstrap: percentile bootstrap (95%) over points with this many replicates, null
+            bases held fixed (``z_lo``, ``z_hi``, ``rho_lo``, ``rho_hi`` in ``bootstrap``).
+        bootstrap_seed: seed of the bootstrap resampling.
+        readout_fold_norm: multiply ``W_U`` by the final norm's effective gain (read from the
+            checkpoint by its architecture) before the SVD.
+        readout_center: centre ``W_U``'s rows before the SVD.
 
     Returns:
         A :class:`PgaResult` for a single ``[N, d]`` layer and one CCR level, else
@@ -273,26 +288,37 @@ def pga(
     layers = _layers(acts)
     ccrs = [int(ccr)] if isinstance(ccr, (int, np.integer)) else [int(c) for c in ccr]
     nb = _readout(null_bases)
+    ks = [int(k)] if isinstance(k, (int, np.integer)) else [int(x) for x in k]
+    # The library's one PGA option struct (repgeom_metrics::Pga), by its own field names.
+    options = {
+        "ccr": ccrs,
+        "distance": str(distance),
+        "max_pairs": max_pairs,
+        "pair_seed": int(seed),
+        "max_memory": max_memory,
+        "bootstrap": None if bootstrap is None else {"replicates": int(bootstrap), "seed": int(bootstrap_seed), "level": 0.95},
+        "null": str(null),
+        "spectrum_tol": float(spectrum_tol),
+    }
     rows = _native.pga(
         layers,
         _readout(readout),
-        k=int(k),
+        options=json.dumps(options),
+        ks=ks,
+        k_frac=None if k_frac is None else float(k_frac),
         n_null=int(n_null),
-        ccr=ccrs,
         seed=int(seed),
         readout_is_basis=bool(readout_is_basis),
         null_bases=nb,
-        max_pairs=max_pairs,
-        max_memory=max_memory,
         progress=progress,
         vocab_rows=vocab_rows,
         readout_tensor=readout_tensor,
         revision=revision,
-        null=str(null),
-        spectrum_tol=float(spectrum_tol),
+        readout_fold_norm=bool(readout_fold_norm),
+        readout_center=bool(readout_center),
     )
     results = [PgaResult(json.loads(r)) for r in rows]
-    single = not _is_path(acts) and not isinstance(acts, Mapping) and _ndim(acts) == 2 and len(ccrs) == 1
+    single = not _is_path(acts) and not isinstance(acts, Mapping) and _ndim(acts) == 2 and len(ccrs) == 1 and len(ks) == 1
     return results[0] if single else PgaResults(results)
 
 
@@ -328,6 +354,8 @@ def metrics(
     readout_is_basis: bool = False,
     progress: Optional[bool] = None,
     revision: Optional[str] = None,
+    readout_fold_norm: bool = False,
+    readout_center: bool = False,
 ) -> Rows:
     """Registered per-layer metrics as tidy rows (``repgeom metrics``).
 
@@ -356,6 +384,8 @@ def metrics(
                 readout_is_basis=bool(readout_is_basis),
                 progress=progress,
                 revision=revision,
+                readout_fold_norm=bool(readout_fold_norm),
+                readout_center=bool(readout_center),
             )
         )
     )
@@ -382,6 +412,8 @@ def compare(
     seed: int = 0,
     diagonal: bool = False,
     progress: Optional[bool] = None,
+    readout_fold_norm: bool = False,
+    readout_center: bool = False,
 ) -> Rows:
     """Pair metrics (distance agreement, linear CKA, …) between the layers of two
     representations of the same inputs (``repgeom compare``): every layer pair, or with
@@ -400,6 +432,8 @@ def compare(
                 seed=int(seed),
                 diagonal=bool(diagonal),
                 progress=progress,
+                readout_fold_norm=bool(readout_fold_norm),
+                readout_center=bool(readout_center),
             )
         )
     )

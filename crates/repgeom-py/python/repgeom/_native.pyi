@@ -10,20 +10,19 @@ def pga(
     layers: Sequence[tuple[int, Any]],
     readout: Any,
     *,
-    k: int,
+    options: str,
+    ks: Sequence[int],
+    k_frac: Optional[float],
     n_null: int,
-    ccr: Sequence[int],
     seed: int,
     readout_is_basis: bool,
     null_bases: Any,
-    max_pairs: Optional[int],
-    max_memory: Optional[int],
     progress: Optional[bool],
     vocab_rows: Optional[int],
     readout_tensor: Optional[str],
     revision: Optional[str] = None,
-    null: str = "haar",
-    spectrum_tol: float = 0.01,
+    readout_fold_norm: bool = False,
+    readout_center: bool = False,
 ) -> list[str]: ...
 def metrics(
     layers: Sequence[tuple[int, Any]],
@@ -36,6 +35,8 @@ def metrics(
     readout_is_basis: bool,
     progress: Optional[bool],
     revision: Optional[str] = None,
+    readout_fold_norm: bool = False,
+    readout_center: bool = False,
 ) -> list[str]: ...
 def compare(
     a: Sequence[tuple[int, Any]],
@@ -49,6 +50,8 @@ def compare(
     seed: int,
     diagonal: bool,
     progress: Optional[bool],
+    readout_fold_norm: bool = False,
+    readout_center: bool = False,
 ) -> list[str]: ...
 def list_metrics() -> list[str]: ...
 def read_activations(path: str, layers: Optional[Sequence[int]] = None) -> list[tuple[int, str, np.ndarray]]: ...
