@@ -11,9 +11,10 @@
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_null::{NullBases, NullParams};
 
+use crate::Pga;
+use crate::error::{Error, Result};
 use crate::pga::{PgaResult, assign_q_values, bootstrap_ci, pga_ccr_sweep_overlapped};
 use crate::registry::LayerInput;
-use crate::{Error, Pga, Result};
 
 /// Tolerance of [`check_readout_basis`] on `max |BᵀB − I|` (and of supplied null bases):
 /// a basis saved as `f64` by `--save-readout-basis` is orthonormal to ~1e-15; one computed in

@@ -4,17 +4,19 @@
 //! basis and the null drawn from `(n_null, seed)` unless supplied. Progress callback, label,
 //! supplied null bases and several CCR levels are optional extras ([`PgaExtras`]).
 //!
-//! This is the path the `repgeom` command line and the Python package take through the engine
-//! in [`crate::pga`]; it adds no computation of its own, so a call here and `repgeom pga` on the
-//! same inputs and seeds give identical numbers.
+//! A call here is one layer through [`Pga::run_model`], the model run behind `repgeom pga`, the
+//! study and the Python package; it adds no computation of its own, so a call here and
+//! `repgeom pga` on the same inputs and seeds give identical numbers.
 
 use ndarray::{Array2, ArrayView2};
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_null::{NullBases, NullParams};
 use serde::{Deserialize, Serialize};
 
-use crate::pga::{EngineOptions, PgaResult, pga_ccr_sweep_with};
-use crate::{Error, Result};
+use crate::Pga;
+use crate::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource};
+use crate::error::{Error, Result};
+use crate::pga::{EngineOptions, PgaResult};
 
 /// Unchecked parameters of a Subspace PGA call. `Default` is the command line's defaults:
 /// `k = 100`, CCR-1, 100 null draws from seed 0, exact (all pairs) and no memory budget.
@@ -316,27 +318,7 @@ impl ValidPgaParams {
         readout: Readout<'_>,
         extras: &PgaExtras<'_>,
     ) -> Result<Vec<PgaResult>> {
-        let (mut w_copy, mut basis_copy) = (None, None);
-        let basis = match readout {
-            Readout::Basis(b) => b,
-            Readout::NdBasis(v) => faer_f64(v, &mut basis_copy),
-            Readout::Unembedding(w) => return Ok(self.run_overlapped(acts, w, extras)?.1),
-            Readout::NdUnembedding(v) => {
-                let w = faer_f32(v, &mut w_copy);
-                return Ok(self.run_overlapped(acts, w, extras)?.1);
-            }
-        };
-        self.sweep(
-            acts,
-            extras,
-            |_, _| Ok(()),
-            |acts, null, ccrs, what, on_draw, engine| {
-                let results =
-                    pga_ccr_sweep_with(acts, basis, null, ccrs, what, self.par, on_draw, engine)?;
-                Ok(((), results))
-            },
-        )
-        .map(|((), results)| results)
+        Ok(self.run_one(acts, readout, extras)?.1)
     }
 
     /// [`Self::run_with`] on `W_U` (`V × d`), whose readout basis (top-`k` right singular
@@ -363,108 +345,79 @@ impl ValidPgaParams {
         w_u: MatRef<'_, f32>,
         extras: &PgaExtras<'_>,
     ) -> Result<(Mat<f64>, Vec<PgaResult>)> {
-        let check = |d: usize, what: &str| self.check_unembedding(w_u, d, what);
-        self.sweep(
-            acts,
-            extras,
-            check,
-            |acts, null, ccrs, what, on_draw, engine| {
-                crate::pga::pga_ccr_sweep_overlapped(
-                    acts,
-                    || {
-                        Ok::<_, Error>(repgeom_linalg::readout_subspace(
-                            w_u,
-                            self.params.k,
-                            self.par,
-                        )?)
-                    },
-                    null,
-                    ccrs,
-                    what,
-                    self.par,
-                    on_draw,
-                    engine,
-                )
-            },
-        )
+        self.run_one(acts, Readout::Unembedding(w_u), extras)
     }
 
-    /// What [`Self::run_with`] and [`Self::run_overlapped`] share: the activations in `f32`,
-    /// the label, the null bases (given, or drawn for `k` once `check(d, label)` passed), the
-    /// CCR levels and the engine's options, handed to `run`.
-    fn sweep<'a, T>(
+    /// One layer through the library's one PGA run ([`Pga::run_model`]): the activations in
+    /// `f32`, the readout as faer views, these parameters as the [`Pga`] options. Returns the
+    /// readout basis used and one result per CCR level, in the order asked.
+    fn run_one<'a>(
         &self,
         acts: impl Into<Acts<'a>>,
+        readout: Readout<'_>,
         extras: &PgaExtras<'_>,
-        check: impl FnOnce(usize, &str) -> Result<()>,
-        run: impl FnOnce(
-            MatRef<'_, f32>,
-            &NullBases,
-            &[usize],
-            &str,
-            &(dyn Fn() + Sync),
-            &EngineOptions,
-        ) -> Result<(T, Vec<PgaResult>)>,
-    ) -> Result<(T, Vec<PgaResult>)> {
+    ) -> Result<(Mat<f64>, Vec<PgaResult>)> {
         let mut converted = None;
         let acts = acts.into().as_f32(&mut converted);
-        let (n, d) = (acts.nrows(), acts.ncols());
-        let default_label;
-        let what = match extras.label {
-            Some(l) => l,
-            None => {
-                default_label = format!("activations [{n}, {d}]");
-                &default_label
-            }
-        };
-        check(d, what)?;
-        let drawn;
-        let null = match extras.null {
-            Some(null) => null,
-            None => {
-                drawn = self.null_bases(d, self.params.k)?;
-                &drawn
-            }
+        let (mut w_copy, mut basis_copy) = (None, None);
+        let readout = match readout {
+            Readout::Unembedding(w) => ModelReadout::Unembedding(w),
+            Readout::NdUnembedding(v) => ModelReadout::Unembedding(faer_f32(v, &mut w_copy)),
+            Readout::Basis(b) => ModelReadout::Basis(b),
+            Readout::NdBasis(v) => ModelReadout::Basis(faer_f64(v, &mut basis_copy)),
         };
         let levels = [self.params.ccr];
-        let ccrs = extras.ccr_levels.unwrap_or(&levels);
-        let engine = EngineOptions {
+        let levels = extras.ccr_levels.unwrap_or(&levels);
+        let engine = &self.params.engine;
+        let pga = Pga {
+            ccr: levels.to_vec(),
+            distance: engine.distance,
+            max_pairs: engine.max_pairs,
             pair_seed: self.params.seed,
-            ..self.params.engine.clone()
+            max_memory: engine.max_memory,
+            bootstrap: None,
+            null: engine.null,
+            spectrum_tol: engine
+                .spectrum_tol
+                .unwrap_or(repgeom_null::DEFAULT_SPECTRUM_TOL),
         };
-        run(
-            acts,
-            null,
-            ccrs,
-            what,
-            extras.on_draw.unwrap_or(&|| {}),
-            &engine,
-        )
-    }
-
-    /// The readout basis of `W_U` (`V × d`): its top-`k` right singular vectors, in `f64`, after
-    /// checking that it matches the hidden size `d` of the activations named `what`.
-    pub fn readout_basis(&self, w_u: MatRef<'_, f32>, d: usize, what: &str) -> Result<Mat<f64>> {
-        self.check_unembedding(w_u, d, what)?;
-        Ok(repgeom_linalg::readout_subspace(
-            w_u,
-            self.params.k,
-            self.par,
-        )?)
-    }
-
-    /// `W_U`'s width against the activations' `d`, `k < d`, and every entry finite.
-    fn check_unembedding(&self, w_u: MatRef<'_, f32>, d: usize, what: &str) -> Result<()> {
-        crate::analysis::check_unembedding(w_u, d, self.params.k, what)
-    }
-
-    /// The `n_null` null bases (`d × k`) drawn from `seed`, for reuse across layers.
-    pub fn null_bases(&self, d: usize, k: usize) -> Result<NullBases> {
-        let params = NullParams {
-            n_null: self.params.n_null,
-            seed: self.params.seed,
-        }
-        .check()?;
-        Ok(NullBases::draw(d, k, &params)?)
+        let input = ModelInput {
+            layers: vec![ModelLayer {
+                layer: 0,
+                acts,
+                what: extras.label.map_or_else(
+                    || format!("activations [{}, {}]", acts.nrows(), acts.ncols()),
+                    str::to_owned,
+                ),
+            }],
+            readout,
+            ks: vec![self.params.k],
+            null: match extras.null {
+                Some(null) => NullSource::Given(null),
+                None => NullSource::Draw(NullParams {
+                    n_null: self.params.n_null,
+                    seed: self.params.seed,
+                }),
+            },
+            sequences: None,
+            memory_budget: None,
+        };
+        let hooks = Hooks {
+            on_draw: extras.on_draw,
+            on_layer: None,
+        };
+        let run = pga.run_model(&input, self.par, &hooks)?;
+        let mut rows = run.rows;
+        let results = levels
+            .iter()
+            .map(|&c| {
+                let at = rows
+                    .iter()
+                    .position(|r| r.result.ccr == c)
+                    .expect("one row per level");
+                rows.swap_remove(at).result
+            })
+            .collect();
+        Ok((run.readout_basis, results))
     }
 }

@@ -367,29 +367,27 @@ fn load_readout(spec: &ReadoutSpec<'_>, d: usize, acts: &str) -> Result<Loaded, 
     }
 }
 
-/// Null bases: drawn from `(n_null, seed)`, read from a `.npy` file, or given as an array.
+/// Null bases: drawn (by the model run, from `n_null` and `seed`), read from a `.npy` file, or
+/// given as an array.
 enum NullArg<'py> {
-    Draw { n_null: usize, seed: u64 },
+    Draw,
     Path(PathBuf),
     Array(input::RawNd<'py>),
 }
 
-fn null_bases_for(arg: &NullArg<'_>, d: usize, k: usize, acts: &str) -> Result<NullBases, Failure> {
+/// Supplied null bases (`None` when they are to be drawn, by the library's model run), checked
+/// against `(d, k)`.
+fn supplied_null(arg: &NullArg<'_>, d: usize, k: usize) -> Result<Option<NullBases>, Failure> {
+    let tol = repgeom_metrics::analysis::BASIS_TOL;
     match arg {
-        NullArg::Draw { n_null, seed } => {
-            let params = repgeom_null::NullParams {
-                n_null: *n_null,
-                seed: *seed,
-            }
-            .check()?;
-            NullBases::draw(d, k, &params)
-                .map_err(|e| Failure::Invalid(format!("{e} (hidden size d = {d} of {acts})")))
-        }
+        NullArg::Draw => Ok(None),
         NullArg::Path(path) => {
             let arr = repgeom_io::read_array_f64(path)?;
-            NullBases::from_array(&arr.shape, &arr.data, d, k, 1e-6).map_err(|e| {
-                Failure::Invalid(format!("reading null bases from {}: {e}", path.display()))
-            })
+            NullBases::from_array(&arr.shape, &arr.data, d, k, tol)
+                .map(Some)
+                .map_err(|e| {
+                    Failure::Invalid(format!("reading null bases from {}: {e}", path.display()))
+                })
         }
         NullArg::Array(arr) => {
             let n = arr.shape[0];
@@ -402,7 +400,8 @@ fn null_bases_for(arg: &NullArg<'_>, d: usize, k: usize, acts: &str) -> Result<N
                     }
                 }
             }
-            NullBases::from_array(&arr.shape, &data, d, k, 1e-6)
+            NullBases::from_array(&arr.shape, &data, d, k, tol)
+                .map(Some)
                 .map_err(|e| Failure::Invalid(format!("null_bases: {e}")))
         }
     }
@@ -410,12 +409,10 @@ fn null_bases_for(arg: &NullArg<'_>, d: usize, k: usize, acts: &str) -> Result<N
 
 fn read_null_arg<'py>(
     null_bases: Option<Bound<'py, PyAny>>,
-    n_null: usize,
-    seed: u64,
     keep: &mut Keep<'py>,
 ) -> Result<NullArg<'py>, Failure> {
     let Some(obj) = null_bases else {
-        return Ok(NullArg::Draw { n_null, seed });
+        return Ok(NullArg::Draw);
     };
     if let Ok(path) = obj.extract::<PathBuf>() {
         return Ok(NullArg::Path(path));
@@ -461,7 +458,7 @@ fn pga<'py>(
     let prepared = (|| -> Result<_, Failure> {
         let layers = read_layers(layers, "acts", &mut keep)?;
         let arg = read_readout_arg(Some(readout), &mut keep)?.expect("readout given");
-        let null = read_null_arg(null_bases, n_null, seed, &mut keep)?;
+        let null = read_null_arg(null_bases, &mut keep)?;
         Ok((layers, arg, null))
     })();
     let (layers, arg, null) = prepared.map_err(|e| e.into_py(py))?;
@@ -485,10 +482,7 @@ fn pga<'py>(
             Loaded::Basis(basis) => basis.ncols(),
             Loaded::Unembedding(_) => ks[0],
         };
-        let given_null = match &null {
-            NullArg::Draw { .. } => None,
-            other => Some(null_bases_for(other, d, k0, &first)?),
-        };
+        let given_null = supplied_null(&null, d, k0)?;
         let acts: Vec<Matrix32<'_>> = layers.iter().map(|l| l.raw.to_f32()).collect();
         let input = ModelInput {
             layers: layers
@@ -570,7 +564,6 @@ fn parse_configs<T>(
 /// per value.
 #[pyfunction]
 #[pyo3(signature = (layers, configs, readout, *, k, n_null, seed, readout_is_basis, progress, revision=None, readout_fold_norm=false, readout_center=false))]
-#[allow(clippy::too_many_arguments)]
 fn metrics<'py>(
     py: Python<'py>,
     layers: Vec<(usize, Bound<'py, PyAny>)>,
@@ -658,7 +651,6 @@ fn metrics<'py>(
 /// Pair metrics between the layers of two representations of the same inputs.
 #[pyfunction]
 #[pyo3(signature = (a, b, configs, readout_a, readout_b, *, k, n_null, seed, diagonal, progress, readout_fold_norm=false, readout_center=false))]
-#[allow(clippy::too_many_arguments)]
 fn compare<'py>(
     py: Python<'py>,
     a: Vec<(usize, Bound<'py, PyAny>)>,

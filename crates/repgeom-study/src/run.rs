@@ -267,9 +267,17 @@ impl<'s> Loader<'s> {
         let ks = m.sensitivity_ks(&a.k_sensitivity);
         let mut sensitivity = BTreeMap::new();
         if let Some(&kmax) = ks.last() {
-            let wide = repgeom_linalg::readout_subspace(readout, kmax, Par::Seq)?;
+            let wide = ModelContext::new(
+                d,
+                kmax,
+                Some(ModelReadout::Unembedding(readout)),
+                None,
+                &what,
+                Par::Seq,
+            )?;
+            let wide = wide.basis().expect("a readout was given");
             for &k in &ks {
-                let basis = ModelReadout::Basis(wide.as_ref().subcols(0, k));
+                let basis = ModelReadout::Basis(wide.subcols(0, k));
                 let null = Some(NullSource::Draw(null.clone()));
                 let budget = Some(repgeom_io::default_memory_budget());
                 sensitivity.insert(

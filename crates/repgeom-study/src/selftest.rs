@@ -20,7 +20,7 @@ use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource};
 use repgeom_metrics::pga::NullKind;
 use repgeom_metrics::{LayerInput, PairInput, PairMetric, Pga};
-use repgeom_null::{NullBases, NullParams};
+use repgeom_null::NullParams;
 use repgeom_synth::{ModelParams, Regime, SyntheticSpace, ZooParams};
 
 use crate::Result;
@@ -303,15 +303,10 @@ fn planted_pga(push: &mut dyn FnMut(Check)) -> Result<()> {
     .check()?;
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let space = SyntheticSpace::generate(&p, &mut rng);
-    let null = NullBases::draw(
-        d,
-        k,
-        &NullParams {
-            n_null: PGA_N_NULL,
-            seed: 11,
-        }
-        .check()?,
-    )?;
+    let null = NullParams {
+        n_null: PGA_N_NULL,
+        seed: 11,
+    };
     let direct = space.layer(Regime::Direct, &mut rng)?;
     let detour = space.layer(
         Regime::Detour {
@@ -364,7 +359,7 @@ fn planted_pga(push: &mut dyn FnMut(Check)) -> Result<()> {
                 }],
                 readout: ModelReadout::Basis(space.readout_basis.as_ref()),
                 ks: Vec::new(),
-                null: NullSource::Given(&null),
+                null: NullSource::Draw(null.clone()),
                 sequences: None,
                 memory_budget: Some(repgeom_io::default_memory_budget()),
             };
