@@ -46,7 +46,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Linear probes per layer: test accuracy, macro-F1 and the chosen L2 strength.
     Probe(cmd::probe::ProbeArgs),
-    /// Extract hidden states from a HuggingFace checkpoint (directory or hub id; GPT-NeoX, Llama-style).
+    /// Extract hidden states from a HuggingFace checkpoint (directory or hub id).
+    #[command(about = extract_about())]
     Extract(cmd::extract::ExtractArgs),
     /// Audit a hub model's revisions: commit, weights hash, parameters, duplicates.
     Checkpoints(cmd::checkpoints::CheckpointsArgs),
@@ -55,6 +56,15 @@ enum Command {
     /// Check the metrics on built-in synthetic data (layer identification across seeds,
     /// specificity, planted PGA regimes under both nulls); exit code 1 if a check fails.
     Selftest(cmd::selftest::SelftestArgs),
+}
+
+/// `repgeom extract`'s one-line help, naming every architecture it runs (from the one list in
+/// `repgeom-extract`, so the help cannot fall behind it).
+fn extract_about() -> String {
+    format!(
+        "Extract hidden states from a HuggingFace checkpoint (directory or hub id; model_type {})",
+        repgeom_extract::Family::MODEL_TYPES
+    )
 }
 
 /// Parses the command line and runs `repgeom`; the process exit code (0, or 2 on error).

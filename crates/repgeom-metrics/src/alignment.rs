@@ -13,8 +13,8 @@ use repgeom_linalg::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::registry::{MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric, numerical_rank};
-use crate::{Error, Result};
 
 /// An orthonormal basis `U` (`N × r`) of the column space of a centred `N × d` matrix and its
 /// singular values (non-increasing), keeping the numerical rank (the `f32` rule of
@@ -168,10 +168,6 @@ impl PairMetric for Pwcca {
         }
     }
 
-    fn check(&self) -> Result<()> {
-        Ok(())
-    }
-
     fn symmetric(&self) -> bool {
         // Symmetric except when both sides have the same width (then the first side weighs).
         false
@@ -231,10 +227,6 @@ impl PairMetric for Procrustes {
             needs_null: false,
             rotation_invariant: true,
         }
-    }
-
-    fn check(&self) -> Result<()> {
-        Ok(())
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
@@ -315,10 +307,6 @@ impl PairMetric for Rsa {
             needs_null: false,
             rotation_invariant: self.rdm == RdmKind::Euclidean,
         }
-    }
-
-    fn check(&self) -> Result<()> {
-        Ok(())
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {

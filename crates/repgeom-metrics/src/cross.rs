@@ -9,8 +9,8 @@ use repgeom_linalg::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::registry::{MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
-use crate::{Error, Result};
 
 /// Distance agreement between two models: Spearman correlation of their pairwise cosine
 /// distances over the same `N` points, in the full space (variant `full`), inside each model's
@@ -67,10 +67,6 @@ impl PairMetric for DistanceSpearman {
     fn needs_readout_and_null(&self) -> (bool, bool) {
         // The readout variant needs both readouts; the random variant the null bases.
         (self.readout, self.random)
-    }
-
-    fn check(&self) -> Result<()> {
-        Ok(())
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
@@ -270,10 +266,6 @@ impl PairMetric for CkaLinear {
             needs_null: false,
             rotation_invariant: true,
         }
-    }
-
-    fn check(&self) -> Result<()> {
-        Ok(())
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {

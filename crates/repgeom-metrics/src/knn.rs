@@ -13,8 +13,8 @@ use rayon::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par, normalize_rows, project, project_f32};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::registry::{LayerInput, MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
-use crate::{Error, Result};
 
 /// Rows of the similarity matrix computed at once by the blocked searches.
 const ROW_BLOCK: usize = 256;

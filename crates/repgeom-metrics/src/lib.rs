@@ -1,6 +1,9 @@
 //! `repgeom-metrics` is repgeom's metric registry: every per-layer and cross-model measurement
-//! of representation geometry (Subspace PGA, RankMe, α-ReQ, isotropy, condition number, PC
-//! alignment with the readout, distance agreement, linear CKA) behind two plugin traits.
+//! of representation geometry behind two plugin traits. Per layer: Subspace PGA (`pga`, and
+//! `pga_spectrum` against the spectrum-matched null), RankMe, α-ReQ, isotropy, condition number,
+//! TwoNN intrinsic dimension and the readout share of the principal directions; across models:
+//! distance agreement, linear CKA, mutual k-NN, CKNNA, SVCCA, PWCCA, orthogonal Procrustes and
+//! RSA (`repgeom metrics --list` prints each with its options and source).
 //!
 //! The main types are the [`Metric`] trait (one layer in, tidy [`MetricValue`]s out) and the
 //! [`PairMetric`] trait (two representations of the same points), with [`LayerInput`] carrying a
@@ -17,10 +20,14 @@
 //! registry on an unsupported platform would otherwise fail silently. Every definition follows
 //! one named paper, pinned with its conventions in `docs/metrics.md`.
 //!
-//! To run Subspace PGA on an in-memory matrix in one call, use [`PgaParams`] →
-//! [`PgaParams::check`] → [`ValidPgaParams::run`] (module [`params`]); every other metric has
-//! the same shape: its options' `Default` → [`Metric::check`] → [`Metric::run`] on a faer or
-//! ndarray view.
+//! A model's analysis is prepared in one place, module [`analysis`]: [`analysis::ModelContext`]
+//! computes a model's readout subspace and null bases once and hands out each layer's
+//! [`LayerInput`]; [`Pga::run_model`] is the whole Subspace PGA run over a model's layers, with
+//! [`Pga`] the one struct of PGA options that the command line, the study manifest and Python
+//! all fill. To run PGA on one in-memory matrix in one call, use [`PgaParams`] →
+//! [`PgaParams::check`] → [`ValidPgaParams::run`] (module [`params`], a layer through the same
+//! run); every other metric has the same shape: its options' `Default` → [`Metric::check`] →
+//! [`Metric::run`] on a faer or ndarray view.
 //!
 //! This crate does no file I/O and never prints: it sees matrices and returns numbers.
 #![deny(missing_docs)]

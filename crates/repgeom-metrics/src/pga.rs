@@ -28,7 +28,7 @@ pub use repgeom_null::NullKind;
 use repgeom_null::{NullBases, NullSummary};
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Fewest points for which PGA is defined: the registry's one limit for every metric.
 pub use crate::registry::MIN_POINTS;
@@ -433,7 +433,6 @@ pub fn pga_ccr_sweep_overlapped<E: From<Error> + Send>(
 }
 
 /// The engine behind [`pga_ccr_sweep_with`] and [`pga_layer`], once the inputs are valid.
-#[allow(clippy::too_many_arguments)]
 fn sweep_validated(
     acts: MatRef<'_, f32>,
     readout_basis: MatRef<'_, f64>,
@@ -465,7 +464,6 @@ enum Readout<'a> {
 
 /// [`sweep_validated`] on a given or pending readout basis; returns the basis if it was
 /// pending. The activations are valid; a pending basis is checked once it is computed.
-#[allow(clippy::too_many_arguments)]
 fn sweep(
     acts: MatRef<'_, f32>,
     readout: Readout<'_>,

@@ -3,11 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::pga::{
     BootstrapOptions, BootstrapUnit, EngineOptions, NullKind, bootstrap_ci, pga_layer,
 };
 use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
-use crate::{Error, Result};
 
 /// Subspace PGA (defined in docs/pga.md): z of the readout's distance preservation against
 /// random subspaces, at one or several CCR levels sharing one eigendecomposition.

@@ -2,10 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::pga::{Distance, NullKind};
 use crate::pga_metric::Pga;
 use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
-use crate::{Error, Result};
 
 /// Subspace PGA whose null subspaces capture the same share of the layer's variance (after
 /// CCR) as the readout subspace: the Haar draws of the layer input, each tilted towards the

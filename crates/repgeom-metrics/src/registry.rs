@@ -8,7 +8,7 @@ use repgeom_linalg::{Mat, MatRef, Par, center_columns, first_non_finite};
 use repgeom_null::{NullBases, NullSummary};
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Fewest points any metric accepts (the unbiased HSIC and rank statistics need 4).
 pub const MIN_POINTS: usize = 4;
@@ -24,8 +24,11 @@ pub const MIN_POINTS: usize = 4;
 pub trait Metric: std::fmt::Debug + Send + Sync {
     /// Static description: name, meaning, source, options, inputs and claimed invariances.
     fn info(&self) -> MetricInfo;
-    /// Validates the options (the `Params → check()` step of the house style).
-    fn check(&self) -> Result<()>;
+    /// Validates the options (the `Params → check()` step of the house style). The default
+    /// accepts every configuration: a metric whose options cannot be wrong need not write one.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
     /// Computes the metric on one layer. Implementations call [`Metric::check`] first.
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>>;
 
@@ -65,8 +68,10 @@ pub trait Metric: std::fmt::Debug + Send + Sync {
 pub trait PairMetric: std::fmt::Debug + Send + Sync {
     /// Static description, as for [`Metric::info`].
     fn info(&self) -> MetricInfo;
-    /// Validates the options.
-    fn check(&self) -> Result<()>;
+    /// Validates the options (the default accepts every configuration).
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
     /// Computes the metric on a pair of layers.
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>>;
     /// Whether this configured metric needs the two readout bases, and the null bases. The

@@ -4,8 +4,8 @@
 use repgeom_linalg::normalize_rows;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc, numerical_rank};
-use crate::{Error, Result};
 
 fn invalid(name: &str, value: impl ToString, reason: &str) -> Error {
     Error::InvalidOption {
@@ -591,10 +591,6 @@ impl Metric for ConditionNumber {
             needs_null: false,
             rotation_invariant: true,
         }
-    }
-
-    fn check(&self) -> Result<()> {
-        Ok(())
     }
 
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {

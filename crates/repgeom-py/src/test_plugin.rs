@@ -30,10 +30,6 @@ impl Metric for TestPluginMeanNorm {
         }
     }
 
-    fn check(&self) -> Result<()> {
-        Ok(())
-    }
-
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
         let n = input.n();
         let mean = if self.center {

@@ -43,10 +43,6 @@ impl Metric for ParticipationRatio {
         }
     }
 
-    fn check(&self) -> Result<()> {
-        Ok(())
-    }
-
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
         let lambdas = input.covariance_eigenvalues()?;
         let sum: f64 = lambdas.iter().sum();
