@@ -100,22 +100,6 @@ pub enum Files {
     Only(Vec<String>),
 }
 
-/// Output-embedding tensor names (the readout of untied models); the list
-/// `repgeom_io::read_readout` searches first.
-const UNTIED_READOUT: [&str; 3] = [
-    "embed_out.weight",
-    "lm_head.weight",
-    "model.transformer.ff_out.weight",
-];
-/// Input-embedding names, the readout of tied models (searched when no output embedding is
-/// in the checkpoint).
-const TIED_READOUT: [&str; 4] = [
-    "model.embed_tokens.weight",
-    "gpt_neox.embed_in.weight",
-    "transformer.wte.weight",
-    "model.transformer.wte.weight",
-];
-
 /// A revision's files in the cache, ready to open as a checkpoint directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -896,10 +880,12 @@ pub(crate) fn read_weight_map(index: &Path) -> Result<serde_json::Map<String, se
 fn shards_needed(index: &Path, need: &Files) -> Result<Vec<String>> {
     let map = &read_weight_map(index)?;
     let mut shards: Vec<String> = Vec::new();
-    let untied = map.keys().any(|k| UNTIED_READOUT.contains(&k.as_str()));
+    // The names the readout loader may take, from its architecture table (one list of them).
+    let (untied_names, tied_names) = repgeom_io::readout_tensor_names();
+    let untied = map.keys().any(|k| untied_names.contains(&k.as_str()));
     let pick = |name: &str| match need {
-        Files::Readout if untied => UNTIED_READOUT.contains(&name),
-        Files::Readout => TIED_READOUT.contains(&name),
+        Files::Readout if untied => untied_names.contains(&name),
+        Files::Readout => tied_names.contains(&name),
         _ => true,
     };
     for (name, file) in map {

@@ -43,7 +43,7 @@ pub use error::{Error, Result};
 pub use labels::{AG_NEWS_CLASSES, LabelFile, read_labels};
 pub use readout::{
     FinalNormGain, Readout, ReadoutOptions, ReadoutPrep, read_final_norm_gain, read_readout,
-    read_readout_prepared,
+    read_readout_prepared, readout_tensor_names,
 };
 pub use system::default_memory_budget;
 pub use write::{atomic_write, write_npy_f32, write_npy_f64, write_safetensors};

@@ -49,6 +49,29 @@ const TIED_NAMES: &[&str] = &[
     "model.transformer.wte.weight",
 ];
 
+/// Every tensor name [`read_readout`] may take as `W_U` from a checkpoint directory: the
+/// output embeddings (untied) and the input embeddings (tied) of every [`crate::ARCHS`] entry
+/// and of the name probes, each list in order and without repeats. For a hub client that fetches
+/// only the shard holding the readout.
+pub fn readout_tensor_names() -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut untied: Vec<&'static str> = Vec::new();
+    let mut tied: Vec<&'static str> = Vec::new();
+    let add = |list: &mut Vec<&'static str>, names: &[&'static str]| {
+        for n in names {
+            if !list.contains(n) {
+                list.push(n);
+            }
+        }
+    };
+    for arch in crate::ARCHS {
+        add(&mut untied, arch.readout);
+        add(&mut tied, arch.tied);
+    }
+    add(&mut untied, HEAD_NAMES);
+    add(&mut tied, TIED_NAMES);
+    (untied, tied)
+}
+
 /// What `W_U` goes through before its SVD, beyond choosing the tensor and rows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadoutPrep {
