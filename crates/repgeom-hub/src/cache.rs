@@ -1,7 +1,7 @@
 //! The hub cache on disk, in the layout Python's `huggingface_hub` writes:
 //!
 //! ```text
-//! <cache>/models--<org>--<name>/
+//! <cache>/models--<org>--<name>/      (datasets--<org>--<name>/ for datasets, the same inside)
 //!     refs/<revision>                 commit hash of a branch or tag (no trailing newline)
 //!     blobs/<etag>                    file contents, named by the hub's ETag
 //!     blobs/<etag>.incomplete         a partial download, resumed with a Range request
@@ -14,13 +14,43 @@ use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
 
-/// One model's folder in a hub cache.
+/// The kind of a hub repository: its API path, URLs and cache folder differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RepoType {
+    /// A model (`/api/models/...`, `/{id}/resolve/...`, `models--org--name`).
+    #[default]
+    Model,
+    /// A dataset (`/api/datasets/...`, `/datasets/{id}/resolve/...`, `datasets--org--name`).
+    Dataset,
+}
+
+impl RepoType {
+    /// The plural used in API paths and cache folder names: `models`, `datasets`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            RepoType::Model => "models",
+            RepoType::Dataset => "datasets",
+        }
+    }
+
+    /// The prefix of file URLs before the id: empty for models, `datasets/` for datasets.
+    pub(crate) fn url_prefix(self) -> &'static str {
+        match self {
+            RepoType::Model => "",
+            RepoType::Dataset => "datasets/",
+        }
+    }
+}
+
+/// One repository's folder in a hub cache.
 #[derive(Debug, Clone)]
 pub struct RepoCache {
     /// The cache root (`HF_HUB_CACHE`).
     pub root: PathBuf,
-    /// The model id, `org/name`.
+    /// The repository id, `org/name`.
     pub id: String,
+    /// Model or dataset.
+    pub kind: RepoType,
 }
 
 /// Whether `s` is a full commit hash (40 lowercase hex digits).
@@ -41,17 +71,30 @@ pub(crate) fn normalize_etag(etag: &str) -> String {
 impl RepoCache {
     /// The cache of model `id` under `root`.
     pub fn new(root: &Path, id: &str) -> Self {
+        RepoCache::of(RepoType::Model, root, id)
+    }
+
+    /// The cache of repository `id` of kind `kind` under `root`.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use repgeom_hub::{RepoCache, RepoType};
+    /// let c = RepoCache::of(RepoType::Dataset, Path::new("/c"), "fancyzhx/ag_news");
+    /// assert_eq!(c.dir(), Path::new("/c/datasets--fancyzhx--ag_news"));
+    /// ```
+    pub fn of(kind: RepoType, root: &Path, id: &str) -> Self {
         RepoCache {
             root: root.to_path_buf(),
             id: id.to_string(),
+            kind,
         }
     }
 
     fn folder_name(&self) -> String {
-        format!("models--{}", self.id.replace('/', "--"))
+        format!("{}--{}", self.kind.plural(), self.id.replace('/', "--"))
     }
 
-    /// `<cache>/models--org--name`.
+    /// `<cache>/models--org--name` (`datasets--org--name` for a dataset).
     pub fn dir(&self) -> PathBuf {
         self.root.join(self.folder_name())
     }

@@ -10,7 +10,8 @@ use sha2::{Digest, Sha256};
 use ureq::Agent;
 use ureq::http::Response;
 
-use crate::cache::{RepoCache, is_commit, normalize_etag};
+use crate::cache::{RepoCache, RepoType, is_commit, normalize_etag};
+use crate::retry::{Attempt, RetryPolicy};
 use crate::{Error, Result};
 
 /// The public hub, used when `HF_ENDPOINT` is not set.
@@ -31,8 +32,12 @@ pub struct HubConfig {
     /// Ask the hub again where a branch or tag points even when the cache already has a
     /// complete snapshot for it (by default a cached ref is trusted: no request at all).
     pub refresh: bool,
-    /// Download attempts per file, each resuming where the last one stopped.
+    /// Download attempts per file, each resuming where the last one stopped (a connection
+    /// dropped part-way through the body).
     pub attempts: usize,
+    /// How every request retries rate limits, `503`s and connection failures
+    /// ([`RetryPolicy::from_env`]: `REPGEOM_HUB_MAX_RETRY_WAIT`).
+    pub retry: RetryPolicy,
 }
 
 impl HubConfig {
@@ -62,6 +67,7 @@ impl HubConfig {
             offline: truthy("HF_HUB_OFFLINE"),
             refresh: false,
             attempts: 5,
+            retry: RetryPolicy::from_env(),
         }
     }
 }
@@ -274,19 +280,56 @@ impl Hub {
         RepoCache::new(&self.cfg.cache, id)
     }
 
+    /// One request, retried as [`HubConfig::retry`] says on `429`, `503`, refused
+    /// connections and timeouts; `what` names it in retry notes and errors. Any other answer
+    /// is returned as it came.
     fn request(
         &self,
+        what: &str,
         method: &str,
         url: &str,
         range_from: Option<u64>,
     ) -> Result<Response<ureq::Body>> {
-        let net = |e: ureq::Error| Error::Network {
-            url: url.into(),
-            reason: e.to_string(),
-        };
+        let policy = &self.cfg.retry;
+        policy.run(what, url, || {
+            match self.request_once(method, url, range_from) {
+                Ok(resp) if matches!(resp.status().as_u16(), 429 | 503) => {
+                    let status = resp.status();
+                    let retry_after =
+                        header(&resp, "retry-after").and_then(|v| policy.retry_after(&v));
+                    Attempt::Retry {
+                        last: format!(
+                            "HTTP {} {}",
+                            status.as_u16(),
+                            status.canonical_reason().unwrap_or_default()
+                        )
+                        .trim_end()
+                        .to_string(),
+                        retry_after,
+                    }
+                }
+                Ok(resp) => Attempt::Done(Ok(resp)),
+                Err(e) if transient(&e) => Attempt::Retry {
+                    last: e.to_string(),
+                    retry_after: None,
+                },
+                Err(e) => Attempt::Done(Err(Error::Network {
+                    url: url.into(),
+                    reason: e.to_string(),
+                })),
+            }
+        })
+    }
+
+    fn request_once(
+        &self,
+        method: &str,
+        url: &str,
+        range_from: Option<u64>,
+    ) -> std::result::Result<Response<ureq::Body>, ureq::Error> {
         let to_endpoint = url.starts_with(&self.cfg.endpoint);
         let token = self.cfg.token.as_ref().filter(|_| to_endpoint);
-        let resp = if method == "HEAD" {
+        if method == "HEAD" {
             let mut r = self.agent.head(url).header("Accept-Encoding", "identity");
             if let Some(t) = token {
                 r = r.header("Authorization", &format!("Bearer {t}"));
@@ -301,12 +344,15 @@ impl Hub {
                 r = r.header("Range", &format!("bytes={from}-"));
             }
             r.call()
-        };
-        resp.map_err(net)
+        }
     }
 
-    fn get_json<T: for<'de> Deserialize<'de>>(&self, url: &str) -> Result<(T, Option<String>)> {
-        let resp = self.request("GET", url, None)?;
+    fn get_json<T: for<'de> Deserialize<'de>>(
+        &self,
+        what: &str,
+        url: &str,
+    ) -> Result<(T, Option<String>)> {
+        let resp = self.request(what, "GET", url, None)?;
         let status = resp.status().as_u16();
         if status != 200 {
             let code = header(&resp, "x-error-code").unwrap_or_default();
@@ -334,14 +380,26 @@ impl Hub {
         Ok((v, link))
     }
 
-    /// Maps the hub's "not found"/"unauthorized" answers of the API to named errors.
-    fn api_error(&self, err: Error, id: &str, revision: &str) -> Error {
-        match err {
-            Error::Http { status: 401, .. } => Error::ModelNotFound {
+    /// The "no such repository" error of a model or dataset.
+    fn not_found(&self, kind: RepoType, id: &str) -> Error {
+        match kind {
+            RepoType::Model => Error::ModelNotFound {
                 model: id.into(),
                 endpoint: self.cfg.endpoint.clone(),
                 token_set: self.cfg.token.is_some(),
             },
+            RepoType::Dataset => Error::DatasetNotFound {
+                dataset: id.into(),
+                endpoint: self.cfg.endpoint.clone(),
+                token_set: self.cfg.token.is_some(),
+            },
+        }
+    }
+
+    /// Maps the hub's "not found"/"unauthorized" answers of the API to named errors.
+    fn api_error(&self, err: Error, kind: RepoType, id: &str, revision: &str) -> Error {
+        match err {
+            Error::Http { status: 401, .. } => self.not_found(kind, id),
             Error::Http {
                 status: 404,
                 ref body,
@@ -353,11 +411,7 @@ impl Hub {
                     endpoint: self.cfg.endpoint.clone(),
                 }
             }
-            Error::Http { status: 404, .. } => Error::ModelNotFound {
-                model: id.into(),
-                endpoint: self.cfg.endpoint.clone(),
-                token_set: self.cfg.token.is_some(),
-            },
+            Error::Http { status: 404, .. } => self.not_found(kind, id),
             Error::Http { status: 403, .. } => Error::Unauthorized {
                 model: id.into(),
                 revision: revision.into(),
@@ -368,12 +422,12 @@ impl Hub {
         }
     }
 
-    fn offline_guard(&self, id: &str, revision: &str, what: &str) -> Result<()> {
+    fn offline_guard(&self, kind: RepoType, id: &str, revision: &str, what: &str) -> Result<()> {
         if self.cfg.offline {
             return Err(Error::Offline {
                 model: id.into(),
                 revision: revision.into(),
-                cache: self.repo_cache(id).dir(),
+                cache: RepoCache::of(kind, &self.cfg.cache, id).dir(),
                 missing: vec![what.into()],
             });
         }
@@ -383,15 +437,22 @@ impl Hub {
     /// The commit a branch, tag or commit hash names, asked of the hub
     /// (`/api/models/{id}/revision/{rev}`), and recorded in the cache's `refs/`.
     pub fn resolve(&self, id: &str, revision: &str) -> Result<String> {
+        self.resolve_repo(RepoType::Model, id, revision)
+    }
+
+    /// [`Hub::resolve`] for a model or a dataset (`/api/datasets/{id}/revision/{rev}`).
+    pub fn resolve_repo(&self, kind: RepoType, id: &str, revision: &str) -> Result<String> {
         check_id(id)?;
         self.offline_guard(
+            kind,
             id,
             revision,
             &format!("the commit of `{revision}` (network needed)"),
         )?;
         let url = format!(
-            "{}/api/models/{}/revision/{}",
+            "{}/api/{}/{}/revision/{}",
             self.cfg.endpoint,
+            kind.plural(),
             id,
             encode(revision)
         );
@@ -400,45 +461,61 @@ impl Hub {
             sha: String,
         }
         let (info, _) = self
-            .get_json::<Info>(&url)
-            .map_err(|e| self.api_error(e, id, revision))?;
+            .get_json::<Info>(&format!("{id}: the commit of `{revision}`"), &url)
+            .map_err(|e| self.api_error(e, kind, id, revision))?;
         if !is_commit(&info.sha) {
             return Err(Error::Protocol {
                 url,
                 reason: format!("`sha` is not a commit hash: {:?}", info.sha),
             });
         }
-        self.repo_cache(id).write_ref(revision, &info.sha)?;
+        RepoCache::of(kind, &self.cfg.cache, id).write_ref(revision, &info.sha)?;
         Ok(info.sha)
     }
 
     /// The model's branches and tags (`/api/models/{id}/refs`).
     pub fn refs(&self, id: &str) -> Result<Refs> {
         check_id(id)?;
-        self.offline_guard(id, "*", "the list of branches (network needed)")?;
+        self.offline_guard(
+            RepoType::Model,
+            id,
+            "*",
+            "the list of branches (network needed)",
+        )?;
         let url = format!("{}/api/models/{}/refs", self.cfg.endpoint, id);
         let (refs, _) = self
-            .get_json::<Refs>(&url)
-            .map_err(|e| self.api_error(e, id, "*"))?;
+            .get_json::<Refs>(&format!("{id}: branches and tags"), &url)
+            .map_err(|e| self.api_error(e, RepoType::Model, id, "*"))?;
         Ok(refs)
     }
 
     /// Every file of a revision (`/api/models/{id}/tree/{rev}?recursive=true`, following
     /// `Link: rel="next"` pages).
     pub fn list_files(&self, id: &str, revision: &str) -> Result<Vec<RepoFile>> {
+        self.list_repo_files(RepoType::Model, id, revision)
+    }
+
+    /// [`Hub::list_files`] for a model or a dataset (`/api/datasets/{id}/tree/{rev}`).
+    pub fn list_repo_files(
+        &self,
+        kind: RepoType,
+        id: &str,
+        revision: &str,
+    ) -> Result<Vec<RepoFile>> {
         check_id(id)?;
-        self.offline_guard(id, revision, "the list of files (network needed)")?;
+        self.offline_guard(kind, id, revision, "the list of files (network needed)")?;
         let mut url = format!(
-            "{}/api/models/{}/tree/{}?recursive=true",
+            "{}/api/{}/{}/tree/{}?recursive=true",
             self.cfg.endpoint,
+            kind.plural(),
             id,
             encode(revision)
         );
         let mut files = Vec::new();
         loop {
             let (entries, link) = self
-                .get_json::<Vec<TreeEntry>>(&url)
-                .map_err(|e| self.api_error(e, id, revision))?;
+                .get_json::<Vec<TreeEntry>>(&format!("{id}@{revision}: file list"), &url)
+                .map_err(|e| self.api_error(e, kind, id, revision))?;
             files.extend(
                 entries
                     .into_iter()
@@ -602,7 +679,7 @@ impl Hub {
 
     /// Puts one listed file into the cache (blob + snapshot link); no request when its blob
     /// is already there.
-    fn fetch(
+    pub(crate) fn fetch(
         &self,
         cache: &RepoCache,
         id: &str,
@@ -622,13 +699,15 @@ impl Hub {
             return Ok(snap_file);
         }
         let url = format!(
-            "{}/{}/resolve/{}/{}",
+            "{}/{}{}/resolve/{}/{}",
             self.cfg.endpoint,
+            cache.kind.url_prefix(),
             id,
             commit,
             encode_path(&file.path)
         );
-        let head = self.request("HEAD", &url, None)?;
+        let what = format!("{id}@{revision}: {}", file.path);
+        let head = self.request(&what, "HEAD", &url, None)?;
         let status = head.status().as_u16();
         let not_found = || Error::FileNotFound {
             model: id.into(),
@@ -725,8 +804,15 @@ impl Hub {
         while len(&part) < size && attempts < self.cfg.attempts.max(1) {
             attempts += 1;
             let have = len(&part);
-            let resp = match self.request("GET", url, Some(have)) {
+            let what = if have > 0 {
+                format!("{id}@{revision}: {} from byte {have}", file.path)
+            } else {
+                format!("{id}@{revision}: {}", file.path)
+            };
+            let resp = match self.request(&what, "GET", url, Some(have)) {
                 Ok(r) => r,
+                // The policy's bounds are spent: another attempt would only wait again.
+                Err(e @ Error::RetriesExhausted { .. }) => return Err(e),
                 Err(e) => {
                     reason = e.to_string();
                     continue;
@@ -823,6 +909,18 @@ impl Hub {
         }
         fs::rename(&part, &blob).map_err(Error::io(&blob))
     }
+}
+
+/// Whether a request error is worth another attempt: the connection failed, was refused or
+/// reset, or timed out (as `huggingface_hub` retries `ConnectionError` and `Timeout`).
+fn transient(e: &ureq::Error) -> bool {
+    matches!(
+        e,
+        ureq::Error::Io(_)
+            | ureq::Error::Timeout(_)
+            | ureq::Error::ConnectionFailed
+            | ureq::Error::HostNotFound
+    )
 }
 
 /// `<url>; rel="next"` from a `Link` header.

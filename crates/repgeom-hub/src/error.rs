@@ -47,6 +47,68 @@ pub enum Error {
         /// Whether a token was sent.
         token_set: bool,
     },
+    /// The hub does not know the dataset (or hides it: private and gated repositories answer
+    /// 401 to requests without a token).
+    #[error(
+        "{dataset}: no such dataset on {endpoint}{}",
+        if *token_set { "" } else { " (if it is gated or private, set HF_TOKEN)" }
+    )]
+    DatasetNotFound {
+        /// The dataset id.
+        dataset: String,
+        /// The hub endpoint asked.
+        endpoint: String,
+        /// Whether a token was sent.
+        token_set: bool,
+    },
+    /// The dataset has no such config (subset).
+    #[error("{dataset}@{revision}: no config `{config}`; its configs are {configs:?}")]
+    NoSuchConfig {
+        /// The dataset id.
+        dataset: String,
+        /// The revision.
+        revision: String,
+        /// The config asked for.
+        config: String,
+        /// The configs it has.
+        configs: Vec<String>,
+    },
+    /// The dataset's config has no such split. (No revision field: it would make every
+    /// `Result` of this crate 8 bytes larger, past clippy's `result_large_err` bound.)
+    #[error("{dataset}: config `{config}` has no split `{split}`; its splits are {splits:?}")]
+    NoSuchSplit {
+        /// The dataset id.
+        dataset: String,
+        /// The config.
+        config: String,
+        /// The split asked for.
+        split: String,
+        /// The splits it has.
+        splits: Vec<String>,
+    },
+    /// No config was named and the dataset has several, none of them the default.
+    #[error("{dataset}@{revision}: no default config; name one of {configs:?} (`config = ...`)")]
+    NoDefaultConfig {
+        /// The dataset id.
+        dataset: String,
+        /// The revision.
+        revision: String,
+        /// The configs it has.
+        configs: Vec<String>,
+    },
+    /// The dataset revision has no parquet data files, the only format read here.
+    #[error(
+        "{dataset}@{revision}: no *.parquet data files (files: {files:?}); the hub keeps a \
+         parquet conversion of most datasets at revision `refs/convert/parquet`"
+    )]
+    NoParquet {
+        /// The dataset id.
+        dataset: String,
+        /// The revision.
+        revision: String,
+        /// Every file the revision has (at most 20).
+        files: Vec<String>,
+    },
     /// The model exists but has no such branch, tag or commit.
     #[error("{model}: no revision `{revision}` on {endpoint}")]
     RevisionNotFound {
@@ -170,6 +232,38 @@ pub enum Error {
         status: u16,
         /// The start of the response body.
         body: String,
+    },
+    /// The hub kept answering 429 (rate limit) or 503, or kept refusing or timing out the
+    /// connection, until the retry policy's bounds ([`crate::RetryPolicy`]) were reached.
+    #[error(
+        "{what}: gave up after {attempts} attempts and {waited_s:.1}s of waiting; last: {last} \
+         ({url}); the hub is rate-limiting or unavailable: try again later, or let a request \
+         wait longer than {max_wait_s}s with {var}",
+        var = crate::retry::MAX_RETRY_WAIT_VAR
+    )]
+    RetriesExhausted {
+        /// What was asked: the repository, revision and file or API call.
+        what: String,
+        /// The last request.
+        url: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Seconds spent waiting between them.
+        waited_s: f64,
+        /// The policy's bound on the total wait, in seconds.
+        max_wait_s: f64,
+        /// The last answer: `HTTP 429 Too Many Requests`, or the connection error.
+        last: String,
+    },
+    /// An environment variable has a value the client cannot use.
+    #[error("{var}={value:?}: expected {expected}")]
+    BadEnv {
+        /// The variable.
+        var: String,
+        /// Its value.
+        value: String,
+        /// What it should be.
+        expected: String,
     },
     /// The hub could not be reached, or its answer could not be read.
     #[error("{url}: {reason}")]

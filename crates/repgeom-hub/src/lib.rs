@@ -1,4 +1,4 @@
-//! `repgeom-hub` finds HuggingFace Hub models by name and revision: it resolves `org/name`
+//! `repgeom-hub` finds HuggingFace Hub models (and datasets) by name and revision: it resolves `org/name`
 //! at a branch (`step3000`), tag or commit in the hub's own cache, downloads only the files
 //! a run needs, and hashes checkpoint weights so that revisions serving the same model can
 //! be spotted.
@@ -23,7 +23,18 @@
 //! cache with a complete snapshot is used without any request (training-step branches do
 //! not move; [`HubConfig::refresh`] re-asks).
 //!
-//! It is not a general hub client: no uploads, no datasets or spaces, no Xet transfers
+//! Every request is retried on rate limits (`429`), an unavailable hub (`503`), refused
+//! connections and timeouts, waiting the hub's `Retry-After` or a capped exponential
+//! back-off, within the bounds of one [`RetryPolicy`] (`REPGEOM_HUB_MAX_RETRY_WAIT`, default
+//! 300 s per request); each retry is one note on stderr. Other errors are not retried.
+//!
+//! Datasets by name: [`Hub::dataset`] resolves a [`DatasetRef`] (`org/name`, revision,
+//! optional config, split) to the parquet files of that config and split, chosen as the
+//! `datasets` library chooses them ([`dataset_configs`]: the card's `configs:`, else the
+//! file layout), downloaded into `datasets--org--name/` in the same cache layout.
+//!
+//! It is not a general hub client: no uploads, no spaces, no dataset formats but parquet, no
+//! Xet transfers
 //! (the hub serves every file over plain HTTP too), and no PyTorch `.bin` weights (a
 //! revision with only those is an error that says what to do).
 #![deny(missing_docs)]
@@ -31,18 +42,22 @@
 mod audit;
 mod cache;
 mod client;
+mod dataset;
 mod error;
 mod model_ref;
+mod retry;
 #[cfg(feature = "test-server")]
 pub mod test_server;
 
 pub use audit::{
     RevisionAudit, WeightsDigest, all_revisions, audit_revisions, step_of, weights_hash,
 };
-pub use cache::{RepoCache, is_commit};
+pub use cache::{RepoCache, RepoType, is_commit};
 pub use client::{
     DEFAULT_ENDPOINT, DownloadProgress, Files, GitRef, Hub, HubConfig, LfsInfo, Refs, RepoFile,
     Snapshot, check_id, default_cache_dir,
 };
+pub use dataset::{DataConfig, DatasetFiles, DatasetRef, dataset_configs};
 pub use error::{Error, Result};
 pub use model_ref::ModelRef;
+pub use retry::{MAX_RETRY_WAIT_VAR, RetryPolicy};

@@ -1,14 +1,16 @@
 //! A HuggingFace-Hub-compatible HTTP server on 127.0.0.1 for tests (feature `test-server`).
 //!
-//! It speaks the part of the hub's protocol that clients use to download models, as the
+//! It speaks the part of the hub's protocol that clients use to download models and
+//! datasets (the same calls under `/api/datasets/` and `/datasets/{id}/resolve/`), as the
 //! public hub does: `GET /api/models/{id}/revision/{rev}`, `GET /api/models/{id}/tree/{rev}`
 //! (paginated with `Link: rel="next"`), `GET /api/models/{id}/refs`, and `HEAD`/`GET
 //! /{id}/resolve/{rev}/{file}` with `X-Repo-Commit`, `ETag`, and for large (LFS) files a
 //! `302` to a content URL with `X-Linked-Etag`/`X-Linked-Size`; content URLs honour
 //! `Range: bytes=N-`. Errors carry the hub's `X-Error-Code` (`RepoNotFound`,
 //! `RevisionNotFound`, `EntryNotFound`). Tests can require a token for a model (a gated
-//! model), make the server drop the connection part-way through a file, and read the log of
-//! requests. It stops when dropped.
+//! model), make the server drop the connection part-way through a file, make it answer
+//! `429` (with `Retry-After`) or `503` the first N times a path is asked for
+//! ([`TestHub::fail_first`]), and read the log of requests. It stops when dropped.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -20,12 +22,14 @@ use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 
+use crate::RepoType;
 use crate::client::hex;
 
-/// One model served by a [`TestHub`]: branches, each a commit with files.
+/// One model or dataset served by a [`TestHub`]: branches, each a commit with files.
 #[derive(Debug, Clone, Default)]
 pub struct TestRepo {
     id: String,
+    kind: RepoType,
     /// Branch name -> commit.
     branches: Vec<(String, String)>,
     /// Commit -> files (path -> bytes).
@@ -38,6 +42,15 @@ impl TestRepo {
     pub fn new(id: &str) -> Self {
         TestRepo {
             id: id.into(),
+            ..Default::default()
+        }
+    }
+
+    /// An empty dataset `id` (`org/name`), served under `/api/datasets/` and `/datasets/`.
+    pub fn dataset(id: &str) -> Self {
+        TestRepo {
+            id: id.into(),
+            kind: RepoType::Dataset,
             ..Default::default()
         }
     }
@@ -97,7 +110,7 @@ impl TestRepo {
 }
 
 fn is_lfs(path: &str) -> bool {
-    [".safetensors", ".bin", ".pt", ".npy"]
+    [".safetensors", ".bin", ".pt", ".npy", ".parquet"]
         .iter()
         .any(|x| path.ends_with(x))
 }
@@ -120,7 +133,18 @@ struct State {
     log: Vec<String>,
     /// file path -> (bytes to send before dropping, times left).
     faults: BTreeMap<String, (usize, usize)>,
+    /// Refusals, in the order given: the first whose pattern the path contains answers.
+    refusals: Vec<Refusal>,
+    /// How many requests the refusals answered.
+    refused: usize,
     page_size: usize,
+}
+
+struct Refusal {
+    pattern: String,
+    status: u16,
+    retry_after: Option<String>,
+    left: usize,
 }
 
 /// A hub on 127.0.0.1 serving [`TestRepo`]s; see the module docs.
@@ -196,15 +220,35 @@ impl TestHub {
             .insert(file.into(), (bytes, times));
     }
 
+    /// The next `times` requests that match `pattern` are answered `status` (`429` or `503`,
+    /// say) with `Retry-After: <retry_after>` when given. A request matches when `pattern` is
+    /// part of `METHOD /path` (the path decoded, without the query) followed, for a range
+    /// request, by ` range=bytes=N-`: for instance `"/resolve/"` (the `HEAD` and `GET` of
+    /// files), `"GET /cdn/"` (the content of large files), `"range="` (resumed downloads
+    /// only), `"/api/"` (API calls). Rules are tried in the order given.
+    pub fn fail_first(&self, pattern: &str, times: usize, status: u16, retry_after: Option<&str>) {
+        self.state.lock().expect("state").refusals.push(Refusal {
+            pattern: pattern.into(),
+            status,
+            retry_after: retry_after.map(str::to_string),
+            left: times,
+        });
+    }
+
+    /// How many requests [`TestHub::fail_first`] rules have refused so far.
+    pub fn refused(&self) -> usize {
+        self.state.lock().expect("state").refused
+    }
+
     /// Entries per page of `/tree` listings (default 1000, as the hub).
     pub fn set_page_size(&self, n: usize) {
         self.state.lock().expect("state").page_size = n.max(1);
     }
 
-    /// Adds or replaces a model while serving.
+    /// Adds or replaces a model or dataset while serving.
     pub fn put_repo(&self, repo: TestRepo) {
         let mut s = self.state.lock().expect("state");
-        s.repos.retain(|r| r.id != repo.id);
+        s.repos.retain(|r| r.id != repo.id || r.kind != repo.kind);
         s.repos.push(repo);
     }
 }
@@ -269,6 +313,8 @@ fn reason(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         416 => "Range Not Satisfiable",
+        429 => "Too Many Requests",
+        503 => "Service Unavailable",
         _ => "Error",
     }
 }
@@ -306,7 +352,8 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>, endpoint: &str) {
         }
         s.log.push(entry);
     }
-    let reply = route(&method, &target, &headers, state, endpoint);
+    let reply = refusal(state, &method, &target, range.as_deref())
+        .unwrap_or_else(|| route(&method, &target, &headers, state, endpoint));
     if let Some(file) = &reply.fault {
         let mut s = state.lock().expect("state");
         if let Some((_, left)) = s.faults.get_mut(file) {
@@ -330,6 +377,30 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>, endpoint: &str) {
     let _ = conn.shutdown(Shutdown::Both);
 }
 
+/// The answer of the first [`TestHub::fail_first`] rule that this request matches, if any
+/// (counting it down).
+fn refusal(state: &Mutex<State>, method: &str, target: &str, range: Option<&str>) -> Option<Reply> {
+    let path = decode(target.split_once('?').map_or(target, |(p, _)| p));
+    let entry = match range {
+        Some(r) => format!("{method} {path} range={r}"),
+        None => format!("{method} {path}"),
+    };
+    let mut s = state.lock().expect("state");
+    let r = s
+        .refusals
+        .iter_mut()
+        .find(|r| r.left > 0 && entry.contains(&r.pattern))?;
+    r.left -= 1;
+    let mut reply = Reply::new(r.status);
+    let retry_after = r.retry_after.clone();
+    s.refused += 1;
+    reply.body = b"refused by the test hub (fail_first)".to_vec();
+    if let Some(v) = retry_after {
+        reply = reply.header("Retry-After", v);
+    }
+    Some(reply)
+}
+
 fn route(
     method: &str,
     target: &str,
@@ -340,7 +411,8 @@ fn route(
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let path = decode(path);
     let s = state.lock().expect("state");
-    let find_repo = |id: &str| s.repos.iter().find(|r| r.id == id);
+    let find_repo =
+        |id: &str, kind: RepoType| s.repos.iter().find(|r| r.id == id && r.kind == kind);
     if let Some(rest) = path.strip_prefix("/cdn/") {
         // Content by SHA-256, as the hub's CDN serves LFS files.
         for repo in &s.repos {
@@ -354,11 +426,18 @@ fn route(
         }
         return Reply::error(404, "EntryNotFound", "no such object");
     }
-    if let Some(rest) = path.strip_prefix("/api/models/") {
+    let api = path
+        .strip_prefix("/api/models/")
+        .map(|r| (r, RepoType::Model))
+        .or_else(|| {
+            path.strip_prefix("/api/datasets/")
+                .map(|r| (r, RepoType::Dataset))
+        });
+    if let Some((rest, kind)) = api {
         let Some((id, op, rev)) = split_api(rest) else {
             return Reply::error(404, "RepoNotFound", "Repository not found");
         };
-        let Some(repo) = find_repo(&id) else {
+        let Some(repo) = find_repo(&id, kind) else {
             return Reply::error(404, "RepoNotFound", "Repository not found");
         };
         if op == "refs" {
@@ -407,7 +486,7 @@ fn route(
                 if end < all.len() {
                     r = r.header(
                         "Link",
-                        format!("<{endpoint}/api/models/{id}/tree/{rev}?recursive=true&cursor={end}>; rel=\"next\""),
+                        format!("<{endpoint}/api/{}/{id}/tree/{rev}?recursive=true&cursor={end}>; rel=\"next\"", kind.plural()),
                     );
                 }
                 return r;
@@ -415,11 +494,15 @@ fn route(
             _ => return Reply::error(404, "EntryNotFound", "unknown API"),
         }
     }
-    // /{org}/{name}/resolve/{rev}/{file}
-    let segs: Vec<&str> = path.trim_start_matches('/').splitn(5, '/').collect();
+    // /{org}/{name}/resolve/{rev}/{file}, /datasets/{org}/{name}/resolve/{rev}/{file}
+    let (files_path, kind) = match path.strip_prefix("/datasets/") {
+        Some(rest) => (rest, RepoType::Dataset),
+        None => (path.trim_start_matches('/'), RepoType::Model),
+    };
+    let segs: Vec<&str> = files_path.splitn(5, '/').collect();
     if segs.len() == 5 && segs[2] == "resolve" {
         let id = format!("{}/{}", segs[0], segs[1]);
-        let Some(repo) = find_repo(&id) else {
+        let Some(repo) = find_repo(&id, kind) else {
             return Reply::error(404, "RepoNotFound", "Repository not found");
         };
         if let Some(token) = &repo.token {

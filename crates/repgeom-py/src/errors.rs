@@ -117,9 +117,16 @@ impl From<repgeom_hub::Error> for Failure {
             | E::FileNotFound { .. }
             | E::NoSafetensors { .. }
             | E::NoWeights { .. }
+            | E::DatasetNotFound { .. }
+            | E::NoSuchConfig { .. }
+            | E::NoSuchSplit { .. }
+            | E::NoParquet { .. }
             | E::Offline { .. } => Failure::NotFound(msg),
             E::Io { source, .. } => io_kind(source, msg),
-            E::Network { .. } | E::Http { .. } | E::Download { .. } => Failure::Os(msg),
+            E::Network { .. }
+            | E::Http { .. }
+            | E::Download { .. }
+            | E::RetriesExhausted { .. } => Failure::Os(msg),
             _ => Failure::Invalid(msg),
         }
     }

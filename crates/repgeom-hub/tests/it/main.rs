@@ -2,12 +2,16 @@
 //! offline mode, resume, and the errors a user meets.
 
 mod audit;
+mod dataset;
 mod download;
+mod retry;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use repgeom_hub::test_server::{TestHub, TestRepo};
-use repgeom_hub::{DownloadProgress, Files, Hub, HubConfig, Result, Snapshot};
+use repgeom_hub::{DownloadProgress, Files, Hub, HubConfig, Result, RetryPolicy, Snapshot};
 
 /// The workspace root (fixtures are addressed relative to it).
 pub(crate) fn root() -> PathBuf {
@@ -44,10 +48,42 @@ pub(crate) fn tiny_repo() -> TestRepo {
     r
 }
 
+/// What a [`Recorder`]'s retry policy was asked to wait, and the notes it wrote.
+#[derive(Clone, Default)]
+pub(crate) struct Recorder {
+    pub(crate) waits: Arc<Mutex<Vec<Duration>>>,
+    pub(crate) notes: Arc<Mutex<Vec<String>>>,
+}
+
+impl Recorder {
+    /// The default policy, but recording its waits instead of sleeping, and its notes
+    /// instead of printing them.
+    pub(crate) fn policy(&self) -> RetryPolicy {
+        let (waits, notes) = (self.waits.clone(), self.notes.clone());
+        RetryPolicy::default()
+            .with_sleep(move |d| waits.lock().unwrap().push(d))
+            .with_notes(move |n| notes.lock().unwrap().push(n.to_string()))
+    }
+
+    pub(crate) fn waits(&self) -> Vec<u64> {
+        self.waits
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_secs())
+            .collect()
+    }
+
+    pub(crate) fn notes(&self) -> Vec<String> {
+        self.notes.lock().unwrap().clone()
+    }
+}
+
 /// A test hub, a fresh cache, and clients on them.
 pub(crate) struct Setup {
     pub(crate) hub: TestHub,
     pub(crate) cache: tempfile::TempDir,
+    pub(crate) retries: Recorder,
 }
 
 impl Setup {
@@ -55,6 +91,7 @@ impl Setup {
         Setup {
             hub: TestHub::start(repos),
             cache: tempfile::tempdir().unwrap(),
+            retries: Recorder::default(),
         }
     }
 
@@ -66,6 +103,7 @@ impl Setup {
             offline: false,
             refresh: false,
             attempts: 3,
+            retry: self.retries.policy(),
         }
     }
 
