@@ -28,6 +28,26 @@ pub enum Error {
         /// Column of the first non-finite value.
         col: usize,
     },
+    /// A table (parquet file) has no column of that name.
+    #[error("{}: no column `{column}`; its columns are {columns:?}", file.display())]
+    MissingColumn {
+        /// The file.
+        file: PathBuf,
+        /// The column asked for.
+        column: String,
+        /// The columns it has.
+        columns: Vec<String>,
+    },
+    /// A column asked for as text holds something else.
+    #[error("{}: column `{column}` has dtype {dtype}, not text (a string column)", file.display())]
+    ColumnNotText {
+        /// The file.
+        file: PathBuf,
+        /// The column.
+        column: String,
+        /// Its dtype, as polars names it (`i64`, `binary`, ...).
+        dtype: String,
+    },
     /// The operating system refused a read, write, rename or directory listing.
     #[error("{}: {source}", file.display())]
     Io {

@@ -3,7 +3,9 @@
 //! unembedding matrix `W_U` ([`read_readout`] → [`Readout`]; which tensor, and the final
 //! norm in front of it, come from one table keyed by `model_type`, [`ARCHS`]), HuggingFace
 //! checkpoints ([`open_checkpoint`] → [`Checkpoint`]), saved bases ([`read_array_f64`]) and
-//! probe labels ([`read_labels`]); it writes `.npy` and `.safetensors` atomically.
+//! probe labels ([`read_labels`]), and, with the `parquet` feature, a text column of
+//! datasets' parquet files (`read_parquet_texts`); it writes `.npy` and `.safetensors`
+//! atomically.
 //!
 //! The main type is [`Matrix`], a plain row-major `Vec<f32>` with its shape. Key design
 //! decision: this crate hands out plain data, not faer or ndarray types, and implements the
@@ -30,6 +32,8 @@ mod readout;
 mod st;
 mod system;
 mod tensor;
+#[cfg(feature = "parquet")]
+mod texts;
 mod write;
 
 #[cfg(test)]
@@ -46,6 +50,8 @@ pub use readout::{
     read_readout_prepared, readout_tensor_names,
 };
 pub use system::default_memory_budget;
+#[cfg(feature = "parquet")]
+pub use texts::read_parquet_texts;
 pub use write::{atomic_write, write_npy_f32, write_npy_f64, write_safetensors};
 
 use std::collections::BTreeMap;
