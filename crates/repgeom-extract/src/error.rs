@@ -107,6 +107,22 @@ pub enum Error {
         /// The 1-based line number.
         line: usize,
     },
+    /// The text has too few sequences for `n_points` at `points_per_sequence` each.
+    #[error(
+        "n_points = {n_points} at points_per_sequence = {points_per_sequence} needs {needed} sequences, but {detail}: lower n_points or raise points_per_sequence"
+    )]
+    TooSparse {
+        /// Points requested.
+        n_points: usize,
+        /// Points per sequence.
+        points_per_sequence: usize,
+        /// Sequences that needs.
+        needed: usize,
+        /// Sequences the text gives.
+        sequences: usize,
+        /// How the sequences were counted.
+        detail: String,
+    },
     /// An extraction parameter is out of range.
     #[error("invalid parameter {field}: {reason}")]
     InvalidParams {

@@ -38,16 +38,28 @@ pub struct ExtractParams {
     /// Points to sample (`Pool::Tokens`, required), or the first lines to use (`Pool::Mean`;
     /// `None` = every line).
     pub n_points: Option<usize>,
-    /// Seed of the position sampler.
+    /// Seed of the position sampler (and of the loss's sequence sample).
     pub seed: u64,
+    /// `Pool::Tokens`: how points are spread over sequences. `Some(1)`: each point is drawn
+    /// uniformly from all positions of the text, so nearly every point costs a sequence of
+    /// its own. `Some(M)`, `M ≥ 2`: `ceil(n_points / M)` sequences are drawn, and `M` distinct
+    /// positions from each (the last drawn sequence holds the remainder): `M` times fewer
+    /// tokens run; more than a sequence's positions is an error. `None`: the default density,
+    /// [`DEFAULT_POINTS_PER_SEQUENCE`] or every position of shorter sequences
+    /// ([`ExtractParams::density`]).
+    pub points_per_sequence: Option<usize>,
     /// Never sample position 0 of a sequence (and leave it out of line means when the line
     /// has more than one token).
     pub skip_first: bool,
     /// Points are token positions or line means.
     pub pool: Pool,
-    /// Also compute the mean next-token cross-entropy (runs every sequence, not only those
-    /// holding sampled points).
+    /// Also compute the mean next-token cross-entropy, over every sequence of the text or
+    /// over the sample `loss_tokens` asks for.
     pub loss: bool,
+    /// With `loss`: the loss over a seeded sample of the text's sequences predicting at least
+    /// this many tokens in all (`None`: every sequence). Its standard error over sequences
+    /// is reported beside it ([`Loss::se`]).
+    pub loss_tokens: Option<usize>,
     /// Sequences (or lines) per forward pass. Results do not depend on it beyond f32
     /// rounding.
     pub batch_size: usize,
@@ -56,6 +68,17 @@ pub struct ExtractParams {
     /// with the largest batch size that fits.
     pub memory_budget: Option<u64>,
 }
+
+/// The default `points_per_sequence`: chosen by measurement on trained models (how z, its
+/// bootstrap interval and the spectral metrics move with the density; `docs/extraction.md`):
+/// no density up to 64 moved them beyond their uncertainty, and 16 keeps 128 sequences for
+/// 2,048 points, enough for the sequence bootstrap, at 16 tokens run per point kept.
+pub const DEFAULT_POINTS_PER_SEQUENCE: usize = 16;
+
+/// The default `loss_tokens`: predicted tokens of the loss sample, chosen so that the loss's
+/// standard error over sequences stays below 0.02 nats on the trained fixture models (see
+/// `docs/extraction.md`).
+pub const DEFAULT_LOSS_TOKENS: usize = 32_768;
 
 /// The default `batch_size`: the best tokens/s of a Pythia-70M-shaped model on a 2-core CPU
 /// (`cargo xtask bench extract`, see `docs/extraction.md`).
@@ -67,9 +90,11 @@ impl Default for ExtractParams {
             seq_len: 256,
             n_points: Some(2048),
             seed: 0,
+            points_per_sequence: None,
             skip_first: true,
             pool: Pool::Tokens,
             loss: false,
+            loss_tokens: Some(DEFAULT_LOSS_TOKENS),
             batch_size: DEFAULT_BATCH_SIZE,
             memory_budget: None,
         }
@@ -81,6 +106,21 @@ impl Default for ExtractParams {
 pub struct ValidExtractParams(ExtractParams);
 
 impl ExtractParams {
+    /// The points taken per sequence: `points_per_sequence` when given, else
+    /// [`DEFAULT_POINTS_PER_SEQUENCE`] or, for sequences offering fewer positions, all of them.
+    ///
+    /// ```
+    /// use repgeom_extract::ExtractParams;
+    /// assert_eq!(ExtractParams::default().density(), 16);
+    /// let short = ExtractParams { seq_len: 8, ..Default::default() };
+    /// assert_eq!(short.density(), 7); // position 0 is skipped
+    /// ```
+    pub fn density(&self) -> usize {
+        self.points_per_sequence.unwrap_or_else(|| {
+            DEFAULT_POINTS_PER_SEQUENCE.min(self.seq_len - usize::from(self.skip_first))
+        })
+    }
+
     /// Checks the ranges that do not depend on the text or the model.
     pub fn check(self) -> Result<ValidExtractParams> {
         let bad = |field, reason: &str| {
@@ -94,6 +134,34 @@ impl ExtractParams {
         }
         if self.batch_size == 0 {
             return bad("batch_size", "must be at least 1");
+        }
+        let per = self.seq_len - usize::from(self.skip_first);
+        if self.points_per_sequence == Some(0) {
+            return bad("points_per_sequence", "must be at least 1");
+        }
+        if let Some(m) = self
+            .points_per_sequence
+            .filter(|&m| m > per && self.pool == Pool::Tokens)
+        {
+            return Err(Error::InvalidParams {
+                field: "points_per_sequence",
+                reason: format!(
+                    "{} exceeds the {per} positions a sequence offers (seq_len {}{})",
+                    m,
+                    self.seq_len,
+                    if self.skip_first {
+                        ", position 0 skipped"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        if self.loss_tokens == Some(0) {
+            return bad(
+                "loss_tokens",
+                "must be at least 1 (leave it out for every sequence)",
+            );
         }
         match (self.pool, self.n_points) {
             (_, Some(0)) => return bad("n_points", "must be at least 1"),
@@ -131,6 +199,12 @@ pub struct Loss {
     pub mean: f64,
     /// Number of predicted tokens (T - 1 per sequence).
     pub tokens: usize,
+    /// Sequences the loss ran over.
+    pub sequences: usize,
+    /// Standard error of `mean` over sequences (tokens of one sequence are not independent):
+    /// the standard deviation of the per-sequence mean losses, token-weighted, over
+    /// `sqrt(sequences)`; NaN with one sequence.
+    pub se: f64,
 }
 
 /// The sampled hidden states of every layer, with what is needed to trace each point back.
@@ -299,9 +373,76 @@ impl Extractor {
         if let Some(l) = ex.loss {
             put("loss", format!("{:.8}", l.mean));
             put("loss_tokens", l.tokens.to_string());
+            put("loss_sequences", l.sequences.to_string());
+            put("loss_se", format!("{:.8}", l.se));
         }
         ex.metadata = m;
         Ok(ex)
+    }
+
+    /// `text`'s token ids and the number of whole sequences of `len` tokens they make (an
+    /// error when there is none).
+    fn sequences(&self, text: &str, len: usize) -> Result<(Vec<u32>, usize)> {
+        let ids = self.encode(text)?;
+        let n_seq = ids.len() / len;
+        if n_seq == 0 {
+            return Err(Error::TextTooShort {
+                tokens: ids.len(),
+                seq_len: len,
+            });
+        }
+        Ok((ids, n_seq))
+    }
+
+    /// The mean next-token cross-entropy of `text` alone, no points: over every sequence of
+    /// `params.seq_len` tokens, or over the seeded sample `params.loss_tokens` asks for (the
+    /// same sample `extract` with `loss` runs). `n_points`, `pool` and
+    /// `points_per_sequence` are not used.
+    ///
+    /// ```no_run
+    /// use repgeom_extract::{ExtractParams, Extractor};
+    /// let ex = Extractor::load("pythia-70m".as_ref())?;
+    /// let p = ExtractParams { loss: true, loss_tokens: Some(32_768), ..Default::default() }.check()?;
+    /// let l = ex.loss("held-out text ...", &p, &mut |_| {})?;
+    /// println!("{:.4} ± {:.4} nats over {} tokens", l.mean, l.se, l.tokens);
+    /// # Ok::<(), repgeom_extract::Error>(())
+    /// ```
+    pub fn loss(
+        &self,
+        text: &str,
+        params: &ValidExtractParams,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Loss> {
+        let p = params.get();
+        let len = p.seq_len;
+        let (ids, n_seq) = self.sequences(text, len)?;
+        let seqs: Vec<usize> = match p.loss_tokens {
+            None => (0..n_seq).collect(),
+            Some(t) => loss_sample(p.seed, t, n_seq, len),
+        };
+        let mut loss = LossSum::default();
+        let mut done = 0;
+        for chunk in seqs.chunks(p.batch_size) {
+            let batch: Vec<&[u32]> = chunk
+                .iter()
+                .map(|&s| &ids[s * len..(s + 1) * len])
+                .collect();
+            let nll = self.model.forward_batch(&batch, true, &mut |_, _| Ok(()))?;
+            for (sum, seq) in nll.unwrap_or_default().into_iter().zip(&batch) {
+                loss.add(sum, seq.len());
+            }
+            done += chunk.len();
+            progress(Progress {
+                sequences_done: done,
+                sequences_total: seqs.len(),
+                tokens_done: done * len,
+                tokens_total: seqs.len() * len,
+            });
+        }
+        loss.finish().ok_or(Error::TextTooShort {
+            tokens: ids.len(),
+            seq_len: len,
+        })
     }
 
     fn extract_tokens(
@@ -310,70 +451,62 @@ impl Extractor {
         p: &ExtractParams,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<(Extraction, Vec<(&'static str, String)>)> {
-        let ids = self.encode(text)?;
         let len = p.seq_len;
-        let n_seq = ids.len() / len;
-        if n_seq == 0 {
-            return Err(Error::TextTooShort {
-                tokens: ids.len(),
-                seq_len: len,
-            });
-        }
-        let skip = usize::from(p.skip_first);
-        let per = len - skip;
-        let available = n_seq * per;
-        let n = p.n_points.unwrap_or(available);
-        if n > available {
-            return Err(Error::TooManyPoints {
-                requested: n,
-                available,
-                detail: format!(
-                    "{} tokens give {n_seq} sequences of {len}{}",
-                    ids.len(),
-                    if p.skip_first {
-                        ", position 0 of each skipped"
-                    } else {
-                        ""
-                    }
-                ),
-            });
-        }
-        let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
-        let mut flat = rand::seq::index::sample(&mut rng, available, n).into_vec();
-        flat.sort_unstable();
-        let points: Vec<(usize, usize)> = flat.iter().map(|&i| (i / per, skip + i % per)).collect();
-        let mut run: Vec<usize> = if p.loss {
-            (0..n_seq).collect()
-        } else {
-            points.iter().map(|x| x.0).collect()
+        let (ids, n_seq) = self.sequences(text, len)?;
+        let n = p
+            .n_points
+            .unwrap_or(n_seq * (len - usize::from(p.skip_first)));
+        let points = sample_points(p, n, n_seq, ids.len())?;
+        let loss_seqs: Vec<usize> = match (p.loss, p.loss_tokens) {
+            (false, _) => Vec::new(),
+            (true, None) => (0..n_seq).collect(),
+            (true, Some(t)) => loss_sample(p.seed, t, n_seq, len),
         };
-        run.dedup();
+        // Sequences with a loss run first, in batches that compute logits; those that only
+        // hold points follow, in batches that do not.
+        let mut point_seqs: Vec<usize> = points.iter().map(|x| x.0).collect();
+        point_seqs.dedup();
+        let only_points: Vec<usize> = point_seqs
+            .iter()
+            .copied()
+            .filter(|s| loss_seqs.binary_search(s).is_err())
+            .collect();
+        let total = loss_seqs.len() + only_points.len();
+        // Where each sampled sequence's points are: sequence -> (first point, count).
+        let mut where_points = BTreeMap::new();
+        for (i, &(s, _)) in points.iter().enumerate() {
+            where_points.entry(s).or_insert((i, 0)).1 += 1;
+        }
         let mut acc = Accumulator::new(&self.model, n);
         let mut loss = LossSum::default();
-        let mut cursor = 0;
         let mut done = 0;
-        for chunk in run.chunks(p.batch_size) {
+        let batches = loss_seqs
+            .chunks(p.batch_size)
+            .map(|c| (c, true))
+            .chain(only_points.chunks(p.batch_size).map(|c| (c, false)));
+        for (chunk, with_loss) in batches {
             let seqs: Vec<&[u32]> = chunk
                 .iter()
                 .map(|&s| &ids[s * len..(s + 1) * len])
                 .collect();
-            // the points of this batch, as (row in the batch, position)
+            // (row in the batch's [B * T] rows, point index) of every point of this batch
             let mut rows = Vec::new();
-            while cursor < points.len() && chunk.contains(&points[cursor].0) {
-                let slot = chunk
-                    .iter()
-                    .position(|&s| s == points[cursor].0)
-                    .unwrap_or(0);
-                rows.push(slot * len + points[cursor].1);
-                cursor += 1;
+            for (slot, s) in chunk.iter().enumerate() {
+                if let Some(&(first, count)) = where_points.get(s) {
+                    for (i, &(_, t)) in points.iter().enumerate().skip(first).take(count) {
+                        rows.push((slot * len + t, i));
+                    }
+                }
             }
             let d = acc.d;
-            let nll = self.model.forward_batch(&seqs, p.loss, &mut |i, h| {
-                for &r in &rows {
-                    acc.out[i].extend_from_slice(&h[r * d..(r + 1) * d]);
-                }
-                Ok(())
-            })?;
+            let nll = self
+                .model
+                .forward_batch(&seqs, with_loss, &mut |layer, h| {
+                    for &(r, i) in &rows {
+                        acc.out[layer][i * d..(i + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
+                    }
+                    Ok(())
+                })?;
             if let Some(nll) = nll {
                 for (sum, seq) in nll.into_iter().zip(&seqs) {
                     loss.add(sum, seq.len());
@@ -382,9 +515,9 @@ impl Extractor {
             done += chunk.len();
             progress(Progress {
                 sequences_done: done,
-                sequences_total: run.len(),
+                sequences_total: total,
                 tokens_done: done * len,
-                tokens_total: run.len() * len,
+                tokens_total: total * len,
             });
         }
         let token_ids = points
@@ -394,6 +527,8 @@ impl Extractor {
         let extra = vec![
             ("n_sequences", n_seq.to_string()),
             ("text_tokens", ids.len().to_string()),
+            ("points_per_sequence", p.density().to_string()),
+            ("tokens_run", (total * len).to_string()),
         ];
         Ok((acc.finish(points, token_ids, loss.finish()), extra))
     }
@@ -462,7 +597,10 @@ impl Extractor {
                         }
                     }
                     let count = (ids.len() - start) as f64;
-                    acc.out[layer].extend(mean.iter().map(|m| (m / count) as f32));
+                    let row = (done_lines + b) * d;
+                    for (o, m) in acc.out[layer][row..row + d].iter_mut().zip(&mean) {
+                        *o = (m / count) as f32;
+                    }
                 }
                 Ok(())
             })?;
@@ -500,7 +638,7 @@ impl Accumulator {
         let c = model.config();
         Self {
             out: (0..=c.n_layers)
-                .map(|_| Vec::with_capacity(n * c.hidden_size))
+                .map(|_| vec![0.0; n * c.hidden_size])
                 .collect(),
             d: c.hidden_size,
             n,
@@ -525,31 +663,121 @@ impl Accumulator {
     }
 }
 
+/// Per-sequence summed losses, for the mean and its standard error over sequences.
 #[derive(Default)]
 struct LossSum {
-    sum: f64,
-    tokens: usize,
-    any: bool,
+    /// (summed nll, predicted tokens) of each sequence run with a loss.
+    seqs: Vec<(f64, usize)>,
 }
 
 impl LossSum {
     /// Adds one sequence's summed next-token cross-entropy: `len - 1` predictions.
     fn add(&mut self, sum: f64, len: usize) {
-        self.any = true;
-        self.sum += sum;
-        self.tokens += len.saturating_sub(1);
+        self.seqs.push((sum, len.saturating_sub(1)));
     }
 
     fn finish(self) -> Option<Loss> {
-        self.any.then(|| Loss {
-            mean: if self.tokens == 0 {
-                f64::NAN
-            } else {
-                self.sum / self.tokens as f64
-            },
-            tokens: self.tokens,
+        if self.seqs.is_empty() {
+            return None;
+        }
+        let sum: f64 = self.seqs.iter().map(|s| s.0).sum();
+        let tokens: usize = self.seqs.iter().map(|s| s.1).sum();
+        let m = self.seqs.len();
+        let mean = if tokens == 0 {
+            f64::NAN
+        } else {
+            sum / tokens as f64
+        };
+        // Ratio estimator's standard error over sequences (cluster sampling): with per-sequence
+        // token counts t_i and sums s_i, var = m / (m - 1) * sum((s_i - mean t_i)^2) / T^2.
+        let se = if m < 2 || tokens == 0 {
+            f64::NAN
+        } else {
+            let ss: f64 = self
+                .seqs
+                .iter()
+                .map(|&(s, t)| (s - mean * t as f64).powi(2))
+                .sum();
+            (ss * m as f64 / (m as f64 - 1.0)).sqrt() / tokens as f64
+        };
+        Some(Loss {
+            mean,
+            tokens,
+            sequences: m,
+            se,
         })
     }
+}
+
+/// The `n` points of a text of `n_seq` sequences, as (sequence, position) sorted: uniform over
+/// all positions (`points_per_sequence` 1), or `points_per_sequence` distinct positions from
+/// each of `ceil(n / M)` sequences.
+fn sample_points(
+    p: &ExtractParams,
+    n: usize,
+    n_seq: usize,
+    text_tokens: usize,
+) -> Result<Vec<(usize, usize)>> {
+    let len = p.seq_len;
+    let skip = usize::from(p.skip_first);
+    let per = len - skip;
+    let available = n_seq * per;
+    let detail = || {
+        format!(
+            "{text_tokens} tokens give {n_seq} sequences of {len}{}",
+            if p.skip_first {
+                ", position 0 of each skipped"
+            } else {
+                ""
+            }
+        )
+    };
+    if n > available {
+        return Err(Error::TooManyPoints {
+            requested: n,
+            available,
+            detail: detail(),
+        });
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
+    let m = p.density();
+    if m <= 1 {
+        let mut flat = rand::seq::index::sample(&mut rng, available, n).into_vec();
+        flat.sort_unstable();
+        return Ok(flat.iter().map(|&i| (i / per, skip + i % per)).collect());
+    }
+    let needed = n.div_ceil(m);
+    if needed > n_seq {
+        return Err(Error::TooSparse {
+            n_points: n,
+            points_per_sequence: m,
+            needed,
+            sequences: n_seq,
+            detail: detail(),
+        });
+    }
+    let mut seqs = rand::seq::index::sample(&mut rng, n_seq, needed).into_vec();
+    seqs.sort_unstable();
+    let mut points = Vec::with_capacity(n);
+    for (j, &s) in seqs.iter().enumerate() {
+        let count = if j + 1 == needed { n - j * m } else { m };
+        let mut pos = rand::seq::index::sample(&mut rng, per, count).into_vec();
+        pos.sort_unstable();
+        points.extend(pos.into_iter().map(|t| (s, skip + t)));
+    }
+    Ok(points)
+}
+
+/// The sequences (sorted) of the loss sample: enough of the text's `n_seq` sequences of `len`
+/// tokens to predict at least `tokens` tokens (all of them when there are too few), drawn with
+/// a stream of `seed` of its own, so that the points do not depend on whether a loss runs.
+fn loss_sample(seed: u64, tokens: usize, n_seq: usize, len: usize) -> Vec<usize> {
+    let want = tokens.div_ceil(len.saturating_sub(1).max(1)).min(n_seq);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(1);
+    let mut seqs = rand::seq::index::sample(&mut rng, n_seq, want).into_vec();
+    seqs.sort_unstable();
+    seqs
 }
 
 /// (name, revision) of a checkpoint directory: `org/name` and the snapshot hash for the

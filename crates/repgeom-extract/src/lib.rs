@@ -34,8 +34,8 @@ mod model;
 pub use config::{Activation, Family, ModelConfig, RopeScaling};
 pub use error::{Error, Result};
 pub use extract::{
-    DEFAULT_BATCH_SIZE, ExtractParams, Extraction, Extractor, Loss, Pool, Progress,
-    ValidExtractParams, available_memory, extract,
+    DEFAULT_BATCH_SIZE, DEFAULT_LOSS_TOKENS, DEFAULT_POINTS_PER_SEQUENCE, ExtractParams,
+    Extraction, Extractor, Loss, Pool, Progress, ValidExtractParams, available_memory, extract,
 };
 pub use model::{Forward, Model};
 

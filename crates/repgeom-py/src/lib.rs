@@ -914,7 +914,7 @@ fn probe<'py>(
 /// Hidden states of a local checkpoint on `text`: `(layer, [N, d] float32 array)` per layer,
 /// the token positions and the metadata `repgeom extract` writes.
 #[pyfunction]
-#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress, revision=None))]
+#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress, revision=None, points_per_sequence=None))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn extract<'py>(
     py: Python<'py>,
@@ -926,6 +926,7 @@ fn extract<'py>(
     pool: String,
     progress: Option<bool>,
     revision: Option<String>,
+    points_per_sequence: Option<usize>,
 ) -> PyResult<(
     Vec<Bound<'py, PyAny>>,
     Vec<(usize, usize)>,
@@ -953,6 +954,7 @@ fn extract<'py>(
             seq_len,
             seed,
             pool,
+            points_per_sequence,
             ..repgeom_extract::ExtractParams::default()
         }
         .check()?;

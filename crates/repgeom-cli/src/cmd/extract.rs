@@ -37,18 +37,29 @@ pub(crate) struct ExtractArgs {
     /// Tokens per sequence (with --pool mean: the most tokens kept of one line).
     #[arg(long, default_value_t = 256)]
     seq_len: usize,
-    /// Seed of the position sampler.
+    /// Seed of the position sampler (and of the loss's sequence sample).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Token positions taken from each sampled sequence: 1 draws every point uniformly from
+    /// all positions (nearly a sequence per point); M >= 2 takes M distinct positions from
+    /// each of ceil(n_points / M) sampled sequences, running M times fewer tokens [default:
+    /// 16, or every position of shorter sequences].
+    #[arg(long)]
+    points_per_sequence: Option<usize>,
     /// Also sample position 0 of each sequence (skipped by default: its norm is outsized).
     #[arg(long)]
     keep_first: bool,
     /// Points are token positions, or one mean per line.
     #[arg(long, value_enum, default_value_t = PoolArg::Tokens)]
     pool: PoolArg,
-    /// Also report the mean next-token cross-entropy over all sequences (runs every sequence).
+    /// Also report the mean next-token cross-entropy (with its standard error over
+    /// sequences), over every sequence of the text or the sample --loss-tokens asks for.
     #[arg(long)]
     loss: bool,
+    /// With --loss: the loss over a seeded sample of sequences predicting at least this many
+    /// tokens in all (every sequence when the text has fewer).
+    #[arg(long, requires = "loss", default_value_t = repgeom_extract::DEFAULT_LOSS_TOKENS)]
+    loss_tokens: usize,
     /// Sequences (or lines) per forward pass; results do not depend on it (to f32 rounding).
     /// Refused, with the size that fits, when one batch would not fit in available memory.
     #[arg(long, default_value_t = repgeom_extract::DEFAULT_BATCH_SIZE)]
@@ -71,9 +82,11 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
         seq_len: args.seq_len,
         n_points,
         seed: args.seed,
+        points_per_sequence: args.points_per_sequence,
         skip_first: !args.keep_first,
         pool,
         loss: args.loss,
+        loss_tokens: Some(args.loss_tokens),
         batch_size: args.batch_size,
         memory_budget: repgeom_extract::available_memory(),
     }
@@ -126,13 +139,14 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
             revision.map(|r| format!(" @ {r}")).unwrap_or_default()
         );
         println!(
-            "ran {tokens} tokens in {secs:.1} s ({:.0} tokens/s)",
-            tokens as f64 / secs.max(1e-9)
+            "ran {tokens} tokens in {secs:.1} s ({:.0} tokens/s), {:.1} tokens per point kept",
+            tokens as f64 / secs.max(1e-9),
+            tokens as f64 / out.n_points.max(1) as f64
         );
         if let Some(loss) = out.loss {
             println!(
-                "loss {:.6} (mean next-token cross-entropy over {} tokens, nats)",
-                loss.mean, loss.tokens
+                "loss {:.6} ± {:.6} (mean next-token cross-entropy over {} tokens of {} sequences, nats; ± one standard error over sequences)",
+                loss.mean, loss.se, loss.tokens, loss.sequences
             );
         }
     }

@@ -7,7 +7,7 @@ use crate::{check_extract, corpus, fixture, max_rel_err};
 /// Rows are copied, not recomputed: equal up to f32 rounding of identical arithmetic.
 const COPY_TOL: f32 = 1e-6;
 
-fn check_rows_match_forward(
+pub(crate) fn check_rows_match_forward(
     ex: &repgeom_extract::Extractor,
     out: &Extraction,
     text: &str,

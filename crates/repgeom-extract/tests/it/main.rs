@@ -4,6 +4,7 @@
 mod errors;
 mod extraction;
 mod parity;
+mod sampling;
 
 use std::path::{Path, PathBuf};
 

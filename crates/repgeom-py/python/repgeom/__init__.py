@@ -487,6 +487,7 @@ def extract(
     seq_len: int = 256,
     seed: int = 0,
     pool: str = "tokens",
+    points_per_sequence: Optional[int] = None,
     progress: Optional[bool] = None,
 ) -> dict[str, np.ndarray]:
     """Hidden states of every layer of a HuggingFace checkpoint (``repgeom extract``): a local
@@ -494,11 +495,14 @@ def extract(
     ``"main"``), resolved in the HuggingFace cache and downloaded when missing. Families: those of
     ``repgeom extract`` (GPT-NeoX/Pythia, GPT-2, Llama, Mistral, Qwen2, OLMo, OLMo-2, Phi, Gemma,
     Gemma-2). Returns ``{"hidden_states.{i}": float32 [N, d]}`` and ``"positions"`` (``[N, 2]``:
-    sequence, token) on ``texts``. ``pool="mean"`` gives one mean per line."""
+    sequence, token) on ``texts``. ``pool="mean"`` gives one mean per line.
+    ``points_per_sequence`` (``repgeom extract --points-per-sequence``): positions taken from
+    each sampled sequence, 1 drawing every point uniformly from all positions; default 16, or
+    every position of shorter sequences."""
     text = texts if isinstance(texts, str) else "\n".join(texts)
     arrays, positions, _metadata = _native.extract(
         os.fspath(model), text, n_points=n_points, seq_len=int(seq_len), seed=int(seed), pool=pool,
-        progress=progress, revision=revision,
+        progress=progress, revision=revision, points_per_sequence=points_per_sequence,
     )
     out = {f"hidden_states.{i}": a for i, a in enumerate(arrays)}
     out["positions"] = np.asarray(positions, dtype=np.int64).reshape(-1, 2)
