@@ -86,6 +86,18 @@ pub enum Error {
         /// The sweep directory.
         dir: PathBuf,
     },
+    /// The sweep directory lacks units of its plan (a report needs all of them).
+    #[error("{}: {missing} of {planned} units have no part file (first: {first}); finish the sweep first", dir.display())]
+    Incomplete {
+        /// The sweep directory.
+        dir: PathBuf,
+        /// Units without a part file.
+        missing: usize,
+        /// Units planned.
+        planned: usize,
+        /// The first missing unit's id.
+        first: String,
+    },
     /// Bad `--shard i/n` (or SLURM array variables).
     #[error("shard {spec}: {reason}")]
     BadShard {

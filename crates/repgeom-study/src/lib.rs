@@ -22,6 +22,7 @@ mod error;
 mod manifest;
 mod parts;
 mod plan;
+mod report;
 mod run;
 pub mod selftest;
 mod stage;
@@ -32,7 +33,7 @@ mod tests;
 pub use error::{Error, Result};
 pub use manifest::{
     Analysis, BUILTIN, CheckpointSpec, CrossMetric, ExtractSpec, FullAt, Manifest, ModelSpec,
-    ProbeSpec, ReportSettings, SyntheticSpec, default_cross,
+    PgaSettings, ProbeSpec, ReportSettings, STUDY_CCR, SyntheticSpec, default_cross,
 };
 pub use parts::{
     MergeReport, PART_FORMAT, PLAN_FORMAT, Part, PlanFile, is_done, merge, part_path, parts_dir,
@@ -42,6 +43,7 @@ pub use plan::{
     CheckpointInfo, ModelInfo, ModelSource, PlannedUnit, Study, Unit, UnitKind, parse_shard, shard,
     shard_from_env, unit_id,
 };
+pub use report::{Report, check_report, report};
 pub use run::{Loader, UnitDone, run_units};
 pub use stage::{
     CheckpointRecord, Duplicate, checkpoint_record_path, duplicates, read_checkpoint_records,

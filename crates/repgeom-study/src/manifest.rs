@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use repgeom_metrics::{Metric, Pga};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -56,9 +57,14 @@ pub struct ExtractSpec {
     /// Tokens per sequence.
     #[serde(default = "default_seq_len")]
     pub seq_len: usize,
-    /// Seed of the position sampler.
+    /// Seed of the position sampler (and of the loss's sequence sample).
     #[serde(default)]
     pub seed: u64,
+    /// Token positions taken from each sampled sequence (`repgeom extract
+    /// --points-per-sequence`): 1 draws every point uniformly from all positions; absent, the
+    /// default density (16, or every position of shorter sequences).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points_per_sequence: Option<usize>,
     /// Sequences per forward pass (speed only: results do not depend on it).
     #[serde(default = "default_batch_size")]
     pub batch_size: usize,
@@ -68,6 +74,10 @@ pub struct ExtractSpec {
     /// Share of the text's lines, at its end, held out for the loss (never sampled as points).
     #[serde(default = "default_val_fraction")]
     pub val_fraction: f64,
+    /// Predicted tokens of the loss: a seeded sample of held-out sequences of `seq_len` tokens
+    /// totalling at least this many (all of them when the held-out part has fewer).
+    #[serde(default = "default_loss_tokens")]
+    pub loss_tokens: usize,
 }
 
 fn default_n_points() -> usize {
@@ -78,6 +88,29 @@ fn default_seq_len() -> usize {
 }
 fn default_batch_size() -> usize {
     repgeom_extract::DEFAULT_BATCH_SIZE
+}
+impl ExtractSpec {
+    /// The extraction settings of the points' pass (`check` them); the loss pass
+    /// (`Extractor::loss`) reads the same `seq_len`, `seed`, `loss_tokens` and `batch_size`.
+    pub fn params(&self) -> repgeom_extract::ExtractParams {
+        repgeom_extract::ExtractParams {
+            seq_len: self.seq_len,
+            n_points: Some(self.n_points),
+            seed: self.seed,
+            points_per_sequence: self.points_per_sequence,
+            skip_first: true,
+            pool: repgeom_extract::Pool::Tokens,
+            // The loss runs on the held-out part only, never on the points' text.
+            loss: false,
+            loss_tokens: Some(self.loss_tokens),
+            batch_size: self.batch_size,
+            memory_budget: None,
+        }
+    }
+}
+
+fn default_loss_tokens() -> usize {
+    repgeom_extract::DEFAULT_LOSS_TOKENS
 }
 fn default_val_fraction() -> f64 {
     0.1
@@ -103,23 +136,39 @@ pub struct ProbeSpec {
     /// Most tokens kept of each text.
     #[serde(default = "default_probe_seq_len")]
     pub seq_len: usize,
+    /// Replace every backslash of a text by a space (default true: AG News writes its line
+    /// breaks as `\`, e.g. `"...said.\\The..."`), also for CSVs with a header. Line breaks
+    /// always become spaces (one text per line).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub backslash_to_space: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 fn default_probe_seq_len() -> usize {
     128
 }
 
-/// Analysis settings.
+/// Analysis settings: the `[analysis]` table.
+///
+/// Besides the study's own keys, every option of the `pga` metric ([`Pga`]) is an `[analysis]`
+/// key under its own name (see [`PgaSettings`]): the study does not restate them, so an option
+/// added to the metric is a manifest key at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Analysis {
     /// Readout subspace dimension (a model's own `k` overrides it).
     pub k: usize,
     /// Random subspaces in the null.
     pub n_null: usize,
-    /// CCR levels of the PGA sweep (the first one is the headline variant).
-    pub ccr: Vec<usize>,
-    /// Seed of the null draws and the probe splits.
+    /// Seed of the null draws and the probe splits (also of PGA's pair sample and bootstrap,
+    /// unless `pair_seed` or `bootstrap.seed` is given).
     pub seed: u64,
     /// Spectral metrics (registry names) per layer.
     pub spectral: Vec<String>,
@@ -134,8 +183,6 @@ pub struct Analysis {
     /// instead of `k` (a model's own `k` still wins). Either this or `k`, not both.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub k_frac: Option<f64>,
-    /// Pairwise distance of PGA: `"cosine"` (default) or `"euclidean"`.
-    pub distance: repgeom_linalg::Distance,
     /// Multiply `W_U` by the final norm's gain (read from each model's checkpoint directory)
     /// before its SVD.
     pub readout_fold_norm: bool,
@@ -146,26 +193,6 @@ pub struct Analysis {
     /// model's own is not recomputed). Feeds figure 9 (z against k/d). Empty: off.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub k_sensitivity: Vec<f64>,
-    /// Percentile bootstrap of PGA's `rho_readout` and `z` with this many replicates (seeded by
-    /// `seed`), resampling sequences when the activation file records them (`positions`), else
-    /// points; the null bases are held fixed. Off when absent.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<usize>,
-    /// Estimate PGA's Spearman correlations on a seeded sample of this many pairs (default:
-    /// all pairs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_pairs: Option<usize>,
-    /// Bytes one PGA unit may use; fewer null draws then run at once (default: unlimited).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_memory: Option<u64>,
-    /// The PGA null: `"haar"` (default; variants `ccrC`) or `"spectrum"` (random subspaces
-    /// matched to the readout's captured variance; variants `ccrC_spectrum` and
-    /// `pga_captured_variance` rows).
-    #[serde(skip_serializing_if = "is_haar")]
-    pub null: repgeom_null::NullKind,
-    /// Relative tolerance of the spectrum null on each draw's captured variance (default 0.01).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spectrum_tol: Option<f64>,
     /// Pair metrics of the cross-model units (`pairs`), each a registry name or a table with
     /// the name under `metric` and options beside it, e.g.
     /// `["distance_spearman", "cka_linear", { metric = "mutual_knn", k = 20 }]`. Options left
@@ -174,6 +201,103 @@ pub struct Analysis {
     /// otherwise. Figure 7 draws `distance_spearman` and a panel per other metric.
     #[serde(skip_serializing_if = "is_default_cross")]
     pub cross: Vec<CrossMetric>,
+    /// The `pga` metric's options (`ccr`, `distance`, `max_pairs`, `pair_seed`, `max_memory`,
+    /// `bootstrap`, `null`, `spectrum_tol`, ...), written as keys of `[analysis]` itself.
+    #[serde(flatten)]
+    pub pga: PgaSettings,
+}
+
+/// CCR levels of a study that does not name them (the first is the headline variant).
+pub const STUDY_CCR: [usize; 3] = [1, 5, 10];
+
+/// The `pga` metric's options as they were written in `[analysis]`, and the [`Pga`] they make.
+///
+/// The keys are the metric's own (`repgeom metrics list`), parsed by the metric itself, so an
+/// unknown key is an error that lists them. The study differs from the metric's defaults in
+/// three ways only: `ccr` defaults to [`STUDY_CCR`]; `bootstrap = B` is short for
+/// `bootstrap = { replicates = B }`; and the pair sample's and the bootstrap's seeds default to
+/// `analysis.seed` ([`Analysis::pga`] applies that).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PgaSettings {
+    /// The keys as written (serialised back unchanged, so a plan file reads back equal).
+    given: serde_json::Map<String, serde_json::Value>,
+    /// The metric they configure, seeds not yet resolved.
+    options: Pga,
+}
+
+impl Default for PgaSettings {
+    fn default() -> Self {
+        Self::from_given(serde_json::Map::new()).expect("the defaults parse")
+    }
+}
+
+impl PgaSettings {
+    /// Parses the keys as written (the `[analysis]` keys that are not the study's own).
+    pub fn from_given(
+        given: serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<Self, String> {
+        let mut map = given.clone();
+        map.entry("ccr")
+            .or_insert_with(|| serde_json::json!(STUDY_CCR));
+        if let Some(b) = map.get_mut("bootstrap").filter(|b| b.is_number()) {
+            *b = serde_json::json!({ "replicates": b.clone() });
+        }
+        let options: Pga = serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| {
+            format!(
+                "{e}, or one of the study's own: {}",
+                study_keys().join(", ")
+            )
+        })?;
+        Ok(Self { given, options })
+    }
+
+    /// Sets one key as if it had been written in `[analysis]`, e.g. `set("bootstrap", 200)`.
+    pub fn set(&mut self, key: &str, value: impl Serialize) -> std::result::Result<(), String> {
+        let mut given = self.given.clone();
+        let value = serde_json::to_value(value).map_err(|e| e.to_string())?;
+        given.insert(key.to_owned(), value);
+        *self = Self::from_given(given)?;
+        Ok(())
+    }
+
+    /// Whether `key` was written (rather than left at its default).
+    pub fn given(&self, key: &str) -> bool {
+        self.given.contains_key(key)
+    }
+
+    /// The options as written, the study's seeds not yet applied ([`Analysis::pga`] applies
+    /// them): for the settings that do not depend on a seed.
+    pub fn options(&self) -> &Pga {
+        &self.options
+    }
+}
+
+/// The study's own `[analysis]` keys, read off the struct (every optional one set so that none
+/// is skipped), for messages.
+fn study_keys() -> Vec<String> {
+    let all = Analysis {
+        k_frac: Some(0.1),
+        k_sensitivity: vec![0.1],
+        cross: Vec::new(),
+        ..Analysis::default()
+    };
+    match serde_json::to_value(all) {
+        Ok(serde_json::Value::Object(m)) => m.into_iter().map(|(k, _)| format!("`{k}`")).collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl Serialize for PgaSettings {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.given.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for PgaSettings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let given = serde_json::Map::deserialize(d)?;
+        Self::from_given(given).map_err(serde::de::Error::custom)
+    }
 }
 
 /// One entry of `analysis.cross`: a pair metric's registry name, or its configuration.
@@ -212,11 +336,25 @@ fn is_default_cross(c: &[CrossMetric]) -> bool {
     c == default_cross().as_slice()
 }
 
-fn is_haar(n: &repgeom_null::NullKind) -> bool {
-    *n == repgeom_null::NullKind::Haar
-}
-
 impl Analysis {
+    /// The `pga` metric these settings configure: the options as written, with the pair
+    /// sample's seed and the bootstrap's seed set to `seed` unless given.
+    pub fn pga(&self) -> Pga {
+        let mut p = self.pga.options.clone();
+        if !self.pga.given("pair_seed") {
+            p.pair_seed = self.seed;
+        }
+        let boot_seed_given = self
+            .pga
+            .given
+            .get("bootstrap")
+            .is_some_and(|b| b.get("seed").is_some());
+        if let Some(b) = p.bootstrap.as_mut().filter(|_| !boot_seed_given) {
+            b.seed = self.seed;
+        }
+        p
+    }
+
     /// The `k` of a model of width `d` (its own `k` aside): `round(k_frac · d)` when
     /// `k_frac` is set, else `k`.
     pub fn k_for(&self, d: u32) -> usize {
@@ -240,7 +378,7 @@ impl Analysis {
                     .map(|m| repgeom_metrics::options_of(&m))
                     .unwrap_or_default();
                 if name == "distance_spearman" {
-                    let ccr = self.ccr.first().copied().unwrap_or(1);
+                    let ccr = self.pga.options().ccr.first().copied().unwrap_or(1);
                     config.entry("ccr").or_insert_with(|| ccr.into());
                 }
                 if options.contains_key("seed") {
@@ -265,7 +403,6 @@ impl Default for Analysis {
         Self {
             k: 100,
             n_null: 100,
-            ccr: vec![1, 5, 10],
             seed: 0,
             spectral: vec![
                 "rankme".into(),
@@ -277,16 +414,11 @@ impl Default for Analysis {
             probe: true,
             full_at: FullAt::Final,
             k_frac: None,
-            distance: repgeom_linalg::Distance::Cosine,
             readout_fold_norm: false,
             readout_center: false,
             k_sensitivity: Vec::new(),
-            bootstrap: None,
-            max_pairs: None,
-            max_memory: None,
-            null: repgeom_null::NullKind::Haar,
-            spectrum_tol: None,
             cross: default_cross(),
+            pga: PgaSettings::default(),
         }
     }
 }
@@ -550,14 +682,16 @@ impl Manifest {
                 ));
             }
         }
-        if let Some(t) = a.spectrum_tol {
+        let p = a.pga();
+        if a.pga.given("spectrum_tol") {
+            let t = p.spectrum_tol;
             if !(t > 0.0 && t < 1.0) {
                 return Err(bad(
                     "analysis.spectrum_tol",
                     format!("{t} must lie strictly between 0 and 1 (a relative tolerance)"),
                 ));
             }
-            if a.null != repgeom_null::NullKind::Spectrum {
+            if p.null != repgeom_null::NullKind::Spectrum {
                 return Err(bad(
                     "analysis.spectrum_tol",
                     "applies to the spectrum null only; set null = \"spectrum\" or drop it".into(),
@@ -580,14 +714,14 @@ impl Manifest {
                 format!("{f} must lie strictly between 0 and 1 (k = round(f · d))"),
             ));
         }
-        if a.bootstrap.is_some_and(|b| b < 2) {
+        if p.bootstrap.as_ref().is_some_and(|b| b.replicates < 2) {
             return Err(bad(
                 "analysis.bootstrap",
                 "needs at least 2 replicates for an interval (1000 or more for a stable 95% one)"
                     .into(),
             ));
         }
-        if a.max_pairs.is_some_and(|p| p < 2) {
+        if p.max_pairs.is_some_and(|n| n < 2) {
             return Err(bad(
                 "analysis.max_pairs",
                 "a Spearman correlation needs at least 2 pairs".into(),
@@ -599,16 +733,19 @@ impl Manifest {
                 format!("{} is too few (need at least 2 for a std)", a.n_null),
             ));
         }
-        if a.ccr.is_empty() {
+        if p.ccr.is_empty() {
             return Err(bad(
                 "analysis.ccr",
                 "give at least one CCR level, e.g. [1, 5, 10]".into(),
             ));
         }
-        let distinct: BTreeSet<_> = a.ccr.iter().collect();
-        if distinct.len() != a.ccr.len() {
-            return Err(bad("analysis.ccr", format!("{:?} repeats a level", a.ccr)));
+        let distinct: BTreeSet<_> = p.ccr.iter().collect();
+        if distinct.len() != p.ccr.len() {
+            return Err(bad("analysis.ccr", format!("{:?} repeats a level", p.ccr)));
         }
+        // Whatever else the metric checks of its options (and of options added later).
+        p.check()
+            .map_err(|e| bad("analysis", format!("pga option: {e}")))?;
         let known = repgeom_metrics::metric_names();
         for s in &a.spectral {
             if !known.contains(&s.as_str()) {
@@ -802,12 +939,9 @@ impl Manifest {
             }
         }
         if let Some(e) = &self.extract {
-            if e.n_points == 0 || e.seq_len < 2 || e.batch_size == 0 {
-                return Err(bad(
-                    "extract",
-                    "n_points and batch_size must be positive, seq_len at least 2".into(),
-                ));
-            }
+            e.params()
+                .check()
+                .map_err(|err| bad("extract", err.to_string()))?;
             if !(e.val_fraction > 0.0 && e.val_fraction < 1.0) && e.loss {
                 return Err(bad(
                     "extract",

@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use repgeom_metrics::Pga;
+use repgeom_metrics::pga::BootstrapOptions;
+
 use crate::manifest::{FullAt, Manifest, ModelSpec, SyntheticSpec};
 use crate::{Error, Result};
 
@@ -333,8 +336,9 @@ impl Study {
             for (ci, c) in m.checkpoints.iter().enumerate() {
                 let full = ci == last || a.full_at == FullAt::All;
                 let mut kinds = Vec::new();
+                let ccr = &a.pga.options().ccr;
                 kinds.push(UnitKind::Pga {
-                    ccr: if full { a.ccr.clone() } else { vec![a.ccr[0]] },
+                    ccr: if full { ccr.clone() } else { vec![ccr[0]] },
                 });
                 if full {
                     if a.pc_share > 0 {
@@ -349,7 +353,7 @@ impl Study {
                 }
                 if ci == last {
                     for k in m.sensitivity_ks(&a.k_sensitivity) {
-                        kinds.push(UnitKind::PgaK { ccr: a.ccr[0], k });
+                        kinds.push(UnitKind::PgaK { ccr: ccr[0], k });
                     }
                     for [x, y] in &manifest.pairs {
                         if *x == m.label {
@@ -432,7 +436,8 @@ impl Study {
     /// SHA-256 over the canonical JSON of what determines the unit's numbers: the format
     /// version, the unit, `n_null`, the seed, each involved model's source, `k` and layers, and
     /// the analysis options that change numbers or rows (distance, readout options, pair
-    /// sampling, bootstrap, the null, and for cross units the pair metrics).
+    /// sampling, bootstrap, the null, any other `pga` option away from its default, and for
+    /// cross units the pair metrics).
     pub fn config_hash(&self, unit: &Unit) -> String {
         #[derive(Serialize)]
         struct Key<'a> {
@@ -450,8 +455,9 @@ impl Study {
             readout_center: bool,
             #[serde(skip_serializing_if = "Option::is_none")]
             max_pairs: Option<usize>,
+            // The replicate count alone while seed and level are the study's defaults.
             #[serde(skip_serializing_if = "Option::is_none")]
-            bootstrap: Option<usize>,
+            bootstrap: Option<serde_json::Value>,
             inputs: Option<&'a str>,
             #[serde(skip_serializing_if = "is_haar")]
             null: repgeom_null::NullKind,
@@ -459,6 +465,10 @@ impl Study {
             spectrum_tol: Option<f64>,
             #[serde(skip_serializing_if = "Option::is_none")]
             cross: Option<&'a [crate::manifest::CrossMetric]>,
+            // Every other `pga` option that is away from the metric's default (a pair seed
+            // other than `seed`, options added to the metric later).
+            #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+            pga: serde_json::Map<String, serde_json::Value>,
         }
         fn is_haar(n: &repgeom_null::NullKind) -> bool {
             *n == repgeom_null::NullKind::Haar
@@ -467,6 +477,7 @@ impl Study {
             *d == repgeom_linalg::Distance::Cosine
         }
         let a = &self.manifest.analysis;
+        let p = a.pga();
         let mut models = Vec::new();
         let mut involved = vec![(unit.model.as_str(), Some(unit.checkpoint.as_str()))];
         if let UnitKind::Cross { other } = &unit.kind {
@@ -491,23 +502,31 @@ impl Study {
             n_null: a.n_null,
             seed: a.seed,
             models,
-            distance: a.distance,
+            distance: p.distance,
             readout_fold_norm: a.readout_fold_norm,
             readout_center: a.readout_center,
-            // Pair sampling changes the numbers; the bootstrap adds rows. (`max_memory` only
-            // changes how many draws run at once, never a number, so it is not part of it.)
-            max_pairs: a.max_pairs,
-            bootstrap: a.bootstrap,
+            // Pair sampling changes the numbers; the bootstrap adds rows.
+            max_pairs: p.max_pairs,
+            bootstrap: p.bootstrap.as_ref().map(|b| {
+                if b.seed == a.seed && b.level == BootstrapOptions::default().level {
+                    b.replicates.into()
+                } else {
+                    serde_json::to_value(b).expect("plain data serialises")
+                }
+            }),
             inputs: if extracted {
                 self.inputs.as_deref()
             } else {
                 None
             },
-            null: a.null,
-            spectrum_tol: match a.null {
+            null: p.null,
+            spectrum_tol: match p.null {
                 repgeom_null::NullKind::Haar => None,
-                repgeom_null::NullKind::Spectrum => a.spectrum_tol,
+                repgeom_null::NullKind::Spectrum => {
+                    a.pga.given("spectrum_tol").then_some(p.spectrum_tol)
+                }
             },
+            pga: other_pga_options(&p, a.seed),
             // Only cross units depend on the pair metrics, and the default list leaves earlier
             // hashes as they were.
             cross: match &unit.kind {
@@ -536,6 +555,31 @@ impl Study {
 
 /// The model's source with only checkpoint `keep` listed, so that adding or editing another
 /// checkpoint leaves this unit's hash unchanged.
+/// The `pga` options a unit's hash holds beside the ones it names: every option away from the
+/// metric's default, except those named (`ccr` is in the unit, the rest in the key),
+/// `max_memory` (never changes a number), and `pair_seed` while it is `seed` (the study's
+/// default).
+fn other_pga_options(p: &Pga, seed: u64) -> serde_json::Map<String, serde_json::Value> {
+    const NAMED: [&str; 7] = [
+        "ccr",
+        "distance",
+        "max_pairs",
+        "bootstrap",
+        "null",
+        "spectrum_tol",
+        "max_memory",
+    ];
+    let defaults = repgeom_metrics::options_of(&Pga::default());
+    repgeom_metrics::options_of(p)
+        .into_iter()
+        .filter(|(k, v)| {
+            !NAMED.contains(&k.as_str())
+                && defaults.get(k) != Some(v)
+                && !(k == "pair_seed" && p.pair_seed == seed)
+        })
+        .collect()
+}
+
 fn strip_other_checkpoints(s: &ModelSource, keep: Option<&str>) -> ModelSource {
     match s {
         ModelSource::Synthetic { .. } => s.clone(),

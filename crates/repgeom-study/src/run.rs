@@ -408,7 +408,10 @@ pub fn run_units(
         needed.sort_unstable();
         needed.dedup();
         let layers = loader.layers(m, &ckpt, &needed)?;
-        let sequences = match (study.manifest.analysis.bootstrap, layers.values().next()) {
+        let sequences = match (
+            &study.manifest.analysis.pga.options().bootstrap,
+            layers.values().next(),
+        ) {
             (Some(_), Some(first)) => loader.sequences(m, &ckpt, first.nrows())?,
             _ => None,
         };
@@ -450,7 +453,9 @@ pub fn run_units(
             let probe = probe_layers
                 .as_ref()
                 .map(|(l, labels)| (&l[&u.unit.layer], labels.as_slice()));
-            let val_loss = ext.as_ref().and_then(|e| e.val_loss);
+            let val_loss = ext
+                .as_ref()
+                .and_then(|e| e.val_loss.map(|l| (l, e.val_loss_se)));
             let rows = compute_unit(
                 study,
                 &loader,
@@ -496,24 +501,15 @@ fn to_row(m: &ModelInfo, u: &Unit, v: MetricValue) -> Row {
     r
 }
 
-/// The PGA metric with the manifest's analysis settings (the bootstrap only where asked).
+/// The PGA metric with the manifest's analysis settings at CCR levels `ccr` (the bootstrap only
+/// where asked).
 fn pga_metric(a: &crate::Analysis, ccr: Vec<usize>, bootstrap: bool) -> Pga {
-    Pga {
-        ccr,
-        distance: a.distance,
-        max_pairs: a.max_pairs,
-        pair_seed: a.seed,
-        max_memory: a.max_memory,
-        bootstrap: a.bootstrap.filter(|_| bootstrap).map(|replicates| {
-            repgeom_metrics::pga::BootstrapOptions {
-                replicates,
-                seed: a.seed,
-                level: 0.95,
-            }
-        }),
-        null: a.null,
-        spectrum_tol: a.spectrum_tol.unwrap_or(repgeom_null::DEFAULT_SPECTRUM_TOL),
+    let mut p = a.pga();
+    p.ccr = ccr;
+    if !bootstrap {
+        p.bootstrap = None;
     }
+    p
 }
 
 fn compute_unit(
@@ -525,7 +521,7 @@ fn compute_unit(
     sequences: Option<&[usize]>,
     u: &Unit,
     probe: Option<(&Mat<f32>, &[usize])>,
-    computed_loss: Option<f64>,
+    computed_loss: Option<(f64, Option<f64>)>,
 ) -> Result<Vec<Row>> {
     let a = &study.manifest.analysis;
     let synth = if m.synthetic { " (synthetic)" } else { "" };
@@ -554,11 +550,15 @@ fn compute_unit(
         UnitKind::Spectral { metric } => repgeom_metrics::metric(metric)?.compute(&input()?)?,
         UnitKind::ValLoss => {
             let c = m.checkpoint(&u.checkpoint).expect("planned checkpoint");
-            c.val_loss
-                .or(computed_loss)
-                .map(|v| MetricValue::new("val_loss", "", v))
-                .into_iter()
-                .collect()
+            // A loss typed into the manifest, else the computed one with its standard error
+            // over the held-out sequences (row `val_loss_se` beside it).
+            match (c.val_loss, computed_loss) {
+                (Some(v), _) => vec![MetricValue::new("val_loss", "", v)],
+                (None, Some((v, se))) => std::iter::once(MetricValue::new("val_loss", "", v))
+                    .chain(se.map(|se| MetricValue::new("val_loss_se", "", se)))
+                    .collect(),
+                (None, None) => Vec::new(),
+            }
         }
         UnitKind::Weights => loader
             .audit(m, &u.checkpoint)?

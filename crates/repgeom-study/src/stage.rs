@@ -65,6 +65,8 @@ pub struct Duplicate {
 pub(crate) struct Extracted {
     pub(crate) acts: PathBuf,
     pub(crate) val_loss: Option<f64>,
+    /// The loss's standard error over the held-out sequences it ran.
+    pub(crate) val_loss_se: Option<f64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -79,6 +81,8 @@ struct ActsRecord {
     settings: serde_json::Value,
     n_points: usize,
     val_loss: Option<f64>,
+    #[serde(default)]
+    val_loss_se: Option<f64>,
     val_tokens: Option<usize>,
 }
 
@@ -198,14 +202,24 @@ pub fn read_checkpoint_records(dir: &Path) -> Result<Vec<CheckpointRecord>> {
 fn settings(e: &ExtractSpec) -> serde_json::Value {
     // batch_size changes the speed (and the numbers at most by f32 rounding): not part of
     // the key, so a rerun with another batch size reuses the cache.
-    serde_json::json!({
+    let mut s = serde_json::json!({
         "n_points": e.n_points,
         "seq_len": e.seq_len,
         "seed": e.seed,
         "skip_first": true,
         "loss": e.loss,
         "val_fraction": if e.loss { Some(e.val_fraction) } else { None },
-    })
+    });
+    // Added when they came in, and only away from the design before them, so that caches of
+    // that design keep their keys.
+    let density = e.params().density();
+    if density != 1 {
+        s["points_per_sequence"] = density.into();
+    }
+    if e.loss {
+        s["loss_tokens"] = e.loss_tokens.into();
+    }
+    s
 }
 
 /// The corpus split into the part points are sampled from and the held-out part for the
@@ -222,7 +236,7 @@ fn split_text(text: &str, e: &ExtractSpec) -> (String, Option<String>) {
 }
 
 /// Labelled texts of the `[probe]` table: (texts, one per line, and labels).
-fn probe_texts(p: &ProbeSpec) -> std::result::Result<(String, Vec<usize>), String> {
+pub(crate) fn probe_texts(p: &ProbeSpec) -> std::result::Result<(String, Vec<usize>), String> {
     let labels =
         repgeom_io::read_labels(&p.labels, p.label_column.as_deref()).map_err(|e| e.to_string())?;
     let mut rdr = csv::ReaderBuilder::new()
@@ -247,13 +261,15 @@ fn probe_texts(p: &ProbeSpec) -> std::result::Result<(String, Vec<usize>), Strin
             Some(j) => rec.get(j).unwrap_or("").to_string(),
             None => rec.iter().skip(1).collect::<Vec<_>>().join(" "),
         };
-        // One example per line: newlines (and AG News's escaped `\` line breaks) become spaces.
-        texts.push(
-            t.replace(['\n', '\r'], " ")
-                .replace("\\", " ")
-                .trim()
-                .to_string(),
-        );
+        // One example per line: newlines become spaces, and (unless turned off) backslashes,
+        // AG News's escaped line breaks.
+        let t = t.replace(['\n', '\r'], " ");
+        let t = if p.backslash_to_space {
+            t.replace('\\', " ")
+        } else {
+            t
+        };
+        texts.push(t.trim().to_string());
     }
     let mut values = labels.values;
     if values.len() != texts.len() {
@@ -321,47 +337,25 @@ pub(crate) fn extract(
         return Ok(Extracted {
             acts,
             val_loss: r.val_loss,
+            val_loss_se: r.val_loss_se,
         });
     }
     let extractor = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
     let (points_text, val_text) = split_text(&text, e);
-    let params = ExtractParams {
-        seq_len: e.seq_len,
-        n_points: Some(e.n_points),
-        seed: e.seed,
-        skip_first: true,
-        pool: Pool::Tokens,
-        loss: false,
-        batch_size: e.batch_size,
-        ..Default::default()
-    }
-    .check()
-    .map_err(|err| fail(&e.text, err.to_string()))?;
+    let params = e
+        .params()
+        .check()
+        .map_err(|err| fail(&e.text, err.to_string()))?;
     let out = extractor
         .extract(&points_text, &params, &mut |_| {})
         .map_err(|err| fail(&e.text, err.to_string()))?;
-    let (val_loss, val_tokens) = match &val_text {
-        Some(v) => {
-            let lp = ExtractParams {
-                seq_len: e.seq_len,
-                n_points: Some(1),
-                seed: e.seed,
-                skip_first: true,
-                pool: Pool::Tokens,
-                loss: true,
-                batch_size: e.batch_size,
-                ..Default::default()
-            }
-            .check()
-            .map_err(|err| fail(&e.text, err.to_string()))?;
-            let l = extractor
-                .extract(v, &lp, &mut |_| {})
-                .map_err(|err| fail(&e.text, format!("held-out part for the loss: {err}")))?
-                .loss
-                .ok_or_else(|| fail(&e.text, "no loss computed on the held-out part".into()))?;
-            (Some(l.mean), Some(l.tokens))
-        }
-        None => (None, None),
+    let val = match &val_text {
+        Some(v) => Some(
+            extractor
+                .loss(v, &params, &mut |_| {})
+                .map_err(|err| fail(&e.text, format!("held-out part for the loss: {err}")))?,
+        ),
+        None => None,
     };
     out.write(&acts)
         .map_err(|err| fail(&acts, err.to_string()))?;
@@ -375,12 +369,17 @@ pub(crate) fn extract(
         text_sha256: text_sha,
         settings: settings(e),
         n_points: out.n_points,
-        val_loss,
-        val_tokens,
+        val_loss: val.map(|l| l.mean),
+        val_loss_se: val.map(|l| l.se),
+        val_tokens: val.map(|l| l.tokens),
     };
     let json = serde_json::to_string_pretty(&r).expect("plain data serialises");
     repgeom_io::atomic_write(&meta, |w| w.write_all(json.as_bytes()))?;
-    Ok(Extracted { acts, val_loss })
+    Ok(Extracted {
+        acts,
+        val_loss: val.map(|l| l.mean),
+        val_loss_se: val.map(|l| l.se),
+    })
 }
 
 /// Mean-pooled features of the `[probe]` texts for one hub checkpoint (cached like the
@@ -400,13 +399,17 @@ pub(crate) fn probe_features(
         reason,
     };
     let (texts, labels) = probe_texts(p).map_err(|r| fail(&p.labels, r))?;
-    let src = serde_json::json!({
+    let mut src = serde_json::json!({
         "format": FORMAT,
         "weights_sha256": rec.weights_sha256,
         "texts_sha256": sha256_hex(texts.as_bytes()),
         "seq_len": p.seq_len,
         "pool": "mean",
     });
+    // Recorded when off only, so that the keys of earlier runs (backslashes replaced) stay.
+    if !p.backslash_to_space {
+        src["backslash_to_space"] = false.into();
+    }
     let key = sha256_hex(src.to_string().as_bytes());
     let cache = dir.join("activations");
     fs::create_dir_all(&cache).map_err(io("create", &cache))?;

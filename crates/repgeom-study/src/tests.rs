@@ -54,11 +54,11 @@ fn hash_changes_only_with_what_matters() {
         "n_null changes every hash",
     );
     let mut m = small();
-    m.analysis.max_memory = Some(1 << 20);
+    m.analysis.pga.set("max_memory", 1 << 20).unwrap();
     let d = Study::new(m, "t").unwrap();
     assert_eq!(a.units, d.units, "a memory budget never changes a number");
     let mut m = small();
-    m.analysis.max_pairs = Some(500);
+    m.analysis.pga.set("max_pairs", 500).unwrap();
     let e = Study::new(m, "t").unwrap();
     check(
         a.units
@@ -70,10 +70,10 @@ fn hash_changes_only_with_what_matters() {
     // The Haar null written out keeps every hash (earlier runs stay valid); the spectrum null
     // changes every PGA unit's.
     let mut m = small();
-    m.analysis.null = repgeom_null::NullKind::Haar;
+    m.analysis.pga.set("null", "haar").unwrap();
     assert_eq!(a.units, Study::new(m, "t").unwrap().units);
     let mut m = small();
-    m.analysis.null = repgeom_null::NullKind::Spectrum;
+    m.analysis.pga.set("null", "spectrum").unwrap();
     let s = Study::new(m, "t").unwrap();
     check(
         a.units
@@ -148,25 +148,25 @@ fn pga_units_use_the_engine_options() {
     // N = 64 points of width 64 and the zoo's k = d/8 = 8: room for exactly one draw.
     let est = repgeom_metrics::pga::memory_estimate(64, 64, 8);
     let mut m = small();
-    m.analysis.max_memory = Some(est.peak(1));
+    m.analysis.pga.set("max_memory", est.peak(1)).unwrap();
     assert_eq!(
         run(m).unwrap(),
         base,
         "one draw at a time changes no number"
     );
     let mut m = small();
-    m.analysis.max_memory = Some(est.shared);
+    m.analysis.pga.set("max_memory", est.shared).unwrap();
     let err = run(m).unwrap_err();
     check(
         err.contains("max_pairs"),
         &format!("a budget below one draw fails and suggests max_pairs: {err}"),
     );
     let mut m = small();
-    m.analysis.max_pairs = Some(300);
+    m.analysis.pga.set("max_pairs", 300).unwrap();
     check(run(m).unwrap() != base, "pair sampling changes the numbers");
     // The bootstrap adds its interval rows and leaves the others as they were.
     let mut m = small();
-    m.analysis.bootstrap = Some(20);
+    m.analysis.pga.set("bootstrap", 20).unwrap();
     let boot = run(m).unwrap();
     let plain: Vec<_> = boot
         .iter()
@@ -252,7 +252,7 @@ fn manifest_errors_name_the_place() {
     let e = Study::new(m, "study.toml").unwrap_err().to_string();
     check(e.contains("study.toml") && e.contains("nope"), &e);
     let mut m = small();
-    m.analysis.ccr = vec![1, 1];
+    m.analysis.pga.set("ccr", [1, 1]).unwrap();
     let e = Study::new(m, "study.toml").unwrap_err().to_string();
     check(e.contains("analysis.ccr"), &e);
     let mut m = small();
@@ -260,15 +260,15 @@ fn manifest_errors_name_the_place() {
     let e = Study::new(m, "study.toml").unwrap_err().to_string();
     check(e.contains("rankmee"), &e);
     let mut m = small();
-    m.analysis.spectrum_tol = Some(0.05);
+    m.analysis.pga.set("spectrum_tol", 0.05).unwrap();
     let e = Study::new(m, "study.toml").unwrap_err().to_string();
     check(
         e.contains("analysis.spectrum_tol") && e.contains("spectrum"),
         &e,
     );
     let mut m = small();
-    m.analysis.null = repgeom_null::NullKind::Spectrum;
-    m.analysis.spectrum_tol = Some(1.5);
+    m.analysis.pga.set("null", "spectrum").unwrap();
+    m.analysis.pga.set("spectrum_tol", 1.5).unwrap();
     let e = Study::new(m, "study.toml").unwrap_err().to_string();
     check(e.contains("analysis.spectrum_tol") && e.contains("1.5"), &e);
     for (cross, needle) in [
@@ -430,5 +430,145 @@ fn part_files_round_trip_every_float_bit_for_bit() {
     check(
         !crate::is_done(dir.path(), unit),
         "a corrupt part is recomputed",
+    );
+}
+
+/// The plan hash of the small study with `[analysis]` written as `analysis` (its `n_null`,
+/// k-sensitivity and cross metrics kept as `small()` sets them).
+fn plan_hash_with(analysis: &str) -> String {
+    let mut m = small();
+    let mut a: crate::Analysis = toml::from_str(analysis).unwrap();
+    a.n_null = m.analysis.n_null;
+    a.k_sensitivity = m.analysis.k_sensitivity.clone();
+    a.cross = m.analysis.cross.clone();
+    m.analysis = a;
+    Study::new(m, "t").unwrap().plan_hash()
+}
+
+/// Earlier runs keep their hashes: the plan hash of the small study under each way of writing
+/// the PGA settings in `[analysis]`, pinned (values from before the settings became the `pga`
+/// metric's own options). A change here makes every existing sweep recompute, so it must be
+/// deliberate (and bump `FORMAT`).
+#[test]
+fn plan_hashes_of_earlier_manifests_are_pinned() {
+    let cases: &[(&str, &str)] = &[
+        ("", "63dacb552a8f1fc1"),
+        ("bootstrap = 20", "7e057f8faf03be6d"),
+        ("max_pairs = 300", "9368b8adbf64eef2"),
+        ("max_pairs = 300\nseed = 7", "19fa36564863861e"),
+        ("distance = \"euclidean\"", "f934e573db0444f1"),
+        ("null = \"haar\"", "63dacb552a8f1fc1"),
+        ("null = \"spectrum\"", "6b247ebaf810b1ce"),
+        (
+            "null = \"spectrum\"\nspectrum_tol = 0.05",
+            "bfee578816057b0d",
+        ),
+        ("ccr = [5, 1]", "791f2fdbf647750f"),
+        ("max_memory = 1048576", "63dacb552a8f1fc1"),
+    ];
+    for (analysis, want) in cases {
+        let got = plan_hash_with(analysis);
+        check(
+            got == *want,
+            &format!("[analysis] {analysis:?}: plan hash {got}, pinned {want}"),
+        );
+    }
+}
+
+/// `[analysis]` takes the `pga` metric's options under their own names, parsed by the metric:
+/// the same text as metric options gives the same `Pga`, seeds aside (the study's default them
+/// to `analysis.seed`); an unknown key names the metric's options.
+#[test]
+fn analysis_takes_the_pga_metrics_own_options() {
+    let parse = |t: &str| toml::from_str::<crate::Analysis>(t).map_err(|e| e.to_string());
+    let a = parse(
+        "seed = 3\nccr = [1, 5]\ndistance = \"euclidean\"\nmax_pairs = 400\nbootstrap = 50\nnull = \"spectrum\"\nspectrum_tol = 0.02",
+    )
+    .unwrap();
+    let metric: repgeom_metrics::Pga = serde_json::from_str(
+        r#"{"ccr": [1, 5], "distance": "euclidean", "max_pairs": 400, "pair_seed": 3,
+            "bootstrap": {"replicates": 50, "seed": 3}, "null": "spectrum", "spectrum_tol": 0.02}"#,
+    )
+    .unwrap();
+    assert_eq!(a.pga(), metric);
+    // Given seeds win over `analysis.seed`; the study's CCR default is its own.
+    let a = parse("seed = 3\npair_seed = 9\nbootstrap = { replicates = 50, seed = 4 }").unwrap();
+    let p = a.pga();
+    check(
+        p.pair_seed == 9 && p.bootstrap.unwrap().seed == 4,
+        "given seeds are kept",
+    );
+    assert_eq!(p.ccr, crate::STUDY_CCR.to_vec());
+    // The written keys read back unchanged through a plan file.
+    let json = serde_json::to_string(&a).unwrap();
+    assert_eq!(serde_json::from_str::<crate::Analysis>(&json).unwrap(), a);
+    let e = parse("max_pair = 400").unwrap_err();
+    check(
+        e.contains("max_pair") && e.contains("spectrum_tol") && e.contains("n_null"),
+        &e,
+    );
+}
+
+/// Hashes move with what the PGA options change, and only with that: the bootstrap written as a
+/// table with the study's seed is `bootstrap = B`; a pair seed equal to `seed` is the default;
+/// any other pga option away from its default enters the hash.
+#[test]
+fn pga_options_enter_the_hash_only_when_they_change_numbers() {
+    let hash = plan_hash_with;
+    let cases: &[(&str, &str, bool)] = &[
+        ("bootstrap = 20", "bootstrap = { replicates = 20 }", true),
+        (
+            "bootstrap = 20",
+            "bootstrap = { replicates = 20, seed = 0 }",
+            true,
+        ),
+        (
+            "bootstrap = 20",
+            "bootstrap = { replicates = 20, seed = 1 }",
+            false,
+        ),
+        (
+            "bootstrap = 20",
+            "bootstrap = { replicates = 20, level = 0.9 }",
+            false,
+        ),
+        ("max_pairs = 300", "max_pairs = 300\npair_seed = 0", true),
+        ("max_pairs = 300", "max_pairs = 300\npair_seed = 5", false),
+        ("", "max_memory = 1000000", true),
+    ];
+    for (x, y, same) in cases {
+        check(
+            (hash(x) == hash(y)) == *same,
+            &format!("{x:?} vs {y:?}: expected same hash = {same}"),
+        );
+    }
+}
+
+/// Probe texts: AG News's `\` line breaks become spaces unless `backslash_to_space = false`;
+/// line breaks always do.
+#[test]
+fn probe_texts_replace_backslashes_only_when_asked() {
+    let labels =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/io/ag_news.csv");
+    let spec = |b: bool| crate::ProbeSpec {
+        labels: labels.clone(),
+        label_column: None,
+        text_column: None,
+        n_examples: Some(1),
+        seq_len: 16,
+        backslash_to_space: b,
+    };
+    let (on, _) = crate::stage::probe_texts(&spec(true)).unwrap();
+    let (off, _) = crate::stage::probe_texts(&spec(false)).unwrap();
+    check(on.contains("dwindling band") && !on.contains('\\'), &on);
+    check(off.contains("dwindling\\band"), &off);
+    // The default, and written out only when off (so earlier hashes stay).
+    let parsed: crate::ProbeSpec = toml::from_str("labels = \"x.csv\"").unwrap();
+    check(parsed.backslash_to_space, "on by default");
+    check(
+        !serde_json::to_string(&spec(true))
+            .unwrap()
+            .contains("backslash"),
+        "left out when on",
     );
 }

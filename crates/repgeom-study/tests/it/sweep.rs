@@ -13,7 +13,7 @@ fn tiny() -> Study {
     });
     m.pairs = vec![["synthetic-d64".into(), "synthetic-d256".into()]];
     m.analysis.n_null = 6;
-    m.analysis.ccr = vec![1, 5];
+    m.analysis.pga.set("ccr", [1, 5]).unwrap();
     Study::new(m, "tiny").unwrap()
 }
 
@@ -111,7 +111,7 @@ fn merge_without_plan_says_what_to_do() {
 #[test]
 fn spectrum_null_rows_are_recorded_in_their_own_variants() {
     let mut m = tiny().manifest;
-    m.analysis.null = repgeom_null::NullKind::Spectrum;
+    m.analysis.pga.set("null", "spectrum").unwrap();
     m.pairs.clear();
     let study = Study::new(m, "tiny spectrum").unwrap();
     let dir = tempfile::tempdir().unwrap();
