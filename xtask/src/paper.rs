@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use repgeom_study::{BUILTIN, Manifest, Study, UnitDone};
@@ -76,6 +76,12 @@ fn load_study(manifest: Option<&Path>) -> anyhow::Result<Study> {
 /// Sweep (resuming), merge, and write the report.
 fn produce(study: &Study, work: &Path, out: &Path) -> anyhow::Result<()> {
     let t0 = Instant::now();
+    sweep(study, work, t0)?;
+    write_report(work, out, t0, t0.elapsed())
+}
+
+/// Sweep (resuming) with progress lines timed from `t0`.
+fn sweep(study: &Study, work: &Path, t0: Instant) -> anyhow::Result<()> {
     let synthetic = study.models.iter().any(|m| m.synthetic);
     println!(
         "paper: {} ({} models, {} units, plan {}){}",
@@ -117,31 +123,25 @@ fn produce(study: &Study, work: &Path, out: &Path) -> anyhow::Result<()> {
         }
     };
     repgeom_study::sweep(study, work, None, &on_start, &on_done)?;
-    let t_sweep = t0.elapsed();
-    let (table, report) = repgeom_study::merge(work)?;
-    if !report.complete() {
-        bail!(
-            "{} of {} units have no part file in {} (first: {})",
-            report.missing.len(),
-            report.planned,
-            work.display(),
-            report.missing[0]
-        );
-    }
-    if !report.extra.is_empty() {
+    Ok(())
+}
+
+/// The report of the finished sweep in `work`, written into `out`.
+fn write_report(work: &Path, out: &Path, t0: Instant, t_sweep: Duration) -> anyhow::Result<()> {
+    let r = repgeom_study::report(work, out)?;
+    if !r.merge.extra.is_empty() {
         println!(
             "paper: ignored {} part files of units not in this plan",
-            report.extra.len()
+            r.merge.extra.len()
         );
     }
-    let files = repgeom_report::write_report(out, &table, &repgeom_study::figure_options(study))?;
-    for s in &files.skipped {
+    for s in &r.files.skipped {
         println!("paper: {s}");
     }
     println!(
         "paper: {} rows, {} files in {} (sweep {:.1} s, total {:.1} s); open {}",
-        table.len(),
-        files.files.len(),
+        r.rows,
+        r.files.files.len(),
         out.display(),
         t_sweep.as_secs_f64(),
         t0.elapsed().as_secs_f64(),
@@ -150,40 +150,14 @@ fn produce(study: &Study, work: &Path, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Files `--check` compares: every SVG, the CSV table and the summary.
-fn checked_files(dir: &Path) -> anyhow::Result<Vec<String>> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .with_context(|| format!("list {}", dir.display()))?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".svg") || n == "results.csv" || n == "summary.md")
-        .collect();
-    names.sort();
-    Ok(names)
-}
-
 fn check() -> anyhow::Result<()> {
     let committed = root().join("docs/figures");
     let tmp = tempfile::tempdir()?;
-    let (work, out) = (tmp.path().join("work"), tmp.path().join("out"));
+    let work = tmp.path().join("work");
     let study = load_study(None)?;
-    produce(&study, &work, &out)?;
-    let fresh = checked_files(&out)?;
-    let old = if committed.is_dir() {
-        checked_files(&committed)?
-    } else {
-        Vec::new()
-    };
-    let mut stale = Vec::new();
-    for n in fresh
-        .iter()
-        .chain(old.iter().filter(|n| !fresh.contains(n)))
-    {
-        let a = std::fs::read(out.join(n)).ok();
-        let b = std::fs::read(committed.join(n)).ok();
-        if a != b {
-            stale.push(n.clone());
-        }
-    }
+    sweep(&study, &work, Instant::now())?;
+    // Draws the report once, into its own temporary directory, and compares.
+    let stale = repgeom_study::check_report(&work, &committed)?;
     if !stale.is_empty() {
         bail!(
             "docs/figures/ is stale ({} files differ: {}): run `cargo xtask paper --out docs/figures` locally and commit",
@@ -191,9 +165,6 @@ fn check() -> anyhow::Result<()> {
             stale.join(", ")
         );
     }
-    println!(
-        "paper --check: docs/figures/ is up to date ({} files compared)",
-        fresh.len()
-    );
+    println!("paper --check: docs/figures/ is up to date");
     Ok(())
 }

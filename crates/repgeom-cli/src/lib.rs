@@ -53,6 +53,8 @@ enum Command {
     Checkpoints(cmd::checkpoints::CheckpointsArgs),
     /// Run a study manifest as resumable, shardable units (`sweep merge DIR` collects the parts).
     Sweep(cmd::sweep::SweepArgs),
+    /// Draw a sweep directory's figures, summary and index.html (what `cargo xtask paper` draws).
+    Report(cmd::report::ReportArgs),
     /// Check the metrics on built-in synthetic data (layer identification across seeds,
     /// specificity, planted PGA regimes under both nulls); exit code 1 if a check fails.
     Selftest(cmd::selftest::SelftestArgs),
@@ -100,6 +102,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probe(args) => ok(cmd::probe::run(args, &ctx)),
         Command::Extract(args) => ok(cmd::extract::run(args, &ctx)),
         Command::Sweep(args) => ok(cmd::sweep::run(args, &ctx)),
+        Command::Report(args) => cmd::report::run(args, &ctx),
         Command::Checkpoints(args) => ok(cmd::checkpoints::run(args, &ctx)),
         Command::Selftest(args) => cmd::selftest::run(args),
     })

@@ -8,5 +8,6 @@ pub(crate) mod extract;
 pub(crate) mod metrics;
 pub(crate) mod pga;
 pub(crate) mod probe;
+pub(crate) mod report;
 pub(crate) mod selftest;
 pub(crate) mod sweep;

@@ -84,7 +84,12 @@ pub(crate) fn study_hub() -> TestHub {
 }
 
 /// Runs `repgeom` from the workspace root against `hub`, with the hub cache in `cache`.
-fn repgeom_hub(hub: &TestHub, cache: &Path, args: &[&str], extra_env: &[(&str, &str)]) -> Run {
+pub(crate) fn repgeom_hub(
+    hub: &TestHub,
+    cache: &Path,
+    args: &[&str],
+    extra_env: &[(&str, &str)],
+) -> Run {
     let mut c = Command::new(env!("CARGO_BIN_EXE_repgeom"));
     c.args(["--quiet", "--threads", "2"])
         .args(args)
@@ -104,7 +109,7 @@ fn repgeom_hub(hub: &TestHub, cache: &Path, args: &[&str], extra_env: &[(&str, &
     }
 }
 
-fn ok(r: &Run) -> &Run {
+pub(crate) fn ok(r: &Run) -> &Run {
     assert_eq!(r.code, 0, "stdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
     r
 }

@@ -8,6 +8,7 @@ mod metrics;
 mod parity;
 mod pga;
 mod sweep;
+mod trained;
 
 use std::path::PathBuf;
 use std::process::Command;

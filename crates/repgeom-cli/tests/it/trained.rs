@@ -1,0 +1,249 @@
+//! The whole study from model names on *trained* models: tiny GPT-NeoX models trained from
+//! scratch on a public-domain novel (`fixtures/trained/`, made by its script), served by the
+//! test hub as `test-org/neox-dW@stepN`. Extraction, the computed validation loss against
+//! transformers' own (stored by the script), probes on a labelled text task, PGA under both
+//! nulls, cross-model metrics between widths, every figure, and `repgeom report`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use repgeom_hub::test_server::{TestHub, TestRepo};
+
+use crate::hub::{ok, repgeom_hub};
+use crate::root;
+
+/// Our loss against transformers' on the same tokens: f32 forward passes, f64 sums.
+const LOSS_TOL: f64 = 1e-5;
+const WIDTHS: [usize; 2] = [16, 64];
+const STEPS: [u64; 5] = [0, 40, 120, 300, 600];
+
+fn trained(p: &str) -> PathBuf {
+    root().join("fixtures/trained").join(p)
+}
+
+fn trained_hub() -> TestHub {
+    let repos = WIDTHS
+        .iter()
+        .map(|w| {
+            let mut r = TestRepo::new(&format!("test-org/neox-d{w}"));
+            for s in STEPS {
+                r.branch_from_dir(&format!("step{s}"), &trained(&format!("neox-d{w}/step{s}")))
+                    .unwrap();
+            }
+            r
+        })
+        .collect();
+    TestHub::start(repos)
+}
+
+fn manifest(null: &str) -> String {
+    let models: String = WIDTHS
+        .iter()
+        .map(|w| {
+            let ckpts: String = STEPS
+                .iter()
+                .map(|s| {
+                    format!(
+                        "\n[[model.checkpoint]]\nname = \"step{s}\"\nstep = {s}\nrevision = \"step{s}\"\n"
+                    )
+                })
+                .collect();
+            format!(
+                "\n[[model]]\nlabel = \"neox-d{w}\"\nfamily = \"neox\"\nhub = \"test-org/neox-d{w}\"\nd = {w}\nn_layers = 5\n{ckpts}"
+            )
+        })
+        .collect();
+    format!(
+        r#"
+title = "trained fixtures from model names (test hub)"
+pairs = [["neox-d16", "neox-d64"]]
+
+[analysis]
+k_frac = 0.25
+n_null = 20
+ccr = [1, 2]
+null = "{null}"
+spectral = ["rankme", "alpha_req"]
+pc_share = 2
+k_sensitivity = [0.125]
+cross = ["distance_spearman", "cka_linear"]
+
+[extract]
+text = "{corpus}"
+n_points = 384
+seq_len = 128
+loss = true
+
+[probe]
+labels = "{labelled}"
+label_column = "label"
+text_column = "text"
+
+[report]
+small_max_d = 16
+large_min_d = 64
+{models}"#,
+        corpus = trained("corpus.txt").display(),
+        labelled = trained("labelled.csv").display(),
+    )
+}
+
+/// (model, checkpoint, metric, variant, layer) → value, from `results.csv`.
+fn values(csv_text: &str) -> BTreeMap<(String, String, String, String, String), f64> {
+    let mut rdr = csv::Reader::from_reader(csv_text.as_bytes());
+    let h = rdr.headers().unwrap().clone();
+    let col = |n: &str| h.iter().position(|c| c == n).unwrap();
+    let (m, c, me, v, l, x) = (
+        col("model"),
+        col("checkpoint"),
+        col("metric"),
+        col("variant"),
+        col("layer"),
+        col("value"),
+    );
+    rdr.records()
+        .map(|r| {
+            let r = r.unwrap();
+            (
+                (
+                    r[m].to_string(),
+                    r[c].to_string(),
+                    r[me].to_string(),
+                    r[v].to_string(),
+                    r[l].to_string(),
+                ),
+                r[x].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn study_of_trained_models_from_names_end_to_end() {
+    let hub = trained_hub();
+    let cache = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    let out = tmp.path().join("paper");
+    let ws = work.to_str().unwrap();
+    let run = |null: &str| {
+        let m = tmp.path().join(format!("study-{null}.toml"));
+        std::fs::write(&m, manifest(null)).unwrap();
+        ok(&repgeom_hub(
+            &hub,
+            cache.path(),
+            &["sweep", "--manifest", m.to_str().unwrap(), "--out", ws],
+            &[],
+        ));
+        ok(&repgeom_hub(
+            &hub,
+            cache.path(),
+            &["report", "--work", ws, "--out", out.to_str().unwrap()],
+            &[],
+        ));
+        values(&read(&out.join("results.csv")))
+    };
+    let acts = |w: &Path| std::fs::read_dir(w.join("activations")).unwrap().count();
+
+    let v = run("haar");
+    let reference: serde_json::Value =
+        serde_json::from_str(&read(&trained("reference.json"))).unwrap();
+    let get = |model: &str, ckpt: &str, metric: &str, variant: &str, layer: &str| {
+        v.get(&(
+            model.into(),
+            ckpt.into(),
+            metric.into(),
+            variant.into(),
+            layer.into(),
+        ))
+        .copied()
+    };
+    for w in WIDTHS {
+        let model = format!("neox-d{w}");
+        let mut losses = Vec::new();
+        for (i, s) in STEPS.iter().enumerate() {
+            let ckpt = format!("step{s}");
+            let want = reference["models"][&model]["checkpoints"][i]["val_loss"]
+                .as_f64()
+                .unwrap();
+            // The loss rows are a checkpoint's, filed under layer 0.
+            let got = get(&model, &ckpt, "val_loss", "", "0").expect("val_loss row");
+            assert!(
+                (got - want).abs() <= LOSS_TOL,
+                "{model} {ckpt}: val_loss {got} vs transformers {want}"
+            );
+            let se = get(&model, &ckpt, "val_loss_se", "", "0").expect("val_loss_se row");
+            assert!(se > 0.0 && se < 0.05, "{model} {ckpt}: se {se}");
+            losses.push(got);
+        }
+        // A real trajectory: the loss falls at every checkpoint, from ln(512) to well below.
+        assert!(
+            losses.windows(2).all(|p| p[1] < p[0]),
+            "{model}: {losses:?}"
+        );
+        assert!(
+            losses[0] > 6.2 && *losses.last().unwrap() < 4.0,
+            "{model}: {losses:?}"
+        );
+        // PGA at every layer of every checkpoint; the probe learns the speech/narration task
+        // at the final checkpoint above chance (0.5) at some layer.
+        for s in STEPS {
+            for l in 0..5 {
+                let z = get(&model, &format!("step{s}"), "pga_z", "ccr1", &l.to_string());
+                assert!(z.is_some_and(f64::is_finite), "{model} step{s} layer {l}");
+            }
+        }
+        let best = v
+            .iter()
+            .filter(|(k, _)| k.0 == model && k.1 == "step600" && k.2 == "probe_accuracy")
+            .map(|(_, x)| *x)
+            .fold(0f64, f64::max);
+        assert!(best > 0.65, "{model}: best probe accuracy {best}");
+    }
+    let cross = v
+        .keys()
+        .filter(|k| k.0 == "neox-d16" && (k.2 == "distance_spearman" || k.2 == "cka_linear"))
+        .count();
+    assert!(cross >= 2 * 5, "cross-model rows at every layer: {cross}");
+    for f in 1..=9 {
+        let svg = std::fs::read_dir(&out)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .any(|n| n.starts_with(&format!("fig{f}_")) && n.ends_with(".svg"));
+        assert!(svg, "figure {f} drawn");
+    }
+    // `report --check`: up to date, then a changed summary is named.
+    let check = |code: i32| {
+        let r = repgeom_hub(
+            &hub,
+            cache.path(),
+            &[
+                "report",
+                "--work",
+                ws,
+                "--out",
+                out.to_str().unwrap(),
+                "--check",
+            ],
+            &[],
+        );
+        assert_eq!(r.code, code, "{}\n{}", r.stdout, r.stderr);
+        r.stdout
+    };
+    check(0);
+    std::fs::write(out.join("summary.md"), "edited\n").unwrap();
+    assert!(check(1).contains("summary.md"));
+
+    // The spectrum null in the same directory: new PGA units, no new extraction.
+    let before = acts(&work);
+    let v = run("spectrum");
+    assert_eq!(acts(&work), before, "activations are reused");
+    assert!(
+        v.keys().any(|k| k.2 == "pga_z" && k.3 == "ccr1_spectrum"),
+        "spectrum-null PGA rows"
+    );
+}
