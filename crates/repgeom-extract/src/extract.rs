@@ -257,7 +257,22 @@ pub struct Extractor {
 impl Extractor {
     /// Loads `config.json`, the safetensors weights and `tokenizer.json` from `dir`.
     pub fn load(dir: &Path) -> Result<Self> {
-        let model = Model::load(dir)?;
+        Ok(Self::load_inner(dir, false)?.0)
+    }
+
+    /// Loads a checkpoint directory as [`Extractor::load`] does and computes its weights hash
+    /// from the same read of the weights ([`Model::load_hashed`]; `None` where the directory's
+    /// weight files are not exactly the ones loaded).
+    pub fn load_hashed(dir: &Path) -> Result<(Self, Option<repgeom_io::WeightsDigest>)> {
+        Self::load_inner(dir, true)
+    }
+
+    fn load_inner(dir: &Path, hash: bool) -> Result<(Self, Option<repgeom_io::WeightsDigest>)> {
+        let (model, digest) = if hash {
+            Model::load_hashed(dir)?
+        } else {
+            (Model::load(dir)?, None)
+        };
         let tokenizer_path = dir.join("tokenizer.json");
         if !tokenizer_path.is_file() {
             return Err(Error::MissingFile {
@@ -278,13 +293,14 @@ impl Extractor {
                 reason: e.to_string(),
             })?;
         let (name, revision) = model_name(dir);
-        Ok(Self {
+        let extractor = Self {
             model,
             tokenizer,
             tokenizer_path,
             name,
             revision,
-        })
+        };
+        Ok((extractor, digest))
     }
 
     /// The model.

@@ -263,23 +263,67 @@ impl Loader<'_, '_> {
 impl Model {
     /// Loads a checkpoint directory (`config.json` plus safetensors weights, sharded or not).
     pub fn load(dir: &Path) -> Result<Self> {
+        Ok(Self::load_inner(dir, false)?.0)
+    }
+
+    /// Loads a checkpoint directory and computes its weights hash (`repgeom_hub::weights_hash`'s)
+    /// from the same read of the weights
+    /// ([`repgeom_io::Checkpoint::read_float_tensors_hashed`]): every tensor is read once, in
+    /// name order, hashed and converted. `None` for the hash where the directory's weight files
+    /// are not exactly the ones loaded (then hash them apart). The model is the one
+    /// [`Model::load`] builds, tensor for tensor.
+    pub fn load_hashed(dir: &Path) -> Result<(Self, Option<repgeom_io::WeightsDigest>)> {
+        Self::load_inner(dir, true)
+    }
+
+    fn load_inner(dir: &Path, hash: bool) -> Result<(Self, Option<repgeom_io::WeightsDigest>)> {
         let ckpt = repgeom_io::open_checkpoint(dir)?;
         let config = ModelConfig::from_json(&dir.join("config.json"), &ckpt.config)?;
+        // With the hash: every float tensor, in its narrowest exact storage, from the one read.
+        let mut read: std::collections::BTreeMap<String, (Vec<usize>, Tensor)> =
+            std::collections::BTreeMap::new();
+        let mut failed = None;
+        let digest = if hash {
+            ckpt.read_float_tensors_hashed(|name, shape, data| {
+                if failed.is_none() {
+                    match narrowest_exact(data, shape) {
+                        Ok(t) => {
+                            read.insert(name.to_string(), (shape.to_vec(), t));
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                }
+            })?
+        } else {
+            None
+        };
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let mismatch = |name: &str, shape: &[usize], found: Vec<usize>| Error::ShapeMismatch {
+            file: ckpt
+                .tensor_file(name)
+                .map_or_else(|| dir.to_path_buf(), Path::to_path_buf),
+            tensor: name.to_string(),
+            expected: shape.to_vec(),
+            found,
+        };
         let mut get = |name: &str, shape: &[usize]| -> Result<Tensor> {
+            if let Some((found, t)) = read.get(name) {
+                if found != shape {
+                    return Err(mismatch(name, shape, found.clone()));
+                }
+                // A candle tensor's clone shares its storage.
+                return Ok(t.clone());
+            }
             let (found, data) = ckpt.read_tensor_f32(name)?;
             if found != shape {
-                return Err(Error::ShapeMismatch {
-                    file: ckpt
-                        .tensor_file(name)
-                        .map_or_else(|| dir.to_path_buf(), Path::to_path_buf),
-                    tensor: name.to_string(),
-                    expected: shape.to_vec(),
-                    found,
-                });
+                return Err(mismatch(name, shape, found));
             }
             narrowest_exact(data, shape)
         };
-        Self::build(config, &mut get, &|name| ckpt.has_tensor(name))
+        let model = Self::build(config, &mut get, &|name| ckpt.has_tensor(name))?;
+        Ok((model, digest))
     }
 
     /// A model of the given shape with seeded random weights (for benchmarks and tests of the

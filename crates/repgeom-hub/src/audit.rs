@@ -5,21 +5,12 @@ use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
+use repgeom_io::WeightsHasher;
 
-use crate::client::{hex, read_weight_map};
+use crate::client::read_weight_map;
 use crate::{Error, Result};
 
-/// What [`weights_hash`] found in a checkpoint directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WeightsDigest {
-    /// Hex SHA-256 over the tensors (see [`weights_hash`] for exactly what is hashed).
-    pub sha256: String,
-    /// Number of tensors.
-    pub tensors: usize,
-    /// Number of parameters (sum of the tensors' element counts).
-    pub parameters: u64,
-}
+pub use repgeom_io::WeightsDigest;
 
 struct TensorLoc {
     file: PathBuf,
@@ -30,23 +21,13 @@ struct TensorLoc {
     end: u64,
 }
 
-/// SHA-256 of a checkpoint's weights, independent of how they are split into files.
+/// SHA-256 of a checkpoint's weights, independent of how they are split into files: the hash
+/// of [`repgeom_io::WeightsHasher`] (which says exactly what is hashed) over every tensor of
+/// every `*.safetensors` file in `dir` (the shards listed by `model.safetensors.index.json`
+/// when there is one). A name present in two files is an error.
 ///
-/// Every tensor of every `*.safetensors` file in `dir` (the shards listed by
-/// `model.safetensors.index.json` when there is one) is visited in byte-wise order of its
-/// name, and for each the hash is fed:
-///
-/// 1. the name's UTF-8 bytes, then one `0` byte;
-/// 2. the safetensors dtype string (`F32`, `BF16`, …), then one `0` byte;
-/// 3. the number of dimensions as a little-endian `u64`, then each dimension as a
-///    little-endian `u64`;
-/// 4. the data length in bytes as a little-endian `u64`, then the data bytes exactly as
-///    stored (little-endian, row-major).
-///
-/// File names, shard boundaries, tensor order inside files and the `__metadata__` header
-/// do not enter, so re-sharding a checkpoint keeps its hash; a change of dtype (an f32
-/// checkpoint saved as bf16) or of any value changes it. A name present in two files is an
-/// error.
+/// `repgeom_io::Checkpoint::read_float_tensors_hashed` computes the same hash from the bytes it
+/// reads to load a model.
 pub fn weights_hash(dir: &Path) -> Result<WeightsDigest> {
     let files = weight_files(dir)?;
     let mut tensors: BTreeMap<String, TensorLoc> = BTreeMap::new();
@@ -61,22 +42,12 @@ pub fn weights_hash(dir: &Path) -> Result<WeightsDigest> {
             tensors.insert(name, loc);
         }
     }
-    let mut h = Sha256::new();
-    let mut parameters = 0u64;
+    let mut h = WeightsHasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut open: Option<(PathBuf, File)> = None;
     for (name, t) in &tensors {
-        h.update(name.as_bytes());
-        h.update([0]);
-        h.update(t.dtype.as_bytes());
-        h.update([0]);
-        h.update((t.shape.len() as u64).to_le_bytes());
-        for d in &t.shape {
-            h.update(d.to_le_bytes());
-        }
-        parameters += t.shape.iter().product::<u64>();
         let len = t.end - t.start;
-        h.update(len.to_le_bytes());
+        h.tensor(name, &t.dtype, &t.shape, len);
         if open.as_ref().is_none_or(|(p, _)| p != &t.file) {
             open = Some((
                 t.file.clone(),
@@ -94,11 +65,7 @@ pub fn weights_hash(dir: &Path) -> Result<WeightsDigest> {
             left -= n as u64;
         }
     }
-    Ok(WeightsDigest {
-        sha256: hex(&h.finalize()),
-        tensors: tensors.len(),
-        parameters,
-    })
+    Ok(h.finish())
 }
 
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {

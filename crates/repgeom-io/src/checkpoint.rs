@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::arch::Arch;
+use crate::digest::{WeightsDigest, WeightsHasher};
 use crate::st::{StFile, list_names};
 use crate::{Error, Result};
 
@@ -220,6 +221,69 @@ impl Checkpoint {
     /// The shard file holding a tensor, if present.
     pub fn tensor_file(&self, name: &str) -> Option<&Path> {
         Some(&self.shard_paths[*self.index.get(name)?])
+    }
+
+    /// Reads every tensor of the checkpoint's files once, in byte-wise order of the names:
+    /// its stored bytes enter the weights hash ([`WeightsHasher`]), and each floating-point
+    /// tensor is handed to `each` as f32 (C order) with its shape, its mapped pages released
+    /// after. A model loaded from what `each` gets, and the hash, cost one read of the weights.
+    ///
+    /// The hash is `repgeom_hub::weights_hash`'s of the directory, or `None` where that would
+    /// cover other bytes: a shard the index lists is absent ([`open_checkpoint_partial`]),
+    /// `model.safetensors` sits beside other `*.safetensors` files (which this checkpoint does
+    /// not read), or a name is in two files.
+    pub fn read_float_tensors_hashed<F>(&self, mut each: F) -> Result<Option<WeightsDigest>>
+    where
+        F: FnMut(&str, &[usize], Vec<f32>),
+    {
+        let mut exact = true;
+        let mut all: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, shard) in self.shards.iter().enumerate() {
+            let Some(shard) = shard else {
+                exact = false;
+                continue;
+            };
+            for n in shard.names() {
+                if all.insert(n, i).is_some() {
+                    exact = false;
+                }
+            }
+        }
+        if self.index_path.is_none()
+            && self
+                .shard_paths
+                .iter()
+                .any(|p| p.file_name().is_some_and(|n| n == "model.safetensors"))
+        {
+            let rd = std::fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+            exact &= !rd.filter_map(|e| e.ok().map(|e| e.path())).any(|p| {
+                p.extension().is_some_and(|e| e == "safetensors")
+                    && p.file_name().is_some_and(|n| n != "model.safetensors")
+            });
+        }
+        let mut h = WeightsHasher::new();
+        for (name, &i) in &all {
+            let Some(shard) = &self.shards[i] else {
+                continue;
+            };
+            let (dtype, shape, bytes) = shard.raw(name).ok_or_else(|| {
+                Error::format(
+                    &shard.path,
+                    "safetensors",
+                    format!("tensor `{name}` lies outside the file"),
+                )
+            })?;
+            let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+            h.tensor(name, &dtype, &dims, bytes.len() as u64);
+            h.update(bytes);
+            if shard.is_float(name) {
+                let t = shard.tensor(name)?;
+                let data = t.to_f32(&shard.path)?;
+                each(name, &t.shape, data);
+            }
+            shard.release_tensor(name);
+        }
+        Ok(exact.then(|| h.finish()))
     }
 
     /// Reads one tensor as f32 (from f32, f16, bf16 or f64), C order; returns (shape, data).

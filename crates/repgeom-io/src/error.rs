@@ -48,6 +48,19 @@ pub enum Error {
         /// Its dtype, as polars names it (`i64`, `binary`, ...).
         dtype: String,
     },
+    /// A column asked for as class labels holds neither integers nor strings.
+    #[error(
+        "{}: column `{column}` has dtype {dtype}, not class labels (an integer or string column)",
+        file.display()
+    )]
+    ColumnNotLabels {
+        /// The file.
+        file: PathBuf,
+        /// The column.
+        column: String,
+        /// Its dtype, as polars names it (`f64`, `binary`, ...).
+        dtype: String,
+    },
     /// The operating system refused a read, write, rename or directory listing.
     #[error("{}: {source}", file.display())]
     Io {

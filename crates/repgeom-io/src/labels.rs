@@ -48,7 +48,7 @@ fn fail(path: &Path, reason: String) -> Error {
     }
 }
 
-fn from_indices(path: &Path, values: Vec<usize>) -> Result<LabelFile> {
+pub(crate) fn from_indices(path: &Path, values: Vec<usize>) -> Result<LabelFile> {
     let max = values.iter().copied().max();
     if let Some(m) = max
         && m > MAX_CLASS
@@ -177,6 +177,12 @@ fn read_csv(path: &Path, column: Option<&str>) -> Result<LabelFile> {
             .ok_or_else(|| fail(path, format!("row {}: no column {}", i + 1, col + 1)))?;
         cells.push(v.trim().to_string());
     }
+    from_cells(path, cells)
+}
+
+/// Labels from text cells: non-negative integers are class indices, anything else makes every
+/// distinct string a class, numbered in sorted order.
+pub(crate) fn from_cells(path: &Path, cells: Vec<String>) -> Result<LabelFile> {
     if cells.iter().all(|c| c.parse::<usize>().is_ok()) {
         let values = cells
             .iter()

@@ -3,9 +3,9 @@
 //! unembedding matrix `W_U` ([`read_readout`] → [`Readout`]; which tensor, and the final
 //! norm in front of it, come from one table keyed by `model_type`, [`ARCHS`]), HuggingFace
 //! checkpoints ([`open_checkpoint`] → [`Checkpoint`]), saved bases ([`read_array_f64`]) and
-//! probe labels ([`read_labels`]), and, with the `parquet` feature, a text column of
-//! datasets' parquet files (`read_parquet_texts`); it writes `.npy` and `.safetensors`
-//! atomically.
+//! probe labels ([`read_labels`]), and, with the `parquet` feature, a text or label column of
+//! datasets' parquet files (`read_parquet_texts`, `read_parquet_labels`); it writes `.npy` and
+//! `.safetensors` atomically.
 //!
 //! The main type is [`Matrix`], a plain row-major `Vec<f32>` with its shape. Key design
 //! decision: this crate hands out plain data, not faer or ndarray types, and implements the
@@ -23,6 +23,7 @@ mod activations;
 mod arch;
 mod array;
 mod checkpoint;
+mod digest;
 mod error;
 mod labels;
 mod mmap;
@@ -43,6 +44,7 @@ pub use activations::{Activations, LayerActs, read_activations};
 pub use arch::{ARCHS, Arch, GainConvention, NormKind};
 pub use array::{ArrayF64, read_array_f64};
 pub use checkpoint::{Checkpoint, open_checkpoint, open_checkpoint_partial};
+pub use digest::{WeightsDigest, WeightsHasher};
 pub use error::{Error, Result};
 pub use labels::{AG_NEWS_CLASSES, LabelFile, read_labels};
 pub use readout::{
@@ -51,7 +53,7 @@ pub use readout::{
 };
 pub use system::default_memory_budget;
 #[cfg(feature = "parquet")]
-pub use texts::read_parquet_texts;
+pub use texts::{read_parquet_labels, read_parquet_texts};
 pub use write::{atomic_write, write_npy_f32, write_npy_f64, write_safetensors};
 
 use std::collections::BTreeMap;

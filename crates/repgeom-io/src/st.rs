@@ -73,6 +73,26 @@ impl StFile {
         }
     }
 
+    /// A tensor's safetensors dtype string (`F32`, `BF16`, ...), shape and stored bytes, for
+    /// any dtype; `None` for a name the file lacks or bytes outside the file.
+    pub(crate) fn raw(&self, name: &str) -> Option<(String, Vec<usize>, &[u8])> {
+        let info = self.meta.info(name)?;
+        let (s, e) = info.data_offsets;
+        let bytes = self
+            .map
+            .bytes()
+            .get(self.data_start.checked_add(s)?..self.data_start.checked_add(e)?)?;
+        Some((info.dtype.to_string(), info.shape.clone(), bytes))
+    }
+
+    /// Whether a tensor's dtype is one [`StFile::tensor`] converts to f32.
+    pub(crate) fn is_float(&self, name: &str) -> bool {
+        self.meta
+            .info(name)
+            .and_then(|i| map_dtype(i.dtype))
+            .is_some_and(DType::is_float)
+    }
+
     /// A borrowed view of one tensor.
     pub(crate) fn tensor(&self, name: &str) -> Result<RawTensor<'_>> {
         let info = self.meta.info(name).ok_or_else(|| Error::MissingTensor {

@@ -3,6 +3,7 @@
 
 mod errors;
 mod extraction;
+mod hashing;
 mod parity;
 mod sampling;
 
