@@ -131,6 +131,16 @@ pub enum Error {
     /// and file).
     #[error(transparent)]
     Hub(Box<repgeom_hub::Error>),
+    /// The texts of `[extract] text` or `[probe] labels` cannot be read.
+    #[error("{place} ({data}): {reason}")]
+    Data {
+        /// The manifest key (`extract.text`, `probe.labels`).
+        place: &'static str,
+        /// The file or hub dataset it names.
+        data: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Extracting activations of a hub checkpoint failed.
     #[error("model {model} revision {revision}: extraction from {}: {reason}", file.display())]
     Extract {

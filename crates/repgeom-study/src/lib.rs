@@ -32,8 +32,9 @@ mod tests;
 
 pub use error::{Error, Result};
 pub use manifest::{
-    Analysis, BUILTIN, CheckpointSpec, CrossMetric, ExtractSpec, FullAt, Manifest, ModelSpec,
-    PgaSettings, ProbeSpec, ReportSettings, STUDY_CCR, SyntheticSpec, default_cross,
+    Analysis, BUILTIN, CheckpointSpec, CrossMetric, DataSource, ExtractSpec, FullAt, HubData,
+    Manifest, ModelSpec, PgaSettings, ProbeSpec, ReportSettings, STUDY_CCR, SyntheticSpec,
+    default_cross,
 };
 pub use parts::{
     MergeReport, PART_FORMAT, PLAN_FORMAT, Part, PlanFile, is_done, merge, part_path, parts_dir,
@@ -90,7 +91,8 @@ pub struct SweepStats {
 }
 
 /// Writes the plan, then computes every unit of shard `shard = (i, n)` (all when `None`) whose
-/// part is missing or stale. `on_start` gets the stats before any unit runs (for a progress bar).
+/// part is missing or stale. `on_start` gets the stats after the shard's hub checkpoints are
+/// extracted and before any unit runs (for a progress bar).
 pub fn sweep(
     study: &Study,
     dir: &std::path::Path,
@@ -104,23 +106,12 @@ pub fn sweep(
         None => study.units.clone(),
     };
     let todo: Vec<PlannedUnit> = mine.iter().filter(|u| !is_done(dir, u)).cloned().collect();
-    // Resolve and hash this shard's hub checkpoints first, so duplicates are known (and
-    // reported) before any time is spent on them.
     let loader = Loader::with_dir(study, dir);
-    let mut checkpoints = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
-    for u in &mine {
-        if seen.insert((u.unit.model.clone(), u.unit.checkpoint.clone())) {
-            let m = study.model(&u.unit.model).expect("planned model");
-            if let Some(r) = loader.audit(m, &u.unit.checkpoint)? {
-                checkpoints.push(r);
-            }
-        }
-    }
     // Extraction is sharded too: of the hub checkpoints this shard's pending units need, shard
     // i extracts those at positions i mod n (plan order) first, so the tasks of an array start
     // on different checkpoints; a checkpoint another task is extracting is waited for (a lock
-    // per cache key) and then reused, never extracted twice.
+    // per cache key) and then reused, never extracted twice. A checkpoint extracted here is
+    // hashed from the same read of its weights that loads it.
     let mut hub_ckpts: Vec<(String, String)> = Vec::new();
     for u in &study.units {
         let key = (u.unit.model.clone(), u.unit.checkpoint.clone());
@@ -137,6 +128,23 @@ pub fn sweep(
         .map(|u| (u.unit.model.clone(), u.unit.checkpoint.clone()))
         .collect();
     let (i, n) = shard_of.unwrap_or((0, 1));
+    for (m, c) in hub_ckpts.iter().skip(i).step_by(n) {
+        if pending.contains(&(m.clone(), c.clone())) {
+            loader.extracted(study.model(m).expect("planned model"), c)?;
+        }
+    }
+    // Every hub checkpoint of this shard resolved and hashed (those extracted above already
+    // are; the others are hashed on their own), so duplicates are known before any unit runs.
+    let mut checkpoints = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for u in &mine {
+        if seen.insert((u.unit.model.clone(), u.unit.checkpoint.clone())) {
+            let m = study.model(&u.unit.model).expect("planned model");
+            if let Some(r) = loader.audit(m, &u.unit.checkpoint)? {
+                checkpoints.push(r);
+            }
+        }
+    }
     let stats = SweepStats {
         planned: study.units.len(),
         in_shard: mine.len(),
@@ -146,11 +154,6 @@ pub fn sweep(
         checkpoints,
     };
     on_start(&stats);
-    for (m, c) in hub_ckpts.iter().skip(i).step_by(n) {
-        if pending.contains(&(m.clone(), c.clone())) {
-            loader.extracted(study.model(m).expect("planned model"), c)?;
-        }
-    }
     run_units(study, &todo, dir, on_done)?;
     Ok(stats)
 }

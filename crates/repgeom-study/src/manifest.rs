@@ -49,8 +49,10 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExtractSpec {
-    /// UTF-8 corpus; split into sequences of `seq_len` tokens.
-    pub text: PathBuf,
+    /// The corpus, split into sequences of `seq_len` tokens: a UTF-8 file, or a hub dataset's
+    /// text column (`{ hub = "Salesforce/wikitext", config = "wikitext-103-raw-v1", split =
+    /// "test", column = "text" }`; column `text` by default), each row a line.
+    pub text: DataSource,
     /// Token positions sampled per checkpoint (the points N).
     #[serde(default = "default_n_points")]
     pub n_points: usize,
@@ -120,14 +122,16 @@ fn default_val_fraction() -> f64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeSpec {
-    /// CSV of labelled texts: the AG News layout (no header; class 1-4, title, description;
-    /// the text is title and description joined by a space), or a CSV with a header naming
-    /// `label_column` and `text_column`.
-    pub labels: PathBuf,
-    /// Label column of a CSV with a header (default: the AG News layout).
+    /// The labelled texts: a CSV in the AG News layout (no header; class 1-4, title,
+    /// description; the text is title and description joined by a space), a CSV with a header
+    /// naming `label_column` and `text_column`, or a hub dataset's split (`{ hub =
+    /// "fancyzhx/ag_news", split = "test" }`; columns `label` and `text` by default).
+    pub labels: DataSource,
+    /// Label column of a CSV with a header (default: the AG News layout) or of a hub dataset
+    /// (default `label`).
     #[serde(default)]
     pub label_column: Option<String>,
-    /// Text column of a CSV with a header.
+    /// Text column of a CSV with a header or of a hub dataset (default `text`).
     #[serde(default)]
     pub text_column: Option<String>,
     /// Use only the first rows (default: all).
@@ -153,6 +157,121 @@ fn is_true(b: &bool) -> bool {
 
 fn default_probe_seq_len() -> usize {
     128
+}
+
+/// Where the texts of `[extract] text` or `[probe] labels` come from.
+///
+/// In TOML: a path string (relative to the manifest's folder), or a table naming a split of a
+/// HuggingFace Hub dataset, whose parquet files are downloaded into the hub cache
+/// (`datasets--org--name`) and read there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum DataSource {
+    /// A local file.
+    File(PathBuf),
+    /// A split of a hub dataset.
+    Hub(HubData),
+}
+
+/// A split of a hub dataset: `{ hub = "org/name", config = "...", split = "test", column =
+/// "text", revision = "main" }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HubData {
+    /// The dataset id, `org/name`.
+    pub hub: String,
+    /// Branch, tag or commit (default `main`; a commit pins the data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The config (subset); default: the dataset's default config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// The split.
+    pub split: String,
+    /// The text column of `[extract] text` (default `text`); `[probe]` names its columns with
+    /// `label_column` and `text_column`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
+}
+
+impl HubData {
+    fn check(&self) -> std::result::Result<(), String> {
+        if !self.hub.contains('/') || repgeom_hub::check_id(&self.hub).is_err() {
+            return Err(format!(
+                "hub = {:?} is not a hub dataset id (org/name)",
+                self.hub
+            ));
+        }
+        if self.split.is_empty() || self.column.as_deref() == Some("") {
+            return Err("split and column must not be empty".into());
+        }
+        Ok(())
+    }
+
+    /// The dataset reference the hub client takes.
+    pub fn dataset_ref(&self) -> repgeom_hub::DatasetRef {
+        let mut d = repgeom_hub::DatasetRef::new(&self.hub, &self.split);
+        if let Some(c) = &self.config {
+            d = d.config(c);
+        }
+        if let Some(r) = &self.revision {
+            d = d.revision(r);
+        }
+        d
+    }
+}
+
+impl DataSource {
+    /// The file, if this source is one.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            DataSource::File(p) => Some(p),
+            DataSource::Hub(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DataSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DataSource::File(p) => write!(f, "{}", p.display()),
+            DataSource::Hub(h) => {
+                write!(f, "hub dataset {}", h.hub)?;
+                if let Some(r) = &h.revision {
+                    write!(f, "@{r}")?;
+                }
+                if let Some(c) = &h.config {
+                    write!(f, " config {c}")?;
+                }
+                write!(f, " split {}", h.split)
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DataSource {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = DataSource;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a file path, or a hub dataset { hub = \"org/name\", split = \"test\" }",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<DataSource, E> {
+                Ok(DataSource::File(v.into()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> std::result::Result<DataSource, A::Error> {
+                HubData::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(DataSource::Hub)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 /// Analysis settings: the `[analysis]` table.
@@ -606,11 +725,11 @@ impl Manifest {
                 }
             }
         }
-        if let Some(e) = &mut m.extract {
-            resolve(base, &mut e.text);
+        if let Some(DataSource::File(t)) = m.extract.as_mut().map(|e| &mut e.text) {
+            resolve(base, t);
         }
-        if let Some(p) = &mut m.probe {
-            resolve(base, &mut p.labels);
+        if let Some(DataSource::File(l)) = m.probe.as_mut().map(|p| &mut p.labels) {
+            resolve(base, l);
         }
         Ok(m)
     }
@@ -942,6 +1061,9 @@ impl Manifest {
             e.params()
                 .check()
                 .map_err(|err| bad("extract", err.to_string()))?;
+            if let DataSource::Hub(h) = &e.text {
+                h.check().map_err(|r| bad("extract.text", r))?;
+            }
             if !(e.val_fraction > 0.0 && e.val_fraction < 1.0) && e.loss {
                 return Err(bad(
                     "extract",
@@ -953,7 +1075,17 @@ impl Manifest {
             }
         }
         if let Some(p) = &self.probe {
-            if p.label_column.is_some() != p.text_column.is_some() {
+            if let DataSource::Hub(h) = &p.labels {
+                h.check().map_err(|r| bad("probe.labels", r))?;
+                if h.column.is_some() {
+                    return Err(bad(
+                        "probe.labels",
+                        "`column` names the text of [extract]; name the probe's columns with \
+                         label_column and text_column (defaults `label` and `text`)"
+                            .into(),
+                    ));
+                }
+            } else if p.label_column.is_some() != p.text_column.is_some() {
                 return Err(bad(
                     "probe",
                     "give both label_column and text_column (a CSV with a header), or neither (AG News layout)".into(),

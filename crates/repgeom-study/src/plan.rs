@@ -6,7 +6,7 @@ use sha2::{Digest, Sha256};
 use repgeom_metrics::Pga;
 use repgeom_metrics::pga::BootstrapOptions;
 
-use crate::manifest::{FullAt, Manifest, ModelSpec, SyntheticSpec};
+use crate::manifest::{DataSource, FullAt, Manifest, ModelSpec, SyntheticSpec};
 use crate::{Error, Result};
 
 /// What one unit computes.
@@ -211,33 +211,45 @@ pub struct Study {
 }
 
 /// The hash of what extraction reads: `[extract]` settings and corpus bytes, `[probe]`
-/// settings and labelled-text bytes. Missing files are reported here, before any work.
+/// settings and labelled-text bytes. Missing files are reported here, before any work. A hub
+/// dataset enters by its reference (id, revision, config, split, column), as a hub model does
+/// by its revision: the bytes it resolves to are hashed into the activation cache key when
+/// they are read.
 fn extraction_inputs(manifest: &Manifest, origin: &str) -> Result<Option<String>> {
     let Some(e) = &manifest.extract else {
         return Ok(None);
     };
-    let file_hash = |place: &str, p: &std::path::Path| -> Result<String> {
+    // A file: its SHA-256, and the path left out (moving the file changes nothing).
+    let hash = |place: &str, src: &DataSource| -> Result<(DataSource, Option<String>)> {
+        let DataSource::File(p) = src else {
+            return Ok((src.clone(), None));
+        };
         let bytes = std::fs::read(p).map_err(|err| Error::InvalidManifest {
             manifest: origin.into(),
             place: place.into(),
             reason: format!("cannot read {}: {err}", p.display()),
         })?;
-        Ok(hex(&Sha256::digest(&bytes)))
+        Ok((
+            DataSource::File(std::path::PathBuf::new()),
+            Some(hex(&Sha256::digest(&bytes))),
+        ))
     };
     let mut e2 = e.clone();
-    e2.text = std::path::PathBuf::new();
+    let (text, text_sha) = hash("extract.text", &e.text)?;
+    e2.text = text;
     e2.batch_size = 0; // speed only
     let probe = match &manifest.probe {
         Some(p) => {
             let mut p2 = p.clone();
-            p2.labels = std::path::PathBuf::new();
-            Some((p2, file_hash("probe.labels", &p.labels)?))
+            let (labels, sha) = hash("probe.labels", &p.labels)?;
+            p2.labels = labels;
+            Some((p2, sha))
         }
         None => None,
     };
     let key = serde_json::json!({
         "extract": e2,
-        "text_sha256": file_hash("extract.text", &e.text)?,
+        "text_sha256": text_sha,
         "probe": probe,
     });
     Ok(Some(hex(&Sha256::digest(key.to_string().as_bytes()))))

@@ -39,6 +39,18 @@ struct ModelCtx {
     sensitivity: BTreeMap<usize, ModelContext>,
 }
 
+/// The model spec and checkpoint `ckpt` of `m` when it is a hub checkpoint (has a revision).
+fn hub_checkpoint<'m>(
+    m: &'m ModelInfo,
+    ckpt: &str,
+) -> Option<(&'m crate::ModelSpec, &'m crate::CheckpointSpec)> {
+    let ModelSource::Files(spec) = &m.source else {
+        return None;
+    };
+    let c = spec.checkpoints.iter().find(|c| c.name == ckpt)?;
+    c.revision.is_some().then_some((spec, c))
+}
+
 /// Loads and caches model data. Nothing cached changes a number: every unit's rows depend only
 /// on its inputs, whether they were loaded for it or reused.
 pub struct Loader<'s> {
@@ -51,6 +63,10 @@ pub struct Loader<'s> {
     /// (model, checkpoint) -> audited hub checkpoint and its snapshot folder.
     audited: Mutex<BTreeMap<(String, String), (CheckpointRecord, PathBuf)>>,
     extracted: Mutex<BTreeMap<(String, String), Arc<Extracted>>>,
+    /// The `[extract]` corpus, read (or downloaded) once.
+    corpus: Mutex<Option<Arc<stage::Corpus>>>,
+    /// The `[probe]` texts and labels, read (or downloaded) once.
+    probe_texts: Mutex<Option<Arc<stage::ProbeTexts>>>,
 }
 
 impl std::fmt::Debug for Loader<'_> {
@@ -77,7 +93,31 @@ impl<'s> Loader<'s> {
             hub: OnceLock::new(),
             audited: Mutex::new(BTreeMap::new()),
             extracted: Mutex::new(BTreeMap::new()),
+            corpus: Mutex::new(None),
+            probe_texts: Mutex::new(None),
         }
+    }
+
+    /// The `[extract]` corpus (the lock is held while it is read, so it is read once).
+    fn corpus(&self, e: &crate::ExtractSpec) -> Result<Arc<stage::Corpus>> {
+        let mut c = self.corpus.lock().expect("no panics while locked");
+        if let Some(c) = &*c {
+            return Ok(c.clone());
+        }
+        let read = Arc::new(stage::read_corpus(self.hub(), &e.text)?);
+        *c = Some(read.clone());
+        Ok(read)
+    }
+
+    /// The `[probe]` texts and labels (read once).
+    pub(crate) fn probe_texts(&self, p: &crate::ProbeSpec) -> Result<Arc<stage::ProbeTexts>> {
+        let mut c = self.probe_texts.lock().expect("no panics while locked");
+        if let Some(c) = &*c {
+            return Ok(c.clone());
+        }
+        let read = Arc::new(stage::probe_texts(self.hub(), p)?);
+        *c = Some(read.clone());
+        Ok(read)
     }
 
     fn hub(&self) -> &repgeom_hub::Hub {
@@ -86,27 +126,11 @@ impl<'s> Loader<'s> {
 
     /// Resolves, downloads and hashes hub checkpoint `ckpt` of `m` (once per loader).
     pub fn audit(&self, m: &ModelInfo, ckpt: &str) -> Result<Option<CheckpointRecord>> {
-        Ok(self.audited_snapshot(m, ckpt)?.map(|(r, _)| r))
-    }
-
-    fn audited_snapshot(
-        &self,
-        m: &ModelInfo,
-        ckpt: &str,
-    ) -> Result<Option<(CheckpointRecord, PathBuf)>> {
-        let ModelSource::Files(spec) = &m.source else {
+        let Some((spec, c)) = hub_checkpoint(m, ckpt) else {
             return Ok(None);
         };
-        let c = spec
-            .checkpoints
-            .iter()
-            .find(|c| c.name == ckpt)
-            .expect("planned checkpoint");
-        if c.revision.is_none() {
-            return Ok(None);
-        }
         let key = (m.label.clone(), ckpt.to_string());
-        if let Some(r) = self
+        if let Some((r, _)) = self
             .audited
             .lock()
             .expect("no panics while locked")
@@ -119,10 +143,12 @@ impl<'s> Loader<'s> {
             .lock()
             .expect("no panics while locked")
             .insert(key, r.clone());
-        Ok(Some(r))
+        Ok(Some(r.0))
     }
 
-    /// The extraction of hub checkpoint `ckpt` of `m` (cached on disk and in the loader).
+    /// The extraction of hub checkpoint `ckpt` of `m`, with its probe features when the plan
+    /// probes it (cached on disk and in the loader). A checkpoint not audited yet is hashed
+    /// while its weights load for the extraction: one read of the weights for both.
     pub(crate) fn extracted(&self, m: &ModelInfo, ckpt: &str) -> Result<Option<Arc<Extracted>>> {
         let key = (m.label.clone(), ckpt.to_string());
         if let Some(e) = self
@@ -133,19 +159,49 @@ impl<'s> Loader<'s> {
         {
             return Ok(Some(e.clone()));
         }
-        let Some((rec, snap)) = self.audited_snapshot(m, ckpt)? else {
+        let Some((spec, c)) = hub_checkpoint(m, ckpt) else {
             return Ok(None);
         };
-        let ModelSource::Files(spec) = &m.source else {
-            return Ok(None);
+        let audited = self
+            .audited
+            .lock()
+            .expect("no panics while locked")
+            .get(&key)
+            .cloned();
+        let resolved = match audited {
+            Some((rec, dir)) => stage::Resolved {
+                dir,
+                commit: rec.commit.clone(),
+                record: Some(rec),
+            },
+            None => stage::resolve(self.hub(), &self.work_dir, spec, c)?,
         };
-        let e = Arc::new(stage::extract(
-            &self.study.manifest,
-            &self.work_dir,
-            spec,
-            &rec,
-            &snap,
-        )?);
+        let manifest = &self.study.manifest;
+        let corpus = self.corpus(
+            manifest
+                .extract
+                .as_ref()
+                .expect("checked: [extract] with revisions"),
+        )?;
+        let probes = self.study.units.iter().any(|u| {
+            u.unit.kind == UnitKind::Probe && u.unit.model == m.label && u.unit.checkpoint == ckpt
+        });
+        let texts = match (&manifest.probe, probes) {
+            (Some(p), true) => Some((p, self.probe_texts(p)?)),
+            _ => None,
+        };
+        let job = texts.as_ref().map(|(p, t)| stage::ProbeJob {
+            spec: p,
+            texts: &t.texts,
+            n_labels: t.labels.len(),
+        });
+        let snap = resolved.dir.clone();
+        let (rec, e) = stage::extract(manifest, &corpus, job, &self.work_dir, spec, c, resolved)?;
+        self.audited
+            .lock()
+            .expect("no panics while locked")
+            .insert(key.clone(), (rec, snap));
+        let e = Arc::new(e);
         self.extracted
             .lock()
             .expect("no panics while locked")
@@ -416,27 +472,22 @@ pub fn run_units(
             _ => None,
         };
         let ext = loader.extracted(m, &ckpt)?;
-        // Probe features of a hub checkpoint: mean-pooled over the [probe] texts.
+        // Probe features of a hub checkpoint: mean-pooled over the [probe] texts, computed
+        // with its extraction.
         let wants_probe = units.iter().any(|u| u.unit.kind == UnitKind::Probe);
-        let probe_layers = match (&study.manifest.probe, &m.source, wants_probe) {
-            (Some(p), ModelSource::Files(spec), true) if ext.is_some() => {
-                let (rec, snap) = loader
-                    .audited_snapshot(m, &ckpt)?
-                    .expect("extracted checkpoints are audited");
-                let (path, labels) = stage::probe_features(
-                    p,
-                    dir,
-                    spec,
-                    &rec,
-                    &snap,
-                    study
-                        .manifest
-                        .extract
-                        .as_ref()
-                        .map_or(repgeom_extract::DEFAULT_BATCH_SIZE, |e| e.batch_size),
-                )?;
+        let probe_layers = match (&study.manifest.probe, &ext, wants_probe) {
+            (Some(p), Some(ext), true) => {
+                let Some(path) = &ext.probe else {
+                    return Err(Error::DataMismatch {
+                        model: m.label.clone(),
+                        what: format!("probe features of checkpoint {ckpt}"),
+                        expected: "features extracted with the activations".into(),
+                        found: "none".into(),
+                    });
+                };
+                let labels = loader.probe_texts(p)?.labels.clone();
                 let mut out = BTreeMap::new();
-                for la in repgeom_io::read_activations(&path, Some(&needed))?.layers {
+                for la in repgeom_io::read_activations(path, Some(&needed))?.layers {
                     let mx = la.acts;
                     out.insert(
                         la.layer,

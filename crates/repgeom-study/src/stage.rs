@@ -11,7 +11,8 @@
 //!
 //! `key` is the SHA-256 of the weights hash, the corpus's SHA-256 and the extraction
 //! settings, so reruns, other shards and other analyses reuse an extraction, and a changed
-//! corpus or setting never does. Files are written atomically and the `.json` last, so a
+//! corpus or setting never does. A corpus named by hub dataset is the rows of its text column,
+//! each ended by a line break ([`read_corpus`]): the same text in a file has the same key. Files are written atomically and the `.json` last, so a
 //! process killed mid-extraction leaves nothing that counts as done.
 
 use std::fs::{self, File};
@@ -22,7 +23,7 @@ use repgeom_hub::{Files, Hub};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::manifest::{CheckpointSpec, ExtractSpec, Manifest, ModelSpec, ProbeSpec};
+use crate::manifest::{CheckpointSpec, DataSource, ExtractSpec, Manifest, ModelSpec, ProbeSpec};
 use crate::{Error, Result};
 
 /// Format of the cache keys and records.
@@ -67,6 +68,8 @@ pub(crate) struct Extracted {
     pub(crate) val_loss: Option<f64>,
     /// The loss's standard error over the held-out sequences it ran.
     pub(crate) val_loss_se: Option<f64>,
+    /// Mean-pooled features of the `[probe]` texts, when asked for.
+    pub(crate) probe: Option<PathBuf>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -78,6 +81,9 @@ struct ActsRecord {
     commit: String,
     weights_sha256: String,
     text_sha256: String,
+    /// The corpus: its file, or the hub dataset, commit, config and split.
+    #[serde(default)]
+    text: Option<String>,
     settings: serde_json::Value,
     n_points: usize,
     val_loss: Option<f64>,
@@ -115,40 +121,78 @@ pub fn checkpoint_record_path(dir: &Path, model: &str, checkpoint: &str) -> Path
         .join(format!("{}__{}.json", safe(model), safe(checkpoint)))
 }
 
-/// Resolves a hub checkpoint (downloading what is missing) and hashes its weights; the
-/// record is kept in `DIR/checkpoints/` (reused when the commit is unchanged).
+/// A hub checkpoint resolved to a snapshot folder, with its record when one for that commit is
+/// on disk already.
+pub(crate) struct Resolved {
+    pub(crate) dir: PathBuf,
+    pub(crate) commit: String,
+    pub(crate) record: Option<CheckpointRecord>,
+}
+
+/// Resolves a hub checkpoint (downloading what is missing) and reads its record from
+/// `DIR/checkpoints/` when the commit is unchanged; hashes nothing.
+pub(crate) fn resolve(
+    hub: &Hub,
+    dir: &Path,
+    model: &ModelSpec,
+    ckpt: &CheckpointSpec,
+) -> Result<Resolved> {
+    let id = model.hub.as_deref().expect("hub checkpoint");
+    let rev = ckpt.revision.as_deref().expect("hub checkpoint");
+    let snap = hub.snapshot(id, rev, &Files::Full, &mut |_| {})?;
+    let path = checkpoint_record_path(dir, &model.label, &ckpt.name);
+    let record = fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<CheckpointRecord>(&text).ok())
+        .filter(|r| r.commit == snap.commit && r.hub == id);
+    Ok(Resolved {
+        dir: snap.dir,
+        commit: snap.commit,
+        record,
+    })
+}
+
+/// Writes the record of a resolved checkpoint whose weights hash is `digest` (computed apart,
+/// or while its weights were loaded).
+pub(crate) fn write_record(
+    dir: &Path,
+    model: &ModelSpec,
+    ckpt: &CheckpointSpec,
+    commit: &str,
+    digest: repgeom_hub::WeightsDigest,
+) -> Result<CheckpointRecord> {
+    let rec = CheckpointRecord {
+        model: model.label.clone(),
+        checkpoint: ckpt.name.clone(),
+        hub: model.hub.clone().expect("hub checkpoint"),
+        revision: ckpt.revision.clone().expect("hub checkpoint"),
+        commit: commit.into(),
+        weights_sha256: digest.sha256,
+        parameters: digest.parameters,
+    };
+    let path = checkpoint_record_path(dir, &model.label, &ckpt.name);
+    let json = serde_json::to_string_pretty(&rec).expect("plain data serialises");
+    let parent = path.parent().expect("record path has a parent");
+    fs::create_dir_all(parent).map_err(io("create", parent))?;
+    repgeom_io::atomic_write(&path, |w| w.write_all(json.as_bytes()))?;
+    Ok(rec)
+}
+
+/// Resolves a hub checkpoint (downloading what is missing) and hashes its weights on their
+/// own; the record is kept in `DIR/checkpoints/` (reused when the commit is unchanged). A
+/// checkpoint about to be extracted is hashed while it loads instead ([`extract`]).
 pub(crate) fn audit(
     hub: &Hub,
     dir: &Path,
     model: &ModelSpec,
     ckpt: &CheckpointSpec,
 ) -> Result<(CheckpointRecord, PathBuf)> {
-    let id = model.hub.as_deref().expect("hub checkpoint");
-    let rev = ckpt.revision.as_deref().expect("hub checkpoint");
-    let snap = hub.snapshot(id, rev, &Files::Full, &mut |_| {})?;
-    let path = checkpoint_record_path(dir, &model.label, &ckpt.name);
-    if let Ok(text) = fs::read_to_string(&path)
-        && let Ok(r) = serde_json::from_str::<CheckpointRecord>(&text)
-        && r.commit == snap.commit
-        && r.hub == id
-    {
-        return Ok((r, snap.dir));
+    let r = resolve(hub, dir, model, ckpt)?;
+    if let Some(rec) = r.record {
+        return Ok((rec, r.dir));
     }
-    let digest = repgeom_hub::weights_hash(&snap.dir)?;
-    let rec = CheckpointRecord {
-        model: model.label.clone(),
-        checkpoint: ckpt.name.clone(),
-        hub: id.into(),
-        revision: rev.into(),
-        commit: snap.commit.clone(),
-        weights_sha256: digest.sha256,
-        parameters: digest.parameters,
-    };
-    let json = serde_json::to_string_pretty(&rec).expect("plain data serialises");
-    let parent = path.parent().expect("record path has a parent");
-    fs::create_dir_all(parent).map_err(io("create", parent))?;
-    repgeom_io::atomic_write(&path, |w| w.write_all(json.as_bytes()))?;
-    Ok((rec, snap.dir))
+    let digest = repgeom_hub::weights_hash(&r.dir)?;
+    Ok((write_record(dir, model, ckpt, &r.commit, digest)?, r.dir))
 }
 
 /// Duplicates among `records` (in order): each later checkpoint of a model whose weights
@@ -235,14 +279,161 @@ fn split_text(text: &str, e: &ExtractSpec) -> (String, Option<String>) {
     (lines[..cut].join("\n"), Some(lines[cut..].join("\n")))
 }
 
-/// Labelled texts of the `[probe]` table: (texts, one per line, and labels).
-pub(crate) fn probe_texts(p: &ProbeSpec) -> std::result::Result<(String, Vec<usize>), String> {
+/// Texts read from `[extract] text` or `[probe] labels`, with where they came from.
+#[derive(Debug)]
+pub(crate) struct Corpus {
+    /// The texts, one line each for the probe's.
+    pub(crate) text: String,
+    /// The file, or the dataset with the commit it resolved to, config and split.
+    pub(crate) origin: String,
+    /// The file, or the split's first parquet file (named in extraction errors).
+    pub(crate) file: PathBuf,
+}
+
+/// The hub dataset split `h`: its parquet files in the hub cache (downloaded if missing) and
+/// how to name it (with the commit it resolved to).
+fn dataset_files(hub: &Hub, h: &crate::HubData) -> Result<(repgeom_hub::DatasetFiles, String)> {
+    let files = hub.dataset(&h.dataset_ref(), &mut |_| {})?;
+    let origin = format!(
+        "hub dataset {}@{} ({}) config {} split {}",
+        files.dataset, files.revision, files.commit, files.config, files.split
+    );
+    Ok((files, origin))
+}
+
+/// The `[extract]` corpus: a file's text, or the rows of a hub dataset's text column, each
+/// ended by a line break (one already there is kept, not doubled), so that a file holding
+/// those lines is the same text, with the same hash and cache keys.
+pub(crate) fn read_corpus(hub: &Hub, src: &DataSource) -> Result<Corpus> {
+    let bad = |reason: String| Error::Data {
+        place: "extract.text",
+        data: src.to_string(),
+        reason,
+    };
+    match src {
+        DataSource::File(path) => {
+            let bytes = fs::read(path).map_err(io("read corpus", path))?;
+            let text =
+                String::from_utf8(bytes).map_err(|_| bad("the corpus is not UTF-8".into()))?;
+            Ok(Corpus {
+                text,
+                origin: path.display().to_string(),
+                file: path.clone(),
+            })
+        }
+        DataSource::Hub(h) => {
+            let (files, origin) = dataset_files(hub, h)?;
+            let column = h.column.as_deref().unwrap_or("text");
+            let rows = repgeom_io::read_parquet_texts(&files.files, column)?;
+            let mut text = String::with_capacity(rows.iter().map(|r| r.len() + 1).sum());
+            for r in &rows {
+                text.push_str(r);
+                if !r.ends_with('\n') {
+                    text.push('\n');
+                }
+            }
+            if text.is_empty() {
+                return Err(bad(format!("{origin}: column `{column}` has no rows")));
+            }
+            Ok(Corpus {
+                text,
+                origin,
+                file: files.files.first().cloned().unwrap_or(files.dir),
+            })
+        }
+    }
+}
+
+/// The labelled texts of the `[probe]` table.
+#[derive(Debug)]
+pub(crate) struct ProbeTexts {
+    /// The texts, one per line.
+    pub(crate) texts: Corpus,
+    /// The class of each.
+    pub(crate) labels: Vec<usize>,
+}
+
+/// Labelled texts of the `[probe]` table: the texts, one per line, and their labels.
+pub(crate) fn probe_texts(hub: &Hub, p: &ProbeSpec) -> Result<ProbeTexts> {
+    let bad = |reason: String| Error::Data {
+        place: "probe.labels",
+        data: p.labels.to_string(),
+        reason,
+    };
+    let (raw, labels, origin, file) = match &p.labels {
+        DataSource::File(path) => {
+            let (raw, labels) = csv_texts(path, p).map_err(bad)?;
+            (raw, labels, path.display().to_string(), path.clone())
+        }
+        DataSource::Hub(h) => {
+            let (files, origin) = dataset_files(hub, h)?;
+            let texts = repgeom_io::read_parquet_texts(
+                &files.files,
+                p.text_column.as_deref().unwrap_or("text"),
+            )?;
+            let labels = repgeom_io::read_parquet_labels(
+                &files.files,
+                p.label_column.as_deref().unwrap_or("label"),
+            )?
+            .values;
+            let file = files.files.first().cloned().unwrap_or(files.dir);
+            (texts, labels, origin, file)
+        }
+    };
+    let mut texts: Vec<String> = raw
+        .into_iter()
+        .map(|t| {
+            // One example per line: newlines become spaces, and (unless turned off)
+            // backslashes, AG News's escaped line breaks.
+            let t = t.replace(['\n', '\r'], " ");
+            let t = if p.backslash_to_space {
+                t.replace('\\', " ")
+            } else {
+                t
+            };
+            t.trim().to_string()
+        })
+        .collect();
+    let mut values = labels;
+    if values.len() != texts.len() {
+        return Err(bad(format!(
+            "{} labels but {} texts",
+            values.len(),
+            texts.len()
+        )));
+    }
+    if let Some(n) = p.n_examples {
+        if n > texts.len() {
+            return Err(bad(format!(
+                "n_examples = {n} but it has {} rows",
+                texts.len()
+            )));
+        }
+        texts.truncate(n);
+        values.truncate(n);
+    }
+    if let Some(i) = texts.iter().position(|t| t.is_empty()) {
+        return Err(bad(format!("row {} has an empty text", i + 1)));
+    }
+    let corpus = Corpus {
+        text: texts.join("\n"),
+        origin,
+        file,
+    };
+    Ok(ProbeTexts {
+        texts: corpus,
+        labels: values,
+    })
+}
+
+/// The texts and labels of a labelled CSV, as they stand.
+fn csv_texts(path: &Path, p: &ProbeSpec) -> std::result::Result<(Vec<String>, Vec<usize>), String> {
     let labels =
-        repgeom_io::read_labels(&p.labels, p.label_column.as_deref()).map_err(|e| e.to_string())?;
+        repgeom_io::read_labels(path, p.label_column.as_deref()).map_err(|e| e.to_string())?;
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(p.text_column.is_some())
         .flexible(true)
-        .from_path(&p.labels)
+        .from_path(path)
         .map_err(|e| e.to_string())?;
     let text_idx = match &p.text_column {
         Some(c) => Some(
@@ -257,63 +448,74 @@ pub(crate) fn probe_texts(p: &ProbeSpec) -> std::result::Result<(String, Vec<usi
     let mut texts = Vec::new();
     for (i, rec) in rdr.records().enumerate() {
         let rec = rec.map_err(|e| format!("row {}: {e}", i + 1))?;
-        let t = match text_idx {
+        texts.push(match text_idx {
             Some(j) => rec.get(j).unwrap_or("").to_string(),
             None => rec.iter().skip(1).collect::<Vec<_>>().join(" "),
-        };
-        // One example per line: newlines become spaces, and (unless turned off) backslashes,
-        // AG News's escaped line breaks.
-        let t = t.replace(['\n', '\r'], " ");
-        let t = if p.backslash_to_space {
-            t.replace('\\', " ")
-        } else {
-            t
-        };
-        texts.push(t.trim().to_string());
+        });
     }
-    let mut values = labels.values;
-    if values.len() != texts.len() {
-        return Err(format!("{} labels but {} texts", values.len(), texts.len()));
-    }
-    if let Some(n) = p.n_examples {
-        if n > texts.len() {
-            return Err(format!(
-                "n_examples = {n} but the file has {} rows",
-                texts.len()
-            ));
-        }
-        texts.truncate(n);
-        values.truncate(n);
-    }
-    if let Some(i) = texts.iter().position(|t| t.is_empty()) {
-        return Err(format!("row {} has an empty text", i + 1));
-    }
-    Ok((texts.join("\n"), values))
+    Ok((texts, labels.values))
 }
 
-/// The activations (and probe features and validation loss) of one hub checkpoint, from
-/// the cache under `dir` or extracted now (one process at a time per key).
+/// The probe features a checkpoint's extraction also computes: the `[probe]` table, its
+/// texts and how many labels they have.
+pub(crate) struct ProbeJob<'a> {
+    pub(crate) spec: &'a ProbeSpec,
+    pub(crate) texts: &'a Corpus,
+    pub(crate) n_labels: usize,
+}
+
+/// The activations, validation loss and (with `probe`) probe features of one hub checkpoint,
+/// from the cache under `dir` or computed now (one process at a time per key), reading its
+/// weights at most once: a checkpoint without a record yet (`resolved.record` is `None`) is
+/// hashed from the same read that loads it ([`Extractor::load_hashed`]), and the record is
+/// written before the cache keys, which hold the hash, are looked up.
 pub(crate) fn extract(
     manifest: &Manifest,
+    corpus: &Corpus,
+    probe: Option<ProbeJob<'_>>,
     dir: &Path,
     model: &ModelSpec,
-    rec: &CheckpointRecord,
-    snapshot: &Path,
-) -> Result<Extracted> {
+    ckpt: &CheckpointSpec,
+    resolved: Resolved,
+) -> Result<(CheckpointRecord, Extracted)> {
     let e = manifest
         .extract
         .as_ref()
         .expect("checked: [extract] with revisions");
+    let revision = ckpt.revision.clone().unwrap_or_default();
     let fail = |file: &Path, reason: String| Error::Extract {
         model: model.label.clone(),
-        revision: rec.revision.clone(),
+        revision: revision.clone(),
         file: file.to_path_buf(),
         reason,
     };
-    let text_bytes = fs::read(&e.text).map_err(io("read corpus", &e.text))?;
-    let text = String::from_utf8(text_bytes.clone())
-        .map_err(|_| fail(&e.text, "the corpus is not UTF-8".into()))?;
-    let text_sha = sha256_hex(&text_bytes);
+    let snapshot = resolved.dir.as_path();
+    let mut loaded: Option<Extractor> = None;
+    let rec = match resolved.record {
+        Some(r) => r,
+        None => {
+            let (x, digest) =
+                Extractor::load_hashed(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
+            loaded = Some(x);
+            let digest = match digest {
+                Some(d) => d,
+                None => repgeom_hub::weights_hash(snapshot)?,
+            };
+            write_record(dir, model, ckpt, &resolved.commit, digest)?
+        }
+    };
+    let cache = dir.join("activations");
+    fs::create_dir_all(&cache).map_err(io("create", &cache))?;
+    let lock = |name: String| -> Result<File> {
+        let path = cache.join(name);
+        let f = File::create(&path).map_err(io("create", &path))?;
+        f.lock().map_err(io("lock", &path))?;
+        Ok(f)
+    };
+
+    // The points and the loss.
+    let text = &corpus.text;
+    let text_sha = sha256_hex(text.as_bytes());
     let key_src = serde_json::json!({
         "format": FORMAT,
         "weights_sha256": rec.weights_sha256,
@@ -321,128 +523,126 @@ pub(crate) fn extract(
         "settings": settings(e),
     });
     let key = sha256_hex(key_src.to_string().as_bytes());
-    let cache = dir.join("activations");
-    fs::create_dir_all(&cache).map_err(io("create", &cache))?;
     let acts = cache.join(format!("{key}.safetensors"));
     let meta = cache.join(format!("{key}.json"));
+    let _acts_lock = lock(format!("{key}.lock"))?;
+    let done: Option<ActsRecord> = fs::read_to_string(&meta)
+        .ok()
+        .and_then(|t| serde_json::from_str::<ActsRecord>(&t).ok())
+        .filter(|r| r.key == key && acts.is_file());
 
-    let lock_path = cache.join(format!("{key}.lock"));
-    let lock = File::create(&lock_path).map_err(io("create", &lock_path))?;
-    lock.lock().map_err(io("lock", &lock_path))?;
-    if let Ok(t) = fs::read_to_string(&meta)
-        && let Ok(r) = serde_json::from_str::<ActsRecord>(&t)
-        && r.key == key
-        && acts.is_file()
-    {
-        return Ok(Extracted {
-            acts,
-            val_loss: r.val_loss,
-            val_loss_se: r.val_loss_se,
-        });
-    }
-    let extractor = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
-    let (points_text, val_text) = split_text(&text, e);
-    let params = e
-        .params()
-        .check()
-        .map_err(|err| fail(&e.text, err.to_string()))?;
-    let out = extractor
-        .extract(&points_text, &params, &mut |_| {})
-        .map_err(|err| fail(&e.text, err.to_string()))?;
-    let val = match &val_text {
-        Some(v) => Some(
-            extractor
-                .loss(v, &params, &mut |_| {})
-                .map_err(|err| fail(&e.text, format!("held-out part for the loss: {err}")))?,
-        ),
+    // The probe features (locked after the points, always in this order).
+    let probe_out = match &probe {
+        Some(p) => {
+            let mut src = serde_json::json!({
+                "format": FORMAT,
+                "weights_sha256": rec.weights_sha256,
+                "texts_sha256": sha256_hex(p.texts.text.as_bytes()),
+                "seq_len": p.spec.seq_len,
+                "pool": "mean",
+            });
+            // Recorded when off only, so that the keys of earlier runs (backslashes
+            // replaced) stay.
+            if !p.spec.backslash_to_space {
+                src["backslash_to_space"] = false.into();
+            }
+            let pkey = sha256_hex(src.to_string().as_bytes());
+            let lock = lock(format!("{pkey}.probe.lock"))?;
+            Some((cache.join(format!("{pkey}.probe.safetensors")), lock))
+        }
         None => None,
     };
-    out.write(&acts)
-        .map_err(|err| fail(&acts, err.to_string()))?;
-    let r = ActsRecord {
-        format: FORMAT.into(),
-        key: key.clone(),
-        hub: rec.hub.clone(),
-        revision: rec.revision.clone(),
-        commit: rec.commit.clone(),
-        weights_sha256: rec.weights_sha256.clone(),
-        text_sha256: text_sha,
-        settings: settings(e),
-        n_points: out.n_points,
-        val_loss: val.map(|l| l.mean),
-        val_loss_se: val.map(|l| l.se),
-        val_tokens: val.map(|l| l.tokens),
-    };
-    let json = serde_json::to_string_pretty(&r).expect("plain data serialises");
-    repgeom_io::atomic_write(&meta, |w| w.write_all(json.as_bytes()))?;
-    Ok(Extracted {
-        acts,
-        val_loss: val.map(|l| l.mean),
-        val_loss_se: val.map(|l| l.se),
-    })
-}
-
-/// Mean-pooled features of the `[probe]` texts for one hub checkpoint (cached like the
-/// activations), and the labels.
-pub(crate) fn probe_features(
-    p: &ProbeSpec,
-    dir: &Path,
-    model: &ModelSpec,
-    rec: &CheckpointRecord,
-    snapshot: &Path,
-    batch_size: usize,
-) -> Result<(PathBuf, Vec<usize>)> {
-    let fail = |file: &Path, reason: String| Error::Extract {
-        model: model.label.clone(),
-        revision: rec.revision.clone(),
-        file: file.to_path_buf(),
-        reason,
-    };
-    let (texts, labels) = probe_texts(p).map_err(|r| fail(&p.labels, r))?;
-    let mut src = serde_json::json!({
-        "format": FORMAT,
-        "weights_sha256": rec.weights_sha256,
-        "texts_sha256": sha256_hex(texts.as_bytes()),
-        "seq_len": p.seq_len,
-        "pool": "mean",
-    });
-    // Recorded when off only, so that the keys of earlier runs (backslashes replaced) stay.
-    if !p.backslash_to_space {
-        src["backslash_to_space"] = false.into();
-    }
-    let key = sha256_hex(src.to_string().as_bytes());
-    let cache = dir.join("activations");
-    fs::create_dir_all(&cache).map_err(io("create", &cache))?;
-    let path = cache.join(format!("{key}.probe.safetensors"));
-    let lock_path = cache.join(format!("{key}.probe.lock"));
-    let lock = File::create(&lock_path).map_err(io("create", &lock_path))?;
-    lock.lock().map_err(io("lock", &lock_path))?;
-    if path.is_file() {
-        return Ok((path, labels));
-    }
-    let extractor = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
-    let params = ExtractParams {
-        seq_len: p.seq_len,
-        n_points: None,
-        seed: 0,
-        skip_first: true,
-        pool: Pool::Mean,
-        loss: false,
-        batch_size: batch_size.max(1),
-        ..Default::default()
-    }
-    .check()
-    .map_err(|err| fail(&p.labels, err.to_string()))?;
-    let out = extractor
-        .extract(&texts, &params, &mut |_| {})
-        .map_err(|err| fail(&p.labels, err.to_string()))?;
-    if out.n_points != labels.len() {
-        return Err(fail(
-            &p.labels,
-            format!("{} features for {} labels", out.n_points, labels.len()),
+    let probe_done = probe_out.as_ref().is_none_or(|(p, _)| p.is_file());
+    if let Some(r) = &done
+        && probe_done
+    {
+        return Ok((
+            rec,
+            Extracted {
+                acts,
+                val_loss: r.val_loss,
+                val_loss_se: r.val_loss_se,
+                probe: probe_out.map(|(p, _)| p),
+            },
         ));
     }
-    out.write(&path)
-        .map_err(|err| fail(&path, err.to_string()))?;
-    Ok((path, labels))
+    let extractor = match loaded {
+        Some(x) => x,
+        None => Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?,
+    };
+    let (val_loss, val_loss_se) = match done {
+        Some(r) => (r.val_loss, r.val_loss_se),
+        None => {
+            let (points_text, val_text) = split_text(text, e);
+            let params = e
+                .params()
+                .check()
+                .map_err(|err| fail(&corpus.file, err.to_string()))?;
+            let out = extractor
+                .extract(&points_text, &params, &mut |_| {})
+                .map_err(|err| fail(&corpus.file, err.to_string()))?;
+            let val = match &val_text {
+                Some(v) => Some(extractor.loss(v, &params, &mut |_| {}).map_err(|err| {
+                    fail(&corpus.file, format!("held-out part for the loss: {err}"))
+                })?),
+                None => None,
+            };
+            out.write(&acts)
+                .map_err(|err| fail(&acts, err.to_string()))?;
+            let r = ActsRecord {
+                format: FORMAT.into(),
+                key: key.clone(),
+                hub: rec.hub.clone(),
+                revision: rec.revision.clone(),
+                commit: rec.commit.clone(),
+                weights_sha256: rec.weights_sha256.clone(),
+                text_sha256: text_sha,
+                text: Some(corpus.origin.clone()),
+                settings: settings(e),
+                n_points: out.n_points,
+                val_loss: val.map(|l| l.mean),
+                val_loss_se: val.map(|l| l.se),
+                val_tokens: val.map(|l| l.tokens),
+            };
+            let json = serde_json::to_string_pretty(&r).expect("plain data serialises");
+            repgeom_io::atomic_write(&meta, |w| w.write_all(json.as_bytes()))?;
+            (r.val_loss, r.val_loss_se)
+        }
+    };
+    if let (Some(p), Some((path, _))) = (&probe, &probe_out)
+        && !path.is_file()
+    {
+        let batch_size = e.batch_size;
+        let params = ExtractParams {
+            seq_len: p.spec.seq_len,
+            n_points: None,
+            seed: 0,
+            skip_first: true,
+            pool: Pool::Mean,
+            loss: false,
+            batch_size: batch_size.max(1),
+            ..Default::default()
+        }
+        .check()
+        .map_err(|err| fail(&p.texts.file, err.to_string()))?;
+        let out = extractor
+            .extract(&p.texts.text, &params, &mut |_| {})
+            .map_err(|err| fail(&p.texts.file, err.to_string()))?;
+        if out.n_points != p.n_labels {
+            return Err(fail(
+                &p.texts.file,
+                format!("{} features for {} labels", out.n_points, p.n_labels),
+            ));
+        }
+        out.write(path).map_err(|err| fail(path, err.to_string()))?;
+    }
+    Ok((
+        rec,
+        Extracted {
+            acts,
+            val_loss,
+            val_loss_se,
+            probe: probe_out.map(|(p, _)| p),
+        },
+    ))
 }

@@ -551,15 +551,22 @@ fn probe_texts_replace_backslashes_only_when_asked() {
     let labels =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/io/ag_news.csv");
     let spec = |b: bool| crate::ProbeSpec {
-        labels: labels.clone(),
+        labels: crate::DataSource::File(labels.clone()),
         label_column: None,
         text_column: None,
         n_examples: Some(1),
         seq_len: 16,
         backslash_to_space: b,
     };
-    let (on, _) = crate::stage::probe_texts(&spec(true)).unwrap();
-    let (off, _) = crate::stage::probe_texts(&spec(false)).unwrap();
+    // A file needs no hub.
+    let hub = repgeom_hub::Hub::from_env();
+    let texts = |b: bool| {
+        crate::stage::probe_texts(&hub, &spec(b))
+            .unwrap()
+            .texts
+            .text
+    };
+    let (on, off) = (texts(true), texts(false));
     check(on.contains("dwindling band") && !on.contains('\\'), &on);
     check(off.contains("dwindling\\band"), &off);
     // The default, and written out only when off (so earlier hashes stay).

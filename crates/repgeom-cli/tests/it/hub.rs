@@ -482,6 +482,34 @@ fn study_from_model_names_end_to_end() {
     );
 }
 
+/// `repgeom sweep --manifest manifest --out work` (a fresh `work`), which must fail with
+/// status 2 and leave no activation file behind; its stderr.
+pub(crate) fn failed_sweep(hub: &TestHub, cache: &Path, manifest: &Path, work: &Path) -> String {
+    let _ = std::fs::remove_dir_all(work);
+    let r = repgeom_hub(
+        hub,
+        cache,
+        &[
+            "sweep",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--out",
+            work.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let acts = std::fs::read_dir(work.join("activations"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".safetensors") || n.ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(acts, 0, "no activation file after a failed extraction");
+    r.stderr
+}
+
 /// Bad input in a study from model names: each error names the model, the revision and the
 /// file, and leaves no activation file behind.
 #[test]
@@ -492,33 +520,7 @@ fn study_from_model_names_bad_input() {
     let run = |edit: &dyn Fn(String) -> String| {
         let m = tmp.path().join("study.toml");
         std::fs::write(&m, edit(manifest(&root()))).unwrap();
-        let work = tmp.path().join("work");
-        let _ = std::fs::remove_dir_all(&work);
-        let r = repgeom_hub(
-            &hub,
-            cache.path(),
-            &[
-                "sweep",
-                "--manifest",
-                m.to_str().unwrap(),
-                "--out",
-                work.to_str().unwrap(),
-            ],
-            &[],
-        );
-        assert_eq!(r.code, 2, "{}", r.stderr);
-        let acts = std::fs::read_dir(work.join("activations"))
-            .map(|d| {
-                d.filter(|e| {
-                    let n = e.as_ref().unwrap().file_name();
-                    let n = n.to_string_lossy();
-                    n.ends_with(".safetensors") || n.ends_with(".json")
-                })
-                .count()
-            })
-            .unwrap_or(0);
-        assert_eq!(acts, 0, "no activation file after a failed extraction");
-        r.stderr
+        failed_sweep(&hub, cache.path(), &m, &tmp.path().join("work"))
             .replace(&*root().to_string_lossy(), "<root>")
             .replace(&*cache.path().to_string_lossy(), "<cache>")
             .replace(hub.endpoint(), "<hub>")

@@ -2,14 +2,15 @@
 //! scratch on a public-domain novel (`fixtures/trained/`, made by its script), served by the
 //! test hub as `test-org/neox-dW@stepN`. Extraction, the computed validation loss against
 //! transformers' own (stored by the script), probes on a labelled text task, PGA under both
-//! nulls, cross-model metrics between widths, every figure, and `repgeom report`.
+//! nulls, cross-model metrics between widths, every figure, and `repgeom report`. The corpus
+//! and the labelled task come as files and, served as `test-org/persuasion`, by dataset name.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use repgeom_hub::test_server::{TestHub, TestRepo};
 
-use crate::hub::{ok, repgeom_hub};
+use crate::hub::{failed_sweep, ok, repgeom_hub};
 use crate::root;
 
 /// Our loss against transformers' on the same tokens: f32 forward passes, f64 sums.
@@ -32,11 +33,48 @@ fn trained_hub() -> TestHub {
             }
             r
         })
-        .collect();
-    TestHub::start(repos)
+        .collect::<Vec<_>>();
+    // The corpus and the labelled task as a parquet dataset with two configs (made by
+    // fixtures/trained/make_dataset.py with pyarrow, as the hub serves wikitext).
+    let mut data = TestRepo::dataset("test-org/persuasion");
+    let root = trained("dataset");
+    let mut files = Vec::new();
+    for sub in ["", "corpus", "speech"] {
+        for e in std::fs::read_dir(root.join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                let name = p.strip_prefix(&root).unwrap().to_str().unwrap().to_string();
+                files.push((name, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    data.branch("main", files);
+    TestHub::start(repos.into_iter().chain([data]).collect())
 }
 
-fn manifest(null: &str) -> String {
+/// Where the texts come from: the files, or the dataset served by the test hub.
+#[derive(Clone, Copy)]
+enum Data<'a> {
+    Files,
+    Hub { corpus: &'a str, speech: &'a str },
+}
+
+const BY_NAME: Data<'static> = Data::Hub {
+    corpus: r#"{ hub = "test-org/persuasion", split = "test" }"#,
+    speech: r#"{ hub = "test-org/persuasion", config = "speech", split = "test" }"#,
+};
+
+fn manifest(null: &str, data: Data<'_>) -> String {
+    let (corpus, labelled) = match data {
+        Data::Files => (
+            format!("{:?}", trained("corpus.txt").display().to_string()),
+            format!(
+                "{:?}\nlabel_column = \"label\"\ntext_column = \"text\"",
+                trained("labelled.csv").display().to_string()
+            ),
+        ),
+        Data::Hub { corpus, speech } => (corpus.to_string(), speech.to_string()),
+    };
     let models: String = WIDTHS
         .iter()
         .map(|w| {
@@ -69,22 +107,18 @@ k_sensitivity = [0.125]
 cross = ["distance_spearman", "cka_linear"]
 
 [extract]
-text = "{corpus}"
+text = {corpus}
 n_points = 384
 seq_len = 128
 loss = true
 
 [probe]
-labels = "{labelled}"
-label_column = "label"
-text_column = "text"
+labels = {labelled}
 
 [report]
 small_max_d = 16
 large_min_d = 64
-{models}"#,
-        corpus = trained("corpus.txt").display(),
-        labelled = trained("labelled.csv").display(),
+{models}"#
     )
 }
 
@@ -130,9 +164,9 @@ fn study_of_trained_models_from_names_end_to_end() {
     let work = tmp.path().join("work");
     let out = tmp.path().join("paper");
     let ws = work.to_str().unwrap();
-    let run = |null: &str| {
+    let run = |null: &str, data: Data<'_>| {
         let m = tmp.path().join(format!("study-{null}.toml"));
-        std::fs::write(&m, manifest(null)).unwrap();
+        std::fs::write(&m, manifest(null, data)).unwrap();
         ok(&repgeom_hub(
             &hub,
             cache.path(),
@@ -149,7 +183,7 @@ fn study_of_trained_models_from_names_end_to_end() {
     };
     let acts = |w: &Path| std::fs::read_dir(w.join("activations")).unwrap().count();
 
-    let v = run("haar");
+    let v = run("haar", Data::Files);
     let reference: serde_json::Value =
         serde_json::from_str(&read(&trained("reference.json"))).unwrap();
     let get = |model: &str, ckpt: &str, metric: &str, variant: &str, layer: &str| {
@@ -238,12 +272,54 @@ fn study_of_trained_models_from_names_end_to_end() {
     std::fs::write(out.join("summary.md"), "edited\n").unwrap();
     assert!(check(1).contains("summary.md"));
 
-    // The spectrum null in the same directory: new PGA units, no new extraction.
+    // The spectrum null in the same directory, the texts now named by hub dataset: new PGA
+    // units, no new extraction. The dataset's rows are the files' texts, so the activations
+    // and probe features have the same cache keys.
     let before = acts(&work);
-    let v = run("spectrum");
+    let v = run("spectrum", BY_NAME);
     assert_eq!(acts(&work), before, "activations are reused");
+    let dataset_cache = cache.path().join("datasets--test-org--persuasion");
+    assert!(
+        dataset_cache.join("refs/main").is_file(),
+        "hub cache layout"
+    );
     assert!(
         v.keys().any(|k| k.2 == "pga_z" && k.3 == "ccr1_spectrum"),
         "spectrum-null PGA rows"
+    );
+}
+
+/// A dataset, split or column that does not exist, or a column that is not text: an error that
+/// lists what exists (or names the type), and no activations written.
+#[test]
+fn data_by_name_that_does_not_exist_is_named() {
+    let hub = trained_hub();
+    let cache = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let check = |corpus: &str, want: &str| {
+        let m = tmp.path().join("study.toml");
+        let data = Data::Hub {
+            corpus,
+            speech: r#"{ hub = "test-org/persuasion", config = "speech", split = "test" }"#,
+        };
+        std::fs::write(&m, manifest("haar", data)).unwrap();
+        let stderr = failed_sweep(&hub, cache.path(), &m, &tmp.path().join("work"));
+        assert!(stderr.contains(want), "{corpus}: {stderr}");
+    };
+    check(
+        r#"{ hub = "test-org/persuasion", split = "validation" }"#,
+        r#"no split `validation`; its splits are ["test"]"#,
+    );
+    check(
+        r#"{ hub = "test-org/persuasion", config = "novel", split = "test" }"#,
+        r#"no config `novel`; its configs are ["corpus", "speech"]"#,
+    );
+    check(
+        r#"{ hub = "test-org/persuasion", config = "speech", split = "test", column = "label" }"#,
+        "column `label` has dtype i64, not text",
+    );
+    check(
+        r#"{ hub = "test-org/no-such-data", split = "test" }"#,
+        "test-org/no-such-data: no such dataset",
     );
 }
