@@ -191,3 +191,21 @@ pub fn matmul_abt_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f3
 pub fn matmul_abt_add_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>, par: Par) {
     matmul(dst, Accum::Add, a, b.transpose(), 1.0f32, par);
 }
+
+/// `dst ← dst + aᵀ b` in `f64` for `a` (`m × p`) and `b` (`m × q`): a cross-product summed
+/// over the rows of a batch, for accumulators that see their rows in batches (streaming CKA).
+/// Each entry's sum over the batch's rows runs in one order at any thread count and is added
+/// to `dst` once.
+///
+/// ```
+/// use repgeom_linalg::{Mat, MatRef, Par, matmul_atb_add_f64};
+/// let a = MatRef::from_row_major_slice(&[1.0, 2.0, 3.0, 4.0], 2, 2);
+/// let b = MatRef::from_row_major_slice(&[1.0, 0.0, 1.0, 1.0, 0.0, 2.0], 2, 3);
+/// let mut dst = Mat::<f64>::zeros(2, 3);
+/// matmul_atb_add_f64(dst.as_mut(), a, b, Par::Seq);
+/// matmul_atb_add_f64(dst.as_mut(), a, b, Par::Seq);
+/// assert_eq!(dst[(1, 2)], 2.0 * (2.0 + 8.0));
+/// ```
+pub fn matmul_atb_add_f64(dst: MatMut<'_, f64>, a: MatRef<'_, f64>, b: MatRef<'_, f64>, par: Par) {
+    matmul(dst, Accum::Add, a.transpose(), b, 1.0f64, par);
+}

@@ -27,7 +27,8 @@
 //! all fill. To run PGA on one in-memory matrix in one call, use [`PgaParams`] →
 //! [`PgaParams::check`] → [`ValidPgaParams::run`] (module [`params`], a layer through the same
 //! run); every other metric has the same shape: its options' `Default` → [`Metric::check`] →
-//! [`Metric::run`] on a faer or ndarray view.
+//! [`Metric::run`] on a faer or ndarray view. Linear CKA over more tokens than fit in memory:
+//! [`CkaAccumulator`] (module `streaming`), exact for both estimators in one pass over batches.
 //!
 //! This crate does no file I/O and never prints: it sees matrices and returns numbers.
 #![deny(missing_docs)]
@@ -47,6 +48,7 @@ mod pga_metric;
 mod pga_spectrum;
 mod registry;
 mod spectral;
+mod streaming;
 #[cfg(test)]
 mod tests;
 mod twonn;
@@ -69,4 +71,5 @@ pub use spectral::{
     AlphaFit, AlphaReq, ConditionNumber, FitWeighting, Isotropy, PowerLawFit, RankMe,
     RankMeConvention, SpectrumKind, isoscore, power_law_fit, power_law_fit_weighted, rankme,
 };
+pub use streaming::{CkaAccumulator, StreamingCka};
 pub use twonn::IntrinsicDimTwoNn;
