@@ -200,13 +200,23 @@ mod tests {
         path
     }
 
-    /// Reads `column` of `files`: the texts joined by `|`, or the error with `dir` as `<dir>`.
-    fn check(dir: &Path, files: &[&PathBuf], column: &str, want: &str) {
-        let got = match read_parquet_texts(files, column) {
-            Ok(texts) => texts.join("|"),
+    /// `got` as `show` writes it, or its error with `dir` as `<dir>`, against `want`.
+    fn check_read<T>(dir: &Path, got: Result<T>, show: impl Fn(T) -> String, want: &str) {
+        let got = match got {
+            Ok(v) => show(v),
             Err(e) => e.to_string().replace(&*dir.to_string_lossy(), "<dir>"),
         };
-        assert_eq!(got, want, "{column}");
+        assert_eq!(got, want);
+    }
+
+    /// Reads `column` of `files`: the texts joined by `|`, or the error.
+    fn check(dir: &Path, files: &[&PathBuf], column: &str, want: &str) {
+        check_read(
+            dir,
+            read_parquet_texts(files, column),
+            |t| t.join("|"),
+            want,
+        );
     }
 
     #[test]
@@ -280,13 +290,10 @@ mod tests {
         assert!(matches!(got, Error::Io { .. }), "{got}");
     }
 
-    /// Reads label `column` of `files`: `values / class names`, or the error with `<dir>`.
+    /// Reads label `column` of `files`: `values / class names`, or the error.
     fn check_labels(dir: &Path, files: &[&PathBuf], column: &str, want: &str) {
-        let got = match read_parquet_labels(files, column) {
-            Ok(l) => format!("{:?} / {:?}", l.values, l.class_names),
-            Err(e) => e.to_string().replace(&*dir.to_string_lossy(), "<dir>"),
-        };
-        assert_eq!(got, want, "{column}");
+        let show = |l: LabelFile| format!("{:?} / {:?}", l.values, l.class_names);
+        check_read(dir, read_parquet_labels(files, column), show, want);
     }
 
     #[test]

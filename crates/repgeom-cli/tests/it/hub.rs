@@ -2,7 +2,7 @@
 //! --revision`, `repgeom checkpoints`, and the end-to-end study from model names
 //! (`repgeom sweep --manifest` with `hub`/`revision`/`[extract]`/`[probe]`, then the figures).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use repgeom_hub::test_server::{TestHub, TestRepo};
@@ -350,8 +350,10 @@ revision = "step3000"
     )
 }
 
-fn read(p: PathBuf) -> String {
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+/// A text file the test expects to exist.
+pub(crate) fn read(p: impl AsRef<Path>) -> String {
+    let p = p.as_ref();
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 #[test]

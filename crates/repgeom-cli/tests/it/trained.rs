@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use repgeom_hub::test_server::{TestHub, TestRepo};
 
-use crate::hub::{failed_sweep, ok, repgeom_hub};
+use crate::hub::{failed_sweep, ok, read, repgeom_hub};
 use crate::root;
 
 /// Our loss against transformers' on the same tokens: f32 forward passes, f64 sums.
@@ -152,10 +152,6 @@ fn values(csv_text: &str) -> BTreeMap<(String, String, String, String, String), 
         .collect()
 }
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
 #[test]
 fn study_of_trained_models_from_names_end_to_end() {
     let hub = trained_hub();
@@ -179,13 +175,13 @@ fn study_of_trained_models_from_names_end_to_end() {
             &["report", "--work", ws, "--out", out.to_str().unwrap()],
             &[],
         ));
-        values(&read(&out.join("results.csv")))
+        values(&read(out.join("results.csv")))
     };
     let acts = |w: &Path| std::fs::read_dir(w.join("activations")).unwrap().count();
 
     let v = run("haar", Data::Files);
     let reference: serde_json::Value =
-        serde_json::from_str(&read(&trained("reference.json"))).unwrap();
+        serde_json::from_str(&read(trained("reference.json"))).unwrap();
     let get = |model: &str, ckpt: &str, metric: &str, variant: &str, layer: &str| {
         v.get(&(
             model.into(),
