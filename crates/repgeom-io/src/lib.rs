@@ -119,6 +119,13 @@ pub fn read_safetensors_metadata(path: &Path) -> Result<BTreeMap<String, String>
 /// assert_eq!(repgeom_io::read_sequence_ids(&path, 3).unwrap(), None);
 /// ```
 pub fn read_sequence_ids(path: &Path, n: usize) -> Result<Option<Vec<usize>>> {
+    Ok(read_positions(path, n)?.map(|pos| pos.iter().map(|p| p[0]).collect()))
+}
+
+/// The `[sequence, position]` of each of the `n` points of an activation file, from the
+/// `positions` metadata `repgeom extract` writes; `Ok(None)` when the file records none (see
+/// [`read_sequence_ids`]). Two files of the same points in the same order have equal lists.
+pub fn read_positions(path: &Path, n: usize) -> Result<Option<Vec<[usize; 2]>>> {
     let is_st = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
@@ -145,5 +152,5 @@ pub fn read_sequence_ids(path: &Path, n: usize) -> Result<Option<Vec<usize>>> {
             ),
         ));
     }
-    Ok(Some(pos.iter().map(|p| p[0]).collect()))
+    Ok(Some(pos))
 }

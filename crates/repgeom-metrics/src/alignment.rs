@@ -13,6 +13,7 @@ use repgeom_linalg::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::calibrate::{N_PERM_OPTION, Prepared, PreparedKind, SEED_OPTION, permutation_fields};
 use crate::error::{Error, Result};
 use crate::registry::{MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric, numerical_rank};
 
@@ -92,12 +93,18 @@ fn canonical_correlations(
 pub struct Svcca {
     /// Fraction of each representation's variance kept by the SVD step (the paper's 0.99).
     pub variance_kept: f64,
+    /// Permutations of B's points for the null (0 = none; each draw recomputes the metric).
+    pub n_perm: usize,
+    /// Seed of the permutation null.
+    pub seed: u64,
 }
 
 impl Default for Svcca {
     fn default() -> Self {
         Self {
             variance_kept: 0.99,
+            n_perm: 0,
+            seed: 0,
         }
     }
 }
@@ -109,10 +116,14 @@ impl PairMetric for Svcca {
             name: "svcca",
             summary: "SVCCA: mean canonical correlation after keeping each side's top singular directions",
             source: "Raghu, Gilmer, Yosinski & Sohl-Dickstein (2017), SVCCA, NeurIPS",
-            options: &[OptionDoc {
-                name: "variance_kept",
-                help: "fraction of each representation's variance kept by the SVD step, in (0, 1]",
-            }],
+            options: &[
+                OptionDoc {
+                    name: "variance_kept",
+                    help: "fraction of each representation's variance kept by the SVD step, in (0, 1]",
+                },
+                N_PERM_OPTION,
+                SEED_OPTION,
+            ],
             needs_readout: false,
             needs_null: false,
             rotation_invariant: true,
@@ -122,6 +133,8 @@ impl PairMetric for Svcca {
     fn check(&self) -> Result<()> {
         check_fraction("variance_kept", self.variance_kept)
     }
+
+    permutation_fields!();
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
         self.check()?;
@@ -151,7 +164,12 @@ impl PairMetric for Svcca {
 /// code).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct Pwcca {}
+pub struct Pwcca {
+    /// Permutations of B's points for the null (0 = none; each draw recomputes the metric).
+    pub n_perm: usize,
+    /// Seed of the permutation null.
+    pub seed: u64,
+}
 
 #[typetag::serde(name = "pwcca")]
 impl PairMetric for Pwcca {
@@ -160,7 +178,7 @@ impl PairMetric for Pwcca {
             name: "pwcca",
             summary: "projection-weighted CCA: canonical correlations weighted by each variate's share of the neurons",
             source: "Morcos, Raghu & Bengio (2018), Insights on representational similarity in neural networks with canonical correlation, NeurIPS",
-            options: &[],
+            options: &[N_PERM_OPTION, SEED_OPTION],
             needs_readout: false,
             needs_null: false,
             // The weights sum absolute projections over neurons, a basis-dependent quantity.
@@ -172,6 +190,8 @@ impl PairMetric for Pwcca {
         // Symmetric except when both sides have the same width (then the first side weighs).
         false
     }
+
+    permutation_fields!();
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
         let par = input.a.par();
@@ -213,7 +233,12 @@ impl PairMetric for Pwcca {
 /// `squared` is Ding et al.'s `2 − 2ν` and variant `angular` is Williams et al.'s `arccos ν`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct Procrustes {}
+pub struct Procrustes {
+    /// Permutations of B's points for the null (0 = none; each draw recomputes the metric).
+    pub n_perm: usize,
+    /// Seed of the permutation null.
+    pub seed: u64,
+}
 
 #[typetag::serde(name = "procrustes")]
 impl PairMetric for Procrustes {
@@ -222,11 +247,18 @@ impl PairMetric for Procrustes {
             name: "procrustes",
             summary: "orthogonal Procrustes distance after centring and unit Frobenius norm (squared: 2 − 2ν; angular: arccos ν)",
             source: "Ding, Denain & Steinhardt (2021), Grounding representation similarity, NeurIPS; Williams, Kunz, Kornblith & Linderman (2021), Generalized shape metrics, NeurIPS",
-            options: &[],
+            options: &[N_PERM_OPTION, SEED_OPTION],
             needs_readout: false,
             needs_null: false,
             rotation_invariant: true,
         }
+    }
+
+    permutation_fields!();
+
+    fn larger_is_closer(&self) -> bool {
+        // Both variants are distances.
+        false
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
@@ -268,6 +300,10 @@ pub enum RdmKind {
 pub struct Rsa {
     /// The RDM: `euclidean` (default, as rsatoolbox) or `correlation`.
     pub rdm: RdmKind,
+    /// Permutations of B's points for the null (0 = none).
+    pub n_perm: usize,
+    /// Seed of the permutation null.
+    pub seed: u64,
 }
 
 /// Condensed (`i < j`, row-major, as SciPy's `pdist`) squared Euclidean distances, by blocked
@@ -299,38 +335,58 @@ impl PairMetric for Rsa {
             name: "rsa",
             summary: "representational similarity analysis: Spearman between the two RDMs (Euclidean by default)",
             source: "Kriegeskorte, Mur & Bandettini (2008), Frontiers in Systems Neuroscience; defaults of rsatoolbox (calc_rdm euclidean, compare spearman)",
-            options: &[OptionDoc {
-                name: "rdm",
-                help: "dissimilarity: euclidean (rsatoolbox's default) or correlation",
-            }],
+            options: &[
+                OptionDoc {
+                    name: "rdm",
+                    help: "dissimilarity: euclidean (rsatoolbox's default) or correlation",
+                },
+                N_PERM_OPTION,
+                SEED_OPTION,
+            ],
             needs_readout: false,
             needs_null: false,
             rotation_invariant: self.rdm == RdmKind::Euclidean,
         }
     }
 
+    permutation_fields!();
+
+    fn prepare(&self, layer: &crate::LayerInput<'_>) -> Result<Option<Prepared>> {
+        let what = format!("rsa on {}", layer.what());
+        Ok(Some(Prepared(PreparedKind::Kernel(vec![
+            crate::cross::standardized_ranks(self.variant(), layer.n(), &self.rdm(layer)?, &what)?,
+        ]))))
+    }
+
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
-        let par = input.a.par();
-        let rdm = |side: &crate::LayerInput<'_>| -> Result<Vec<f32>> {
-            Ok(match self.rdm {
-                RdmKind::Euclidean => squared_euclidean(side.centred(), par),
-                RdmKind::Correlation => {
-                    let x = side.acts();
-                    let d = x.ncols();
-                    let means: Vec<f64> = (0..x.nrows())
-                        .map(|i| x.row(i).iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64)
-                        .collect();
-                    let xc = Mat::from_fn(x.nrows(), d, |i, j| f64::from(x[(i, j)]) - means[i]);
-                    cosine_distances(xc.as_ref(), &format!("{} (row-centred)", side.what()), par)?
-                }
-            })
-        };
-        let (da, db) = (rdm(input.a)?, rdm(input.b)?);
+        let (da, db) = (self.rdm(input.a)?, self.rdm(input.b)?);
         let value = spearman(&da, &db, &format!("rsa on {}", input.what()))?;
-        let variant = match self.rdm {
+        Ok(vec![MetricValue::new("rsa", self.variant(), value)])
+    }
+}
+
+impl Rsa {
+    fn variant(&self) -> &'static str {
+        match self.rdm {
             RdmKind::Euclidean => "euclidean",
             RdmKind::Correlation => "correlation",
-        };
-        Ok(vec![MetricValue::new("rsa", variant, value)])
+        }
+    }
+
+    /// The condensed RDM of one side.
+    fn rdm(&self, side: &crate::LayerInput<'_>) -> Result<Vec<f32>> {
+        let par = side.par();
+        Ok(match self.rdm {
+            RdmKind::Euclidean => squared_euclidean(side.centred(), par),
+            RdmKind::Correlation => {
+                let x = side.acts();
+                let d = x.ncols();
+                let means: Vec<f64> = (0..x.nrows())
+                    .map(|i| x.row(i).iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64)
+                    .collect();
+                let xc = Mat::from_fn(x.nrows(), d, |i, j| f64::from(x[(i, j)]) - means[i]);
+                cosine_distances(xc.as_ref(), &format!("{} (row-centred)", side.what()), par)?
+            }
+        })
     }
 }

@@ -168,7 +168,7 @@ fn pair_rows(
         LayerInput::new(b, "B", par).unwrap(),
     );
     let input = PairInput::new(&ia, &ib).unwrap();
-    metric.compute(&input).unwrap()
+    crate::calibrate::compare_pair(metric, &input).unwrap()
 }
 
 #[test]

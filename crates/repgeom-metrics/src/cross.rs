@@ -9,8 +9,11 @@ use repgeom_linalg::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::calibrate::{
+    KernelMatrix, N_PERM_OPTION, Prepared, PreparedKind, SEED_OPTION, permutation_fields,
+};
 use crate::error::{Error, Result};
-use crate::registry::{MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
+use crate::registry::{LayerInput, MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
 
 /// Distance agreement between two models: Spearman correlation of their pairwise cosine
 /// distances over the same `N` points, in the full space (variant `full`), inside each model's
@@ -25,6 +28,10 @@ pub struct DistanceSpearman {
     pub readout: bool,
     /// Compare inside random subspaces (needs both null bases, same number of draws).
     pub random: bool,
+    /// Permutations of B's points for the null of the `full` variant (0 = none).
+    pub n_perm: usize,
+    /// Seed of the permutation null.
+    pub seed: u64,
 }
 
 impl Default for DistanceSpearman {
@@ -33,6 +40,8 @@ impl Default for DistanceSpearman {
             ccr: 1,
             readout: true,
             random: true,
+            n_perm: 0,
+            seed: 0,
         }
     }
 }
@@ -57,6 +66,8 @@ impl PairMetric for DistanceSpearman {
                     name: "random",
                     help: "also compare inside paired random subspaces (null for the readout)",
                 },
+                N_PERM_OPTION,
+                SEED_OPTION,
             ],
             needs_readout: true,
             needs_null: true,
@@ -67,6 +78,18 @@ impl PairMetric for DistanceSpearman {
     fn needs_readout_and_null(&self) -> (bool, bool) {
         // The readout variant needs both readouts; the random variant the null bases.
         (self.readout, self.random)
+    }
+
+    permutation_fields!();
+
+    fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
+        // The full variant's ranks; the readout variant keeps its random-subspace null.
+        let x = layer.ccr(self.ccr)?;
+        let label = format!("{} after CCR-{}", layer.what(), self.ccr);
+        let d = cosine_distances(x.as_ref().as_ref(), &label, layer.par())?;
+        Ok(Some(Prepared(PreparedKind::Kernel(vec![
+            standardized_ranks("full", layer.n(), &d, &label)?,
+        ]))))
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
@@ -234,6 +257,34 @@ impl DrawScratch {
 
 // ---------------------------------------------------------------------------------------------
 
+/// The kernel of a Spearman correlation over condensed pairs: average ranks, centred and scaled
+/// to unit norm, so the correlation of two such kernels is their inner product.
+pub(crate) fn standardized_ranks(
+    variant: &str,
+    n: usize,
+    condensed: &[f32],
+    what: &str,
+) -> Result<KernelMatrix> {
+    let mut r = repgeom_linalg::average_ranks(condensed);
+    let mean = r.iter().sum::<f64>() / r.len() as f64;
+    let mut ss = 0.0;
+    for v in &mut r {
+        *v -= mean;
+        ss += *v * *v;
+    }
+    if ss.is_nan() || ss <= 0.0 {
+        return Err(Error::Degenerate {
+            what: what.into(),
+            reason: "every pairwise distance is tied, so their ranks carry no order".into(),
+        });
+    }
+    let scale = 1.0 / ss.sqrt();
+    for v in &mut r {
+        *v *= scale;
+    }
+    Ok(KernelMatrix::from_condensed(variant, n, &r, 1.0))
+}
+
 /// Linear CKA (Kornblith et al. 2019): HSIC of the two linear kernels on centred features,
 /// normalised, a similarity in [0, 1] (1 = identical up to rotation and isotropic scaling).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -242,12 +293,20 @@ pub struct CkaLinear {
     /// Use the unbiased HSIC estimator of Song et al. (2012) (variant `debiased`) instead of the
     /// biased one of Gretton et al. (2005) (variant `biased`, default).
     pub debiased: bool,
+    /// Permutations of B's points for the null (0 = none).
+    pub n_perm: usize,
+    /// Seed of the permutation null.
+    pub seed: u64,
 }
 
 #[allow(clippy::derivable_impls)] // written out so the default is stated beside the others
 impl Default for CkaLinear {
     fn default() -> Self {
-        Self { debiased: false }
+        Self {
+            debiased: false,
+            n_perm: 0,
+            seed: 0,
+        }
     }
 }
 
@@ -258,14 +317,45 @@ impl PairMetric for CkaLinear {
             name: "cka_linear",
             summary: "linear centred kernel alignment, a similarity in [0, 1] (biased or debiased HSIC)",
             source: "Kornblith, Norouzi, Lee, Hinton (2019), ICML; debiased HSIC: Song et al. (2012), JMLR",
-            options: &[OptionDoc {
-                name: "debiased",
-                help: "use the unbiased HSIC estimator (variant debiased)",
-            }],
+            options: &[
+                OptionDoc {
+                    name: "debiased",
+                    help: "use the unbiased HSIC estimator (variant debiased)",
+                },
+                N_PERM_OPTION,
+                SEED_OPTION,
+            ],
             needs_readout: false,
             needs_null: false,
             rotation_invariant: true,
         }
+    }
+
+    permutation_fields!();
+
+    fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
+        // CKA = ⟨K̃, L̃⟩ / (‖K̃‖‖L̃‖) with K̃ the centred Gram (biased) or its U-centred form
+        // (debiased: Székely & Rizzo 2014, HSIC_u(K, L) = ⟨Ũ_K, Ũ_L⟩ / (N(N−3))); both commute
+        // with relabelling the points.
+        let mut k = gram_rows(layer.centred(), layer.par());
+        let n = k.nrows();
+        let (variant, off_weight, diagonal) = if self.debiased {
+            u_centre(&mut k);
+            ("debiased", 2.0, false)
+        } else {
+            ("biased", 2.0, true)
+        };
+        let norm = k.norm_l2();
+        if norm.is_nan() || norm <= 0.0 {
+            return Err(Error::Degenerate {
+                what: format!("cka_linear on {}", layer.what()),
+                reason: "the (centred) Gram matrix is zero".into(),
+            });
+        }
+        debug_assert_eq!(n, layer.n());
+        Ok(Some(Prepared(PreparedKind::Kernel(vec![
+            KernelMatrix::new(variant, k.as_ref(), 1.0 / norm, off_weight, diagonal),
+        ]))))
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
@@ -305,5 +395,26 @@ impl PairMetric for CkaLinear {
             value = value.min(1.0);
         }
         Ok(vec![MetricValue::new("cka_linear", variant, value)])
+    }
+}
+
+/// U-centring in place (Székely & Rizzo 2014): with the diagonal zeroed, row sums `r` and total
+/// `s`, `Ũ_ij = K_ij − (r_i + r_j)/(N−2) + s/((N−1)(N−2))` off the diagonal, 0 on it.
+fn u_centre(k: &mut Mat<f64>) {
+    let n = k.nrows();
+    let nf = n as f64;
+    let r: Vec<f64> = (0..n)
+        .map(|i| (0..n).filter(|&j| j != i).map(|j| k[(i, j)]).sum())
+        .collect();
+    let s: f64 = r.iter().sum();
+    let c = s / ((nf - 1.0) * (nf - 2.0));
+    for i in 0..n {
+        for j in 0..n {
+            k[(i, j)] = if i == j {
+                0.0
+            } else {
+                k[(i, j)] - (r[i] + r[j]) / (nf - 2.0) + c
+            };
+        }
     }
 }

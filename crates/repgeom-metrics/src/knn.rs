@@ -1,18 +1,19 @@
 //! Nearest-neighbour alignment of two representations: mutual k-NN and CKNNA (Huh, Cheung,
-//! Wang & Isola 2024, *The Platonic Representation Hypothesis*), with a seeded permutation null.
+//! Wang & Isola 2024, *The Platonic Representation Hypothesis*); their permutation null is
+//! scored from the neighbour lists alone (module `calibrate`).
 //!
 //! Neighbours come from a blocked top-k search (`ROW_BLOCK` rows of similarities at a time),
 //! so no `N × N` matrix is ever held: memory is `O(N·k)` plus one `ROW_BLOCK × N` block per
 //! worker. Everything after the search (the statistic and every permutation draw) works on the
 //! `N × k` neighbour lists alone, in `O(N·k)` per draw.
 
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par, normalize_rows, project, project_f32};
 use serde::{Deserialize, Serialize};
 
+use crate::calibrate::{
+    N_PERM_OPTION, Permutations, Prepared, PreparedKind, SEED_OPTION, permutation_fields,
+};
 use crate::error::{Error, Result};
 use crate::registry::{LayerInput, MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
 
@@ -236,33 +237,37 @@ fn cknna_value(a: &Neighbours, b: &Neighbours, self_norm: f64) -> f64 {
     Masked::new(a, b).hsic_unbiased() / self_norm
 }
 
-/// Both tails and the z of an observed value against a permutation sample, as extras.
-fn with_permutation_null(v: MetricValue, observed: f64, null: &[f64]) -> Result<MetricValue> {
-    let s = repgeom_null::summarize(observed, null)?;
-    let lower = null.iter().filter(|&&x| x <= observed).count();
-    let p_lower = (1 + lower) as f64 / (null.len() + 1) as f64;
-    Ok(v.with_null(&s)
-        .with_extra("z", s.z)
-        .with_extra("p_upper", s.p_value)
-        .with_extra("p_lower", p_lower)
-        .with_extra("p_two_sided", (2.0 * s.p_value.min(p_lower)).min(1.0))
-        .with_extra("n_perm", null.len() as f64))
+/// A layer's neighbour lists, prepared for the permutation null (see [`crate::calibrate`]).
+#[derive(Debug)]
+pub(crate) struct PreparedNeighbours {
+    nb: Neighbours,
+    /// CKNNA: the layer's restricted self-HSIC; mutual k-NN: `None`.
+    self_hsic: Option<f64>,
 }
 
-/// Permutation `i` of `n` points for `seed`: depends only on `(seed, i, n)`.
-fn permutation(n: usize, seed: u64, i: u64) -> (Vec<u32>, Vec<u32>) {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(i);
-    let mut perm: Vec<u32> = (0..n as u32).collect();
-    perm.shuffle(&mut rng);
-    let mut inv = vec![0u32; n];
-    for (i, &p) in perm.iter().enumerate() {
-        inv[p as usize] = i as u32;
+impl PreparedNeighbours {
+    pub(crate) fn variant(&self) -> &'static str {
+        ""
     }
-    (perm, inv)
+
+    /// The lists as if the points were relabelled by `perm` (its inverse `inv`).
+    pub(crate) fn permuted(&self, perm: &[u32], inv: &[u32]) -> Self {
+        Self {
+            nb: permuted(&self.nb, perm, inv),
+            self_hsic: self.self_hsic,
+        }
+    }
+
+    /// The metric of this layer (first side) against `b`.
+    pub(crate) fn score(&self, b: &Self) -> f64 {
+        match (self.self_hsic, b.self_hsic) {
+            (Some(kk), Some(ll)) => cknna_value(&self.nb, &b.nb, (kk * ll).sqrt()),
+            _ => mutual_knn_value(&self.nb, &b.nb, &mut vec![0; self.nb.n()]),
+        }
+    }
 }
 
-fn check_knn_options(name: &str, k: usize, n_perm: usize, min_k: usize) -> Result<()> {
+fn check_knn_options(name: &str, k: usize, permutations: Permutations, min_k: usize) -> Result<()> {
     if k < min_k {
         return Err(Error::InvalidOption {
             name: "k".into(),
@@ -270,14 +275,7 @@ fn check_knn_options(name: &str, k: usize, n_perm: usize, min_k: usize) -> Resul
             reason: format!("{name} needs at least {min_k} neighbours"),
         });
     }
-    if n_perm == 1 {
-        return Err(Error::InvalidOption {
-            name: "n_perm".into(),
-            value: "1".into(),
-            reason: "a permutation null needs at least 2 draws (0 = no null)".into(),
-        });
-    }
-    Ok(())
+    permutations.check()
 }
 
 fn check_k_against_n(name: &str, k: usize, input: &PairInput<'_>) -> Result<()> {
@@ -293,21 +291,6 @@ fn check_k_against_n(name: &str, k: usize, input: &PairInput<'_>) -> Result<()> 
         });
     }
     Ok(())
-}
-
-/// Runs `draw(perm, inv)` for every permutation, in parallel under `par`, collected in order.
-fn permutation_null<F>(n: usize, n_perm: usize, seed: u64, par: Par, draw: F) -> Vec<f64>
-where
-    F: Fn(&[u32], &[u32]) -> f64 + Sync,
-{
-    let one = |i: u64| {
-        let (perm, inv) = permutation(n, seed, i);
-        draw(&perm, &inv)
-    };
-    match par {
-        Par::Seq => (0..n_perm as u64).map(one).collect(),
-        _ => (0..n_perm as u64).into_par_iter().map(one).collect(),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -348,14 +331,8 @@ const KNN_OPTIONS: &[OptionDoc] = &[
         name: "k",
         help: "nearest neighbours per point (cosine, self excluded)",
     },
-    OptionDoc {
-        name: "n_perm",
-        help: "permutations of the second representation's points for the null (0 = none)",
-    },
-    OptionDoc {
-        name: "seed",
-        help: "seed of the permutation null",
-    },
+    N_PERM_OPTION,
+    SEED_OPTION,
 ];
 
 #[typetag::serde(name = "mutual_knn")]
@@ -373,7 +350,18 @@ impl PairMetric for MutualKnn {
     }
 
     fn check(&self) -> Result<()> {
-        check_knn_options("mutual_knn", self.k, self.n_perm, 1)
+        check_knn_options("mutual_knn", self.k, self.permutations(), 1)
+    }
+
+    permutation_fields!();
+
+    fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
+        Ok(Some(Prepared(PreparedKind::Neighbours(
+            PreparedNeighbours {
+                nb: cosine_neighbours(layer, self.k, self.center)?,
+                self_hsic: None,
+            },
+        ))))
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
@@ -383,16 +371,11 @@ impl PairMetric for MutualKnn {
         let b = cosine_neighbours(input.b, self.k, self.center)?;
         let n = a.n();
         let value = mutual_knn_value(&a, &b, &mut vec![0; n]);
-        let row = MetricValue::new("mutual_knn", "", value)
-            .with_extra("k", self.k as f64)
-            .with_extra("chance", self.k as f64 / (n - 1) as f64);
-        if self.n_perm == 0 {
-            return Ok(vec![row]);
-        }
-        let null = permutation_null(n, self.n_perm, self.seed, input.a.par(), |perm, inv| {
-            mutual_knn_value(&a, &permuted(&b, perm, inv), &mut vec![0; n])
-        });
-        Ok(vec![with_permutation_null(row, value, &null)?])
+        Ok(vec![
+            MetricValue::new("mutual_knn", "", value)
+                .with_extra("k", self.k as f64)
+                .with_extra("chance", self.k as f64 / (n - 1) as f64),
+        ])
     }
 }
 
@@ -438,7 +421,20 @@ impl PairMetric for Cknna {
     }
 
     fn check(&self) -> Result<()> {
-        check_knn_options("cknna", self.k, self.n_perm, 2)
+        check_knn_options("cknna", self.k, self.permutations(), 2)
+    }
+
+    permutation_fields!();
+
+    fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
+        let nb = cosine_neighbours(layer, self.k, self.center)?;
+        let kk = Masked::new(&nb, &nb).hsic_unbiased();
+        Ok(Some(Prepared(PreparedKind::Neighbours(
+            PreparedNeighbours {
+                nb,
+                self_hsic: Some(kk),
+            },
+        ))))
     }
 
     fn symmetric(&self) -> bool {
@@ -470,14 +466,8 @@ impl PairMetric for Cknna {
         }
         let norm = (kk * ll).sqrt();
         let value = cknna_value(&a, &b, norm);
-        let row = MetricValue::new("cknna", "", value).with_extra("k", self.k as f64);
-        if self.n_perm == 0 {
-            return Ok(vec![row]);
-        }
-        let n = a.n();
-        let null = permutation_null(n, self.n_perm, self.seed, input.a.par(), |perm, inv| {
-            cknna_value(&a, &permuted(&b, perm, inv), norm)
-        });
-        Ok(vec![with_permutation_null(row, value, &null)?])
+        Ok(vec![
+            MetricValue::new("cknna", "", value).with_extra("k", self.k as f64),
+        ])
     }
 }

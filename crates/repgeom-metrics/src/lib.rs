@@ -37,6 +37,7 @@ mod alignment;
 pub mod analysis;
 #[cfg(test)]
 mod beyond_tests;
+pub mod calibrate;
 pub mod conformance;
 mod cross;
 mod error;

@@ -87,6 +87,22 @@ pub trait PairMetric: std::fmt::Debug + Send + Sync {
     fn symmetric(&self) -> bool {
         true
     }
+    /// The permutation null this configured metric asks for: its `n_perm` and `seed` options,
+    /// which every pair metric has (see [`crate::calibrate`]).
+    fn permutations(&self) -> crate::calibrate::Permutations;
+    /// Sets the permutation null (`repgeom compare --n-perm` sets it for every metric of a run).
+    fn set_permutations(&mut self, permutations: crate::calibrate::Permutations);
+    /// Whether a larger value means more alike (a similarity; the default) or less (a
+    /// distance): the tail reported as `p_value`, and what "best" means in an aggregate.
+    fn larger_is_closer(&self) -> bool {
+        true
+    }
+    /// Per-layer work from which the values under any relabelling of the second side's points
+    /// follow (the fast permutation null). The default, `None`, recomputes the metric on the
+    /// relabelled rows for each draw.
+    fn prepare(&self, _layer: &LayerInput<'_>) -> Result<Option<crate::calibrate::Prepared>> {
+        Ok(None)
+    }
 }
 
 /// One documented option of a metric (its default comes from serialising the default config).

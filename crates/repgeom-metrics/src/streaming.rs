@@ -317,7 +317,15 @@ mod tests {
         let ia = LayerInput::new(x.as_ref(), "X", Par::Seq).unwrap();
         let ib = LayerInput::new(y.as_ref(), "Y", Par::Seq).unwrap();
         let input = PairInput::new(&ia, &ib).unwrap();
-        let v = |debiased| CkaLinear { debiased }.compute(&input).unwrap()[0].value;
+        let v = |debiased| {
+            CkaLinear {
+                debiased,
+                ..CkaLinear::default()
+            }
+            .compute(&input)
+            .unwrap()[0]
+                .value
+        };
         (v(false), v(true))
     }
 

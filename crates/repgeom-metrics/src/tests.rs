@@ -365,7 +365,10 @@ fn cka_by_hand() {
         "biased CKA",
     );
     for debiased in [false, true] {
-        let m = CkaLinear { debiased };
+        let m = CkaLinear {
+            debiased,
+            ..CkaLinear::default()
+        };
         let scales: Vec<f64> = (1..=6).map(|j| 1.0 / j as f64).collect();
         let a = axis_cloud(&scales);
         assert_close(pair_check(&m, &a, &a)[0].value, 1.0, EXACT, "CKA(X, X)");
@@ -415,6 +418,7 @@ fn distance_spearman_of_a_model_with_itself_is_one() {
         ccr: 0,
         readout: false,
         random: false,
+        ..DistanceSpearman::default()
     };
     let v = pair_check(&m, &a, &a);
     assert_eq!(v.len(), 1);
