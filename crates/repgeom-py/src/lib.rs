@@ -35,7 +35,8 @@ use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::analysis::{
     Hooks, ModelContext, ModelInput, ModelLayer, ModelReadout, NullSource,
 };
-use repgeom_metrics::{LayerInput, PairInput, layer_pairs};
+use repgeom_metrics::calibrate::CompareSettings;
+use repgeom_metrics::{LayerInput, layer_pairs};
 use repgeom_null::NullBases;
 
 use errors::Failure;
@@ -650,7 +651,7 @@ fn metrics<'py>(
 
 /// Pair metrics between the layers of two representations of the same inputs.
 #[pyfunction]
-#[pyo3(signature = (a, b, configs, readout_a, readout_b, *, k, n_null, seed, diagonal, progress, readout_fold_norm=false, readout_center=false))]
+#[pyo3(signature = (a, b, configs, readout_a, readout_b, *, k, n_null, seed, diagonal, progress, readout_fold_norm=false, readout_center=false, n_perm=None, aggregates=Vec::new(), alpha=None))]
 fn compare<'py>(
     py: Python<'py>,
     a: Vec<(usize, Bound<'py, PyAny>)>,
@@ -665,23 +666,37 @@ fn compare<'py>(
     progress: Option<bool>,
     readout_fold_norm: bool,
     readout_center: bool,
+    n_perm: Option<usize>,
+    aggregates: Vec<String>,
+    alpha: Option<f64>,
 ) -> PyResult<Vec<String>> {
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
-        let metrics = match &configs {
+        let mut metrics = match &configs {
             Some(c) => parse_configs(c, repgeom_metrics::pair_metric_from_config)?,
             None => repgeom_metrics::all_pair_metrics(),
         };
+        if let Some(n_perm) = n_perm {
+            repgeom_metrics::calibrate::set_n_perm(&mut metrics, n_perm);
+        }
         for m in &metrics {
             m.check()?;
         }
+        let defaults = CompareSettings::default();
+        let settings = CompareSettings {
+            aggregates: (aggregates.iter())
+                .map(|a| a.parse())
+                .collect::<repgeom_metrics::Result<_>>()?,
+            alpha: alpha.unwrap_or(defaults.alpha),
+        };
+        settings.check()?;
         let la = read_layers(a, "a", &mut keep)?;
         let lb = read_layers(b, "b", &mut keep)?;
         let ra = read_readout_arg(readout_a, &mut keep)?;
         let rb = read_readout_arg(readout_b, &mut keep)?;
-        Ok((metrics, la, lb, ra, rb))
+        Ok((metrics, settings, la, lb, ra, rb))
     })();
-    let (metrics, la, lb, ra, rb) = prepared.map_err(|e| e.into_py(py))?;
+    let (metrics, settings, la, lb, ra, rb) = prepared.map_err(|e| e.into_py(py))?;
     run_blocking(py, move |cancel| {
         if metrics.is_empty() {
             return Err(Failure::Invalid("no pair metrics chosen".into()));
@@ -726,30 +741,61 @@ fn compare<'py>(
         let model_a = side(&la, ra, seed)?;
         let model_b = side(&lb, rb, seed.wrapping_add(1))?;
         let pairs = layer_pairs(la.len(), lb.len(), diagonal);
-        let bar = progress_bar((pairs.len() * metrics.len()) as u64, "compare", progress);
+        let bar = progress_bar(metrics.len() as u64, "compare", progress);
         let mut out = Vec::new();
         // Each paired layer in f32 once, then one input per layer: its caches (centring, CCR,
-        // spectra) serve every metric and every pair it is part of.
+        // spectra) and its per-draw work under the permutation null serve every pair and
+        // every metric it is part of.
         let xa = paired_f32(&la, |i| pairs.iter().any(|&(p, _)| p == i));
         let xb = paired_f32(&lb, |j| pairs.iter().any(|&(_, q)| q == j));
         let ia = layer_inputs(&xa, &la, &model_a)?;
         let ib = layer_inputs(&xb, &lb, &model_b)?;
-        for &(i, j) in &pairs {
-            let (Some(ia), Some(ib)) = (&ia[i], &ib[j]) else {
-                unreachable!("every paired layer has an input")
-            };
-            for metric in &metrics {
-                check_cancel(cancel);
-                let pair = PairInput::new(ia, ib)?;
-                for v in metric.compute(&pair)? {
-                    let json = with_layer(lb[j].index, to_json(&v)?);
-                    out.push(json.replacen(
-                        "{\"layer\"",
-                        &format!("{{\"layer\":{},\"other_layer\"", la[i].index),
-                        1,
-                    ));
+        // The calibration indexes layers densely: keep the paired ones, renumbered.
+        let (used_a, ra): (Vec<usize>, Vec<&LayerInput<'_>>) = (ia.iter().enumerate())
+            .filter_map(|(i, x)| Some((i, x.as_ref()?)))
+            .unzip();
+        let (used_b, rb): (Vec<usize>, Vec<&LayerInput<'_>>) = (ib.iter().enumerate())
+            .filter_map(|(j, x)| Some((j, x.as_ref()?)))
+            .unzip();
+        let at = |used: &[usize], i: usize| used.iter().position(|&u| u == i).unwrap_or(0);
+        let dense: Vec<(usize, usize)> = (pairs.iter())
+            .map(|&(i, j)| (at(&used_a, i), at(&used_b, j)))
+            .collect();
+        let row = |i: usize, j: usize, json: String| {
+            with_layer(lb[used_b[j]].index, json).replacen(
+                "{\"layer\"",
+                &format!("{{\"layer\":{},\"other_layer\"", la[used_a[i]].index),
+                1,
+            )
+        };
+        let mut tables = Vec::with_capacity(metrics.len());
+        for metric in &metrics {
+            check_cancel(cancel);
+            bar.set_message(metric.info().name.to_string());
+            tables.push(repgeom_metrics::calibrate::compare(
+                metric.as_ref(),
+                &ra,
+                &rb,
+                &dense,
+                &settings,
+            )?);
+            bar.inc(1);
+        }
+        // Pair-major, as the CLI writes them: each layer pair's metrics, then the aggregates.
+        for &(i, j) in &dense {
+            for t in &tables {
+                for r in t.pairs.iter().filter(|r| (r.a, r.b) == (i, j)) {
+                    out.push(row(i, j, to_json(&r.value)?));
                 }
-                bar.inc(1);
+            }
+        }
+        for t in &tables {
+            for r in &t.aggregates {
+                let json = to_json(&r.value)?;
+                out.push(match json.strip_prefix('{') {
+                    Some(rest) => format!("{{\"aggregate\":\"{}\",{rest}", r.aggregate.name()),
+                    None => json,
+                });
             }
         }
         bar.finish_and_clear();

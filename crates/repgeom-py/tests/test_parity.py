@@ -129,6 +129,36 @@ def test_compare_diagonal(acts):
     assert abs(rows[1]["value"] - 1.0) < 1e-9
 
 
+def test_calibrated_compare_matches_the_cli(acts, tmp_path):
+    """The permutation null and the aggregates over layer pairs: the same draws, values and
+    p-values from Python as from `repgeom compare --n-perm --aggregate`."""
+    b = acts[::-1].copy()
+    np.save(tmp_path / "b.npy", b)
+    cli = cli_rows("compare", "--a", ACTS, "--b", str(tmp_path / "b.npy"), "--metric", "cka_linear",
+                   "--metric", "mutual_knn", "--n-perm", "20", "--aggregate", "max", "--aggregate", "hungarian")
+    py = repgeom.compare(acts, b, metrics=["cka_linear", "mutual_knn"], n_perm=20,
+                         aggregates=["max", "hungarian"], progress=False)
+    assert len(py) == len(cli) == 3 * 3 * 2 + 2 * 2
+
+    def key(r):
+        agg = r.get("aggregate") or ""
+        layers = (None, None) if agg else (r["layer"], r["other_layer"])
+        return (*layers, agg, r["metric"], r["variant"])
+
+    want = {key(r): r for r in cli}
+    for r in py:
+        w = want[key(r)]
+        for col in ("value", "null_mean", "null_std", "p_value", "p_two_sided", "z", "tau"):
+            if col in w:
+                assert r[col] == pytest.approx(w[col], rel=1e-12, abs=1e-12), (key(r), col)
+    agg = [r for r in py if r.get("aggregate")]
+    assert {r["aggregate"] for r in agg} == {"max", "hungarian"}
+    # Layer 1 of a is layer 1 of the reversed stack: the best pair is an identity, CKA 1.
+    assert all(r["value"] >= 1.0 - 1e-9 for r in agg if r["aggregate"] == "max" and r["metric"] == "cka_linear")
+    with pytest.raises(repgeom.InvalidInputError, match="n_perm"):
+        repgeom.compare(acts, b, metrics=["cka_linear"], n_perm=0, aggregates=["max"], progress=False)
+
+
 def test_probe_separable_classes():
     rng = np.random.default_rng(0)
     labels = np.repeat(["cat", "dog"], 60)

@@ -692,7 +692,11 @@ fn compute_unit(
             let pair = PairInput::new(&ia, &b)?;
             let mut v = Vec::new();
             for metric in a.cross_metrics()? {
-                v.extend(metric.compute(&pair)?);
+                // With the metric's permutation null where its options ask for one.
+                v.extend(repgeom_metrics::calibrate::compare_pair(
+                    metric.as_ref(),
+                    &pair,
+                )?);
             }
             return Ok(v
                 .into_iter()

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 
 use repgeom_linalg::MatRef;
 use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
-use repgeom_metrics::{LayerInput, PairInput, PairMetric, layer_pairs};
+use repgeom_metrics::calibrate::{Aggregate, CompareSettings};
+use repgeom_metrics::{LayerInput, PairMetric, layer_pairs};
 use repgeom_null::NullParams;
+use repgeom_report::Cell;
 
 use crate::args::{NullArgs, ReadoutPrepArgs};
 use crate::context::Context;
@@ -59,6 +61,19 @@ pub(crate) struct CompareArgs {
     /// Label of model B (default: file stem).
     #[arg(long)]
     pub(crate) model_b: Option<String>,
+    /// Permutations of B's points for every metric's null (the same draws for every layer
+    /// pair; 0 = none) [default: each metric's own n_perm: 100 for mutual_knn and cknna, 0 for
+    /// the others].
+    #[arg(long)]
+    pub(crate) n_perm: Option<usize>,
+    /// Report an aggregate over the layer × layer table with its permutation null: max (the
+    /// best-matching pair), row_max_mean, hungarian (best one-to-one matching) or diagonal
+    /// (matched depth). Repeatable; needs --n-perm.
+    #[arg(long = "aggregate", value_parser = parse_aggregate)]
+    pub(crate) aggregates: Vec<Aggregate>,
+    /// Level of each aggregate's critical value tau (the null's 1 − alpha order statistic).
+    #[arg(long, default_value_t = CompareSettings::default().alpha)]
+    pub(crate) alpha: f64,
     #[command(flatten)]
     pub(crate) readout_prep: ReadoutPrepArgs,
     #[command(flatten)]
@@ -94,7 +109,15 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
                 .collect::<anyhow::Result<_>>()?
         };
     }
+    if let Some(n_perm) = args.n_perm {
+        repgeom_metrics::calibrate::set_n_perm(&mut analysis.pair_metrics, n_perm);
+    }
     analysis.check()?;
+    let settings = CompareSettings {
+        aggregates: args.aggregates.clone(),
+        alpha: args.alpha,
+    };
+    settings.check()?;
     let metrics: &[Box<dyn PairMetric>] = &analysis.pair_metrics;
     anyhow::ensure!(!metrics.is_empty(), "no pair metrics chosen");
     let needs_readout = metrics.iter().any(|m| m.needs_readout_and_null().0);
@@ -191,47 +214,123 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         seed.wrapping_add(1),
     )?;
 
+    same_points(&a, &args.a, &b, &args.b)?;
+
     let pairs = layer_pairs(a.acts.layers.len(), b.acts.layers.len(), args.diagonal);
-    let bar = ctx.progress((pairs.len() * metrics.len()) as u64, "compare");
-    let mut rows = Vec::new();
-    // One input per layer, built when first paired and kept: its cached work (centring, CCR,
-    // singular values) serves every pair it is part of.
-    let (mut inputs_a, mut inputs_b) = (Vec::new(), Vec::new());
-    inputs_a.resize_with(a.acts.layers.len(), || None);
-    inputs_b.resize_with(b.acts.layers.len(), || None);
-    for &(i, j) in &pairs {
-        let (la, lb) = (&a.acts.layers[i], &b.acts.layers[j]);
-        if inputs_a[i].is_none() {
-            inputs_a[i] = Some(side_input(&a, &args.a, la)?);
-        }
-        if inputs_b[j].is_none() {
-            inputs_b[j] = Some(side_input(&b, &args.b, lb)?);
-        }
-        let (Some(ia), Some(ib)) = (&inputs_a[i], &inputs_b[j]) else {
-            unreachable!("both inputs were just built")
-        };
-        for metric in metrics {
-            bar.set_message(format!(
-                "{} × {} {}",
-                la.layer,
-                lb.layer,
-                metric.info().name
-            ));
-            let input = PairInput::new(ia, ib)?;
-            let values = metric.compute(&input)?;
-            rows.extend(values.into_iter().map(|v| {
-                metric_row(&a.label, la.acts.cols, (la.layer, a.n_layers), v)
-                    .with_other_model(&b.label)
-                    .with_extra("other_layer", lb.layer as f64)
-            }));
-            bar.inc(1);
-        }
+    // One input per layer: its cached work (centring, CCR, singular values) serves every pair
+    // and every metric it is part of.
+    let inputs_a = (a.acts.layers.iter())
+        .map(|l| side_input(&a, &args.a, l))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let inputs_b = (b.acts.layers.iter())
+        .map(|l| side_input(&b, &args.b, l))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (refs_a, refs_b): (Vec<&LayerInput<'_>>, Vec<&LayerInput<'_>>) =
+        (inputs_a.iter().collect(), inputs_b.iter().collect());
+    let bar = ctx.progress(metrics.len() as u64, "compare");
+    let mut tables = Vec::with_capacity(metrics.len());
+    for metric in metrics {
+        bar.set_message(metric.info().name.to_string());
+        tables.push(repgeom_metrics::calibrate::compare(
+            metric.as_ref(),
+            &refs_a,
+            &refs_b,
+            &pairs,
+            &settings,
+        )?);
+        bar.inc(1);
     }
     bar.finish_and_clear();
-    args.output.emit(&tidy_cells(
-        &rows,
-        &["model", "layer", "other_model", "other_layer"],
-    ))
+    // Pair-major, as the table is read: each layer pair's metrics together, then aggregates.
+    let mut rows = Vec::new();
+    for &(i, j) in &pairs {
+        let (la, lb) = (&a.acts.layers[i], &b.acts.layers[j]);
+        for t in &tables {
+            for r in t.pairs.iter().filter(|r| (r.a, r.b) == (i, j)) {
+                rows.push(
+                    metric_row(
+                        &a.label,
+                        la.acts.cols,
+                        (la.layer, a.n_layers),
+                        r.value.clone(),
+                    )
+                    .with_other_model(&b.label)
+                    .with_extra("other_layer", lb.layer as f64),
+                );
+            }
+        }
+    }
+    let n_pair_rows = rows.len();
+    let mut names = Vec::new();
+    for t in &tables {
+        for r in &t.aggregates {
+            names.push(r.aggregate.name());
+            rows.push(
+                metric_row(
+                    &a.label,
+                    a.acts.layers[0].acts.cols,
+                    (0, a.n_layers),
+                    r.value.clone(),
+                )
+                .with_other_model(&b.label),
+            );
+        }
+    }
+    let leading = ["model", "layer", "other_model", "other_layer"];
+    let mut table = tidy_cells(&rows, &leading);
+    if !names.is_empty() {
+        // An `aggregate` column after the leading ones: blank for a layer pair's row, the
+        // aggregate's name (and blank layers) for an aggregate's.
+        let at = leading.len();
+        table.columns.insert(at, "aggregate".into());
+        for (r, cells) in table.rows.iter_mut().enumerate() {
+            let name = r.checked_sub(n_pair_rows).map_or("", |k| names[k]);
+            if !name.is_empty() {
+                cells[1] = Cell::float(f64::NAN, 0);
+                cells[3] = Cell::float(f64::NAN, 0);
+            }
+            cells.insert(at, Cell::Text(name.into()));
+        }
+    }
+    args.output.emit(&table)
+}
+
+fn parse_aggregate(s: &str) -> Result<Aggregate, String> {
+    s.parse().map_err(|e: repgeom_metrics::Error| e.to_string())
+}
+
+/// The two files hold the same points in the same order: the same `N`, and equal `positions`
+/// metadata where both record it.
+fn same_points(
+    a: &Side,
+    path_a: &std::path::Path,
+    b: &Side,
+    path_b: &std::path::Path,
+) -> anyhow::Result<()> {
+    let (na, nb) = (a.acts.layers[0].acts.rows, b.acts.layers[0].acts.rows);
+    anyhow::ensure!(
+        na == nb,
+        "{} has {na} points and {} has {nb}: a comparison needs the same inputs in both \
+         (extract both models from the same corpus with the same --n-points and --seed)",
+        path_a.display(),
+        path_b.display()
+    );
+    let pa = repgeom_io::read_positions(path_a, na)?;
+    let pb = repgeom_io::read_positions(path_b, nb)?;
+    if let (Some(pa), Some(pb)) = (pa, pb)
+        && let Some(i) = (0..na).find(|&i| pa[i] != pb[i])
+    {
+        anyhow::bail!(
+            "{} and {} hold different points (by their `positions` metadata, point {i} is \
+             [sequence, position] {:?} in the first and {:?} in the second): extract both \
+             from the same corpus with the same sampling options",
+            path_a.display(),
+            path_b.display(),
+            pa[i],
+            pb[i]
+        );
+    }
+    Ok(())
 }
 
 /// One layer of one side as a metric input, with that side's readout basis and null bases.

@@ -280,7 +280,102 @@ fn compare_with_different_point_counts() {
             "--out",
             s(&out),
         ],
-        &["shape mismatch", "a.npy", "[12, 6]", "b.npy", "[10, 7]"],
+        &["a.npy", "12 points", "b.npy", "10"],
+        Some((&out, None)),
+    );
+}
+
+/// Two `.safetensors` files of the same size whose `positions` metadata disagree: the points
+/// are not the same, and the error names both files and the first point that differs.
+#[test]
+fn compare_with_different_point_order() {
+    let t = tempfile::tempdir().unwrap();
+    let data: Vec<f32> = (0..N * D).map(|x| value(x / D, x % D)).collect();
+    let write = |name: &str, swap: bool| {
+        let mut pos: Vec<[usize; 2]> = (0..N).map(|i| [i / 4, i % 4]).collect();
+        if swap {
+            pos.swap(5, 6);
+        }
+        let meta = std::collections::BTreeMap::from([(
+            "positions".to_string(),
+            serde_json::to_string(&pos).unwrap(),
+        )]);
+        let path = t.path().join(name);
+        repgeom_io::write_safetensors(&path, &[("layer.0".into(), vec![N, D], &data)], &meta)
+            .unwrap();
+        path
+    };
+    let (a, b) = (write("a.safetensors", false), write("b.safetensors", true));
+    let out = t.path().join("cmp.csv");
+    check(
+        &[
+            "compare",
+            "--a",
+            s(&a),
+            "--b",
+            s(&b),
+            "--metric",
+            "cka_linear",
+            "--out",
+            s(&out),
+        ],
+        &[
+            "a.safetensors",
+            "b.safetensors",
+            "point 5",
+            "[1, 1]",
+            "[1, 2]",
+        ],
+        Some((&out, None)),
+    );
+}
+
+/// An aggregate over layer pairs without a permutation null is refused, as is a non-finite
+/// value in the second file (named with its layer and row).
+#[test]
+fn compare_aggregate_without_null_and_non_finite_b() {
+    let t = tempfile::tempdir().unwrap();
+    let a = npy(t.path(), "a.npy", 2, N, D, value);
+    let out = t.path().join("cmp.csv");
+    check(
+        &[
+            "compare",
+            "--a",
+            s(&a),
+            "--b",
+            s(&a),
+            "--metric",
+            "cka_linear",
+            "--n-perm",
+            "0",
+            "--aggregate",
+            "max",
+            "--out",
+            s(&out),
+        ],
+        &["max", "n_perm", "cka_linear"],
+        Some((&out, None)),
+    );
+    let b = npy(t.path(), "b.npy", 2, N, D, |i, j| {
+        if (i, j) == (31 + 4, 1) {
+            f32::INFINITY
+        } else {
+            value(i, j)
+        }
+    });
+    check(
+        &[
+            "compare",
+            "--a",
+            s(&a),
+            "--b",
+            s(&b),
+            "--metric",
+            "cka_linear",
+            "--out",
+            s(&out),
+        ],
+        &["b.npy", "non-finite", "row 4, column 1"],
         Some((&out, None)),
     );
 }

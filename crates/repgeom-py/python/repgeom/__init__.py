@@ -414,11 +414,22 @@ def compare(
     progress: Optional[bool] = None,
     readout_fold_norm: bool = False,
     readout_center: bool = False,
+    n_perm: Optional[int] = None,
+    aggregates: Sequence[str] = (),
+    alpha: Optional[float] = None,
 ) -> Rows:
     """Pair metrics (distance agreement, linear CKA, …) between the layers of two
     representations of the same inputs (``repgeom compare``): every layer pair, or with
     ``diagonal=True`` each layer of ``a`` with the layer of ``b`` at the nearest relative depth.
-    Rows carry ``layer`` (of ``a``), ``other_layer`` (of ``b``) and the metric columns."""
+    Rows carry ``layer`` (of ``a``), ``other_layer`` (of ``b``) and the metric columns.
+
+    ``n_perm`` sets every metric's permutation null (the same draws of ``b``'s points for
+    every layer pair; ``null_mean``, ``null_std``, add-one ``p_value`` in the metric's
+    direction, ``p_upper``, ``p_lower``, ``p_two_sided``, ``z``, ``z_se``). ``aggregates``
+    (``"max"``, ``"row_max_mean"``, ``"hungarian"``, ``"diagonal"``) adds one row per
+    aggregate over the layer table, keyed by ``aggregate``, whose null recomputes the whole
+    table under each draw (``tau`` is its ``1 - alpha`` critical value, ``calibrated`` the
+    value minus the null mean); they need ``n_perm``."""
     return Rows(
         _rows(
             _native.compare(
@@ -434,6 +445,9 @@ def compare(
                 progress=progress,
                 readout_fold_norm=bool(readout_fold_norm),
                 readout_center=bool(readout_center),
+                n_perm=None if n_perm is None else int(n_perm),
+                aggregates=[str(x) for x in aggregates],
+                alpha=None if alpha is None else float(alpha),
             )
         )
     )

@@ -52,6 +52,9 @@ def compare(
     progress: Optional[bool],
     readout_fold_norm: bool = False,
     readout_center: bool = False,
+    n_perm: Optional[int] = None,
+    aggregates: Sequence[str] = (),
+    alpha: Optional[float] = None,
 ) -> list[str]: ...
 def list_metrics() -> list[str]: ...
 def read_activations(path: str, layers: Optional[Sequence[int]] = None) -> list[tuple[int, str, np.ndarray]]: ...
