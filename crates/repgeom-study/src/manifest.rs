@@ -320,6 +320,15 @@ pub struct Analysis {
     /// otherwise. Figure 7 draws `distance_spearman` and a panel per other metric.
     #[serde(skip_serializing_if = "is_default_cross")]
     pub cross: Vec<CrossMetric>,
+    /// Permutations of every `cross` metric's null (as `repgeom compare --n-perm`; unset: each
+    /// metric's own `n_perm`, 0 for most).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cross_n_perm: Option<usize>,
+    /// Calibrated aggregates over each pair's whole layer × layer table (`max`,
+    /// `row_max_mean`, `hungarian`, `diagonal`), as `repgeom compare --aggregate`: one
+    /// `cross_table` unit per pair, rows `METRIC_AGGREGATE`. Needs a null (`cross_n_perm`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cross_aggregate: Vec<repgeom_metrics::calibrate::Aggregate>,
     /// The `pga` metric's options (`ccr`, `distance`, `max_pairs`, `pair_seed`, `max_memory`,
     /// `bootstrap`, `null`, `spectrum_tol`, ...), written as keys of `[analysis]` itself.
     #[serde(flatten)]
@@ -398,6 +407,8 @@ fn study_keys() -> Vec<String> {
         k_frac: Some(0.1),
         k_sensitivity: vec![0.1],
         cross: Vec::new(),
+        cross_n_perm: Some(1),
+        cross_aggregate: vec![repgeom_metrics::calibrate::Aggregate::Max],
         ..Analysis::default()
     };
     match serde_json::to_value(all) {
@@ -505,7 +516,13 @@ impl Analysis {
                 }
                 repgeom_metrics::pair_metric_from_config(&config)
             })
-            .collect()
+            .collect::<repgeom_metrics::Result<Vec<_>>>()
+            .map(|mut metrics| {
+                if let Some(n) = self.cross_n_perm {
+                    repgeom_metrics::calibrate::set_n_perm(&mut metrics, n);
+                }
+                metrics
+            })
     }
 
     /// How `k` was chosen, in words: `k = 100` or `k = round(0.05·d)`.
@@ -537,6 +554,8 @@ impl Default for Analysis {
             readout_center: false,
             k_sensitivity: Vec::new(),
             cross: default_cross(),
+            cross_n_perm: None,
+            cross_aggregate: Vec::new(),
             pga: PgaSettings::default(),
         }
     }
@@ -885,6 +904,18 @@ impl Manifest {
         let configured = a
             .cross_metrics()
             .map_err(|e| bad("analysis.cross", e.to_string()))?;
+        if !a.cross_aggregate.is_empty() {
+            if let Some(m) = configured.iter().find(|m| m.permutations().n_perm == 0) {
+                return Err(bad(
+                    "analysis.cross_aggregate",
+                    format!(
+                        "an aggregate over layer pairs needs a permutation null, and {:?} has \
+                         n_perm = 0: set analysis.cross_n_perm (e.g. 1000)",
+                        m.info().name
+                    ),
+                ));
+            }
+        }
         let mut names = BTreeSet::new();
         for m in &configured {
             if !names.insert(m.info().name) {

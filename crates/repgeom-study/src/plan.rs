@@ -46,6 +46,13 @@ pub enum UnitKind {
         /// The other model's label.
         other: String,
     },
+    /// The calibrated aggregates of `analysis.cross_aggregate` over the whole layer × layer
+    /// table of this model (its final checkpoint) against `other` (one unit per pair, on the
+    /// model's first analysed layer).
+    CrossTable {
+        /// The other model's label.
+        other: String,
+    },
     /// The weights hash of a hub checkpoint (one `weights_sha256` row on the model's first
     /// analysed layer: the hash as its variant, the parameter count as its value).
     Weights,
@@ -70,6 +77,7 @@ impl UnitKind {
             Self::Probe => "probe".into(),
             Self::ValLoss => "val_loss".into(),
             Self::Cross { other } => format!("cross-{other}"),
+            Self::CrossTable { other } => format!("cross_table-{other}"),
             Self::Weights => "weights".into(),
         }
     }
@@ -402,6 +410,18 @@ impl Study {
                         kind: UnitKind::ValLoss,
                     });
                 }
+                if ci == last && !a.cross_aggregate.is_empty() {
+                    for [x, y] in &manifest.pairs {
+                        if *x == m.label {
+                            units.push(Unit {
+                                model: m.label.clone(),
+                                checkpoint: c.name.clone(),
+                                layer: m.layers[0],
+                                kind: UnitKind::CrossTable { other: y.clone() },
+                            });
+                        }
+                    }
+                }
                 if c.revision.is_some() {
                     units.push(Unit {
                         model: m.label.clone(),
@@ -477,6 +497,10 @@ impl Study {
             spectrum_tol: Option<f64>,
             #[serde(skip_serializing_if = "Option::is_none")]
             cross: Option<&'a [crate::manifest::CrossMetric]>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cross_n_perm: Option<usize>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cross_aggregate: Option<&'a [repgeom_metrics::calibrate::Aggregate]>,
             // Every other `pga` option that is away from the metric's default (a pair seed
             // other than `seed`, options added to the metric later).
             #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
@@ -492,7 +516,7 @@ impl Study {
         let p = a.pga();
         let mut models = Vec::new();
         let mut involved = vec![(unit.model.as_str(), Some(unit.checkpoint.as_str()))];
-        if let UnitKind::Cross { other } = &unit.kind {
+        if let UnitKind::Cross { other } | UnitKind::CrossTable { other } = &unit.kind {
             involved.push((other.as_str(), None));
         }
         for (label, ckpt) in involved {
@@ -542,9 +566,19 @@ impl Study {
             // Only cross units depend on the pair metrics, and the default list leaves earlier
             // hashes as they were.
             cross: match &unit.kind {
-                UnitKind::Cross { .. } if a.cross != crate::manifest::default_cross() => {
+                UnitKind::Cross { .. } | UnitKind::CrossTable { .. }
+                    if a.cross != crate::manifest::default_cross() =>
+                {
                     Some(&a.cross)
                 }
+                _ => None,
+            },
+            cross_n_perm: match &unit.kind {
+                UnitKind::Cross { .. } | UnitKind::CrossTable { .. } => a.cross_n_perm,
+                _ => None,
+            },
+            cross_aggregate: match &unit.kind {
+                UnitKind::CrossTable { .. } => Some(&a.cross_aggregate),
                 _ => None,
             },
         };

@@ -563,6 +563,23 @@ fn pga_metric(a: &crate::Analysis, ccr: Vec<usize>, bootstrap: bool) -> Pga {
     p
 }
 
+/// One input per layer of a model at a checkpoint, for a whole-table comparison.
+fn table_inputs<'a>(
+    ctx: &'a ModelCtx,
+    label: &str,
+    ckpt: &str,
+    layers: &'a BTreeMap<usize, Mat<f32>>,
+) -> Result<Vec<LayerInput<'a>>> {
+    let mut v = Vec::with_capacity(layers.len());
+    for (l, x) in layers {
+        v.push(
+            ctx.model
+                .layer(x.as_ref(), format!("{label} {ckpt} layer {l}"))?,
+        );
+    }
+    Ok(v)
+}
+
 fn compute_unit(
     study: &Study,
     loader: &Loader<'_>,
@@ -676,6 +693,42 @@ fn compute_unit(
                 ));
             }
             v
+        }
+        UnitKind::CrossTable { other } => {
+            // Every analysed layer of both models at their final checkpoints, the whole table,
+            // each aggregate with the null that recomputes it under every draw.
+            let o = study.model(other).expect("checked pair");
+            let octx = loader.model_ctx(o)?;
+            let ockpt = o.final_checkpoint().name.clone();
+            let mine = loader.layers(m, &u.checkpoint, &m.layers)?;
+            let theirs = loader.layers(o, &ockpt, &o.layers)?;
+            let ia = table_inputs(ctx, &m.label, &u.checkpoint, &mine)?;
+            let ib = table_inputs(&octx, &o.label, &ockpt, &theirs)?;
+            let (ra, rb): (Vec<_>, Vec<_>) = (ia.iter().collect(), ib.iter().collect());
+            let pairs = repgeom_metrics::layer_pairs(ra.len(), rb.len(), false);
+            let settings = repgeom_metrics::calibrate::CompareSettings {
+                aggregates: a.cross_aggregate.clone(),
+                ..Default::default()
+            };
+            let mut v = Vec::new();
+            for metric in a.cross_metrics()? {
+                let table = repgeom_metrics::calibrate::compare(
+                    metric.as_ref(),
+                    &ra,
+                    &rb,
+                    &pairs,
+                    &settings,
+                )?;
+                for r in table.aggregates {
+                    let mut value = r.value;
+                    value.metric = format!("{}_{}", value.metric, r.aggregate.name());
+                    v.push(value);
+                }
+            }
+            return Ok(v
+                .into_iter()
+                .map(|v| to_row(m, u, v).with_other_model(&o.label))
+                .collect());
         }
         UnitKind::Cross { other } => {
             let o = study.model(other).expect("checked pair");

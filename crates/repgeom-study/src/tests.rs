@@ -579,3 +579,63 @@ fn probe_texts_replace_backslashes_only_when_asked() {
         "left out when on",
     );
 }
+
+/// `analysis.cross_aggregate`: one `cross_table` unit per pair whose rows are the calibrated
+/// aggregates of each cross metric over the whole layer table, equal to what
+/// `calibrate::compare` gives on the same layers; refused without a null; the setting enters
+/// only the cross units' hashes.
+#[test]
+fn cross_aggregate_units() {
+    use repgeom_metrics::calibrate::Aggregate;
+    let mut m = small();
+    m.analysis.cross_aggregate = vec![Aggregate::Max];
+    let err = Study::new(m.clone(), "t").unwrap_err().to_string();
+    check(
+        err.contains("analysis.cross_aggregate") && err.contains("cross_n_perm"),
+        &format!("an aggregate without a null is refused: {err}"),
+    );
+    m.analysis.cross_n_perm = Some(20);
+    m.analysis.cross_aggregate = vec![Aggregate::Max, Aggregate::Hungarian];
+    let s = Study::new(m, "t").unwrap();
+    let tables: Vec<_> = (s.units.iter())
+        .filter(|u| matches!(u.unit.kind, crate::UnitKind::CrossTable { .. }))
+        .cloned()
+        .collect();
+    assert_eq!(tables.len(), 1, "one table unit for the one pair");
+    let base = Study::new(small(), "t").unwrap();
+    for u in &base.units {
+        let same = s.units.iter().find(|x| x.id == u.id).unwrap();
+        let is_cross = matches!(u.unit.kind, crate::UnitKind::Cross { .. });
+        check(
+            (u.config_hash != same.config_hash) == is_cross,
+            &format!("{}: only cross units change with cross_n_perm", u.id),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(crate::parts_dir(dir.path())).unwrap();
+    crate::run_units(&s, &tables, dir.path(), &|_| {}).unwrap();
+    let rows: Vec<repgeom_report::Row> = std::fs::read_dir(crate::parts_dir(dir.path()))
+        .unwrap()
+        .flat_map(|e| crate::read_part(&e.unwrap().path()).unwrap().rows)
+        .collect();
+    // Default cross metrics: distance_spearman (3 variants, 2 with a permutation null: the
+    // readout row keeps its random-subspace null) and cka_linear; two aggregates each.
+    let names: std::collections::BTreeSet<_> = rows
+        .iter()
+        .map(|r| (r.metric.clone(), r.variant.clone()))
+        .collect();
+    check(
+        names.contains(&("cka_linear_max".into(), "biased".into()))
+            && names.contains(&("cka_linear_hungarian".into(), "biased".into()))
+            && names.contains(&("distance_spearman_max".into(), "full".into())),
+        &format!("aggregate rows by metric and variant: {names:?}"),
+    );
+    for r in &rows {
+        let p = r.p_value.expect("every aggregate row has its p-value");
+        check(
+            (1.0 / 21.0..=1.0).contains(&p) && r.null_mean.is_some(),
+            &format!("{} {}: add-one p over 20 draws, {p}", r.metric, r.variant),
+        );
+        check(r.other_model == "synthetic-d256", "other model named");
+    }
+}

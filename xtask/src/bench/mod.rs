@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: the criterion benches, and the comparisons beside NumPy, SciPy and
 //! transformers (one submodule each), with the helpers they share.
 
+mod calibrate;
 mod extract;
 mod pair;
 mod pga;
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 
 use crate::root;
+use calibrate::bench_calibrate;
 use extract::bench_extract;
 use pair::bench_pair;
 use pga::bench_pga;
@@ -22,6 +24,9 @@ pub(crate) fn bench(names: &[String]) -> anyhow::Result<()> {
     }
     if names.first().map(String::as_str) == Some("extract") {
         return bench_extract();
+    }
+    if names.first().map(String::as_str) == Some("calibrate") {
+        return bench_calibrate(&names[1..]);
     }
     if names.first().map(String::as_str) == Some("pair") {
         return bench_pair();

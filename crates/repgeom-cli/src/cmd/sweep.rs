@@ -237,6 +237,7 @@ fn dry_run(
             UnitKind::Probe => "probe",
             UnitKind::ValLoss => "val_loss",
             UnitKind::Cross { .. } => "cross",
+            UnitKind::CrossTable { .. } => "cross_table",
             UnitKind::Weights => "weights",
         };
         *kinds.entry(key.to_owned()).or_default() += 1;
