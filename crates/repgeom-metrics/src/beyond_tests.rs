@@ -230,6 +230,42 @@ fn mutual_knn_chance_level_and_identity() {
     assert!(err.contains("k < N = 200"), "{err}");
 }
 
+/// Boundary ties are reported, not hidden: continuous data has none; every point duplicated
+/// (a corpus with repeated tokens) makes each point's 1-NN its twin at similarity 1, and with
+/// k = 2 the second and third neighbours (two copies of the next point) tie for every point.
+#[test]
+fn neighbour_metrics_report_boundary_ties() {
+    let r = load();
+    for m in [
+        Box::new(MutualKnn {
+            n_perm: 0,
+            ..MutualKnn::default()
+        }) as Box<dyn PairMetric>,
+        Box::new(Cknna {
+            n_perm: 0,
+            ..Cknna::default()
+        }),
+    ] {
+        let v = &pair_rows(m.as_ref(), r.a.as_ref(), r.b.as_ref(), Par::Seq)[0];
+        assert_eq!(
+            (v.extra["tied_a"], v.extra["tied_b"]),
+            (0.0, 0.0),
+            "{}",
+            v.metric
+        );
+    }
+    let n = 100;
+    let twice = Mat::<f32>::from_fn(2 * n, r.a.ncols(), |i, j| r.a[(i % n, j)]);
+    let m = MutualKnn {
+        k: 2,
+        n_perm: 0,
+        ..MutualKnn::default()
+    };
+    let v = &pair_rows(&m, twice.as_ref(), r.b.subrows(0, 2 * n), Par::Seq)[0];
+    assert_eq!(v.extra["tied_a"], 1.0);
+    assert_eq!(v.extra["tied_b"], 0.0);
+}
+
 #[test]
 fn cca_family_identities() {
     let r = load();

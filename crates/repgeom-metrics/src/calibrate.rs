@@ -188,61 +188,68 @@ impl KernelMatrix {
     }
 }
 
-/// `Σ x_i y_i` in eight `f32` lanes (vectorised), summed in `f64`.
-fn dot(x: &[f32], y: &[f32]) -> f64 {
-    let mut acc = [0.0f32; 8];
-    let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
-    let tail: f64 = xc
-        .remainder()
-        .iter()
-        .zip(yc.remainder())
-        .map(|(a, b)| f64::from(a * b))
-        .sum();
-    for (a, b) in xc.zip(yc) {
-        for l in 0..8 {
-            acc[l] += a[l] * b[l];
-        }
-    }
-    acc.iter().map(|&v| f64::from(v)).sum::<f64>() + tail
-}
+/// Draws scored together by the kernel path: each A row is read from memory once for this
+/// many draws (the pass is bound by memory traffic, not arithmetic).
+const DRAWS_PER_PASS: usize = 8;
 
-/// One draw of the kernel path: the value of every cell `(a, b)` (indices into `a` and `b`)
-/// with B's points relabelled by `perm` (`None` = as given). Each B matrix's relabelled row is
-/// gathered once per row and shared by all cells of that B.
-fn kernel_draw(
+/// Draws of the kernel path: for each permutation of `perms` (`None` = as given), the value
+/// of every cell `(a, b)` (indices into `a` and `b`) with B's points relabelled by it. Row by
+/// row: each A matrix's row is copied once for all the draws, each B matrix's relabelled row
+/// gathered once per draw, and one small `f32` GEMM (`L_A × L_B`, SIMD-dispatched by faer)
+/// per draw scores every cell's strict upper triangle of that row at once; rows are summed in
+/// `f64`. A draw's values do not depend on which draws share its pass.
+fn kernel_draws(
     a: &[&KernelMatrix],
     b: &[&KernelMatrix],
     cells: &[(usize, usize)],
-    perm: Option<&[u32]>,
-) -> Vec<f64> {
+    perms: &[Option<&[u32]>],
+) -> Vec<Vec<f64>> {
     let n = a[0].n;
-    let mut out = vec![0.0f64; cells.len()];
-    let mut buf = vec![0.0f32; b.len() * n];
-    let mut used = vec![false; b.len()];
-    for &(_, j) in cells {
-        used[j] = true;
+    let (na, nb, nt) = (a.len(), b.len(), perms.len());
+    let mut out = vec![vec![0.0f64; cells.len()]; nt];
+    let mut bbuf = vec![0.0f32; nb * n];
+    let mut abuf = vec![0.0f32; na * n];
+    let (mut used_a, mut used_b) = (vec![false; na], vec![false; nb]);
+    for &(i, j) in cells {
+        used_a[i] = true;
+        used_b[j] = true;
     }
+    let mut prod = Mat::<f32>::zeros(na, nb);
     for i in 0..n {
-        for (bi, m) in b.iter().enumerate().filter(|(bi, _)| used[*bi]) {
-            let dst = &mut buf[bi * n..(bi + 1) * n];
-            match perm {
-                Some(p) => {
-                    let row = &m.data[p[i] as usize * n..(p[i] as usize + 1) * n];
-                    for j in i..n {
-                        dst[j] = row[p[j] as usize];
-                    }
-                }
-                None => dst[i..].copy_from_slice(&m.data[i * n + i..(i + 1) * n]),
-            }
+        for (ai, m) in a.iter().enumerate().filter(|(ai, _)| used_a[*ai]) {
+            abuf[ai * n + i..(ai + 1) * n].copy_from_slice(&m.data[i * n + i..(i + 1) * n]);
         }
-        for (c, &(ai, bi)) in cells.iter().enumerate() {
-            let (ka, row_b) = (a[ai], &buf[bi * n..(bi + 1) * n]);
-            let row_a = &ka.data[i * n..(i + 1) * n];
-            let mut v = f64::from(ka.off_weight) * dot(&row_a[i + 1..], &row_b[i + 1..]);
-            if ka.diagonal {
-                v += f64::from(row_a[i] * row_b[i]);
+        let l = n - i - 1;
+        for (perm, out) in perms.iter().zip(out.iter_mut()) {
+            for (bi, m) in b.iter().enumerate().filter(|(bi, _)| used_b[*bi]) {
+                let dst = &mut bbuf[bi * n..(bi + 1) * n];
+                match perm {
+                    Some(p) => {
+                        let row = &m.data[p[i] as usize * n..(p[i] as usize + 1) * n];
+                        for (d, &pj) in dst[i..].iter_mut().zip(&p[i..]) {
+                            *d = row[pj as usize];
+                        }
+                    }
+                    None => dst[i..].copy_from_slice(&m.data[i * n + i..(i + 1) * n]),
+                }
             }
-            out[c] += v;
+            if l > 0 {
+                let av = MatRef::from_row_major_slice(&abuf, na, n).subcols(i + 1, l);
+                let bv = MatRef::from_row_major_slice(&bbuf, nb, n).subcols(i + 1, l);
+                repgeom_linalg::matmul_abt_f32(prod.as_mut(), av, bv, Par::Seq);
+            }
+            for (c, &(ai, bi)) in cells.iter().enumerate() {
+                let ka = a[ai];
+                let mut v = if l > 0 {
+                    f64::from(ka.off_weight) * f64::from(prod[(ai, bi)])
+                } else {
+                    0.0
+                };
+                if ka.diagonal {
+                    v += f64::from(abuf[ai * n + i] * bbuf[bi * n + i]);
+                }
+                out[c] += v;
+            }
         }
     }
     out
@@ -587,21 +594,28 @@ pub fn compare(
             .map(|v| v.variant.clone())
             .collect()
     };
-    let draw = |i: u64| -> Result<Vec<f64>> {
-        let (perm, inv) = permutation(n, perms.seed, i);
+    // Draws in fixed groups (the same at any thread count), the groups in parallel.
+    let per_pass = if fast { DRAWS_PER_PASS } else { 1 };
+    let groups: Vec<std::ops::Range<u64>> = (0..perms.n_perm as u64)
+        .step_by(per_pass)
+        .map(|s| s..(s + per_pass as u64).min(perms.n_perm as u64))
+        .collect();
+    let group = |g: &std::ops::Range<u64>| -> Result<Vec<Vec<f64>>> {
+        let ps: Vec<(Vec<u32>, Vec<u32>)> =
+            g.clone().map(|i| permutation(n, perms.seed, i)).collect();
         if fast {
-            fast_draw(&prep_a, &prep_b, pairs, &variants, &perm, &inv)
+            fast_draws(&prep_a, &prep_b, pairs, &variants, &ps)
         } else {
-            generic_draw(metric, a, b, pairs, &variants, &perm)
+            ps.iter()
+                .map(|(perm, _)| generic_draw(metric, a, b, pairs, &variants, perm))
+                .collect()
         }
     };
-    let draws: Vec<Vec<f64>> = match par {
-        Par::Seq => (0..perms.n_perm as u64).map(draw).collect::<Result<_>>()?,
-        _ => (0..perms.n_perm as u64)
-            .into_par_iter()
-            .map(draw)
-            .collect::<Result<_>>()?,
+    let grouped: Vec<Vec<Vec<f64>>> = match par {
+        Par::Seq => groups.iter().map(group).collect::<Result<_>>()?,
+        _ => groups.par_iter().map(group).collect::<Result<_>>()?,
     };
+    let draws: Vec<Vec<f64>> = grouped.into_iter().flatten().collect();
     let nv = variants.len();
     let larger = metric.larger_is_closer();
     for (c, values) in observed.iter_mut().enumerate() {
@@ -745,17 +759,17 @@ fn aggregate_row(
     Ok(v)
 }
 
-/// One draw by prepared work: each B layer relabelled once, then every cell scored.
-fn fast_draw(
+/// Draws by prepared work: for each `(perm, inv)`, each B layer relabelled once, then every
+/// cell scored (kernels: the draws in one pass, see [`kernel_draws`]).
+fn fast_draws(
     prep_a: &[Option<Prepared>],
     prep_b: &[Option<Prepared>],
     pairs: &[(usize, usize)],
     variants: &[String],
-    perm: &[u32],
-    inv: &[u32],
-) -> Result<Vec<f64>> {
+    perms: &[(Vec<u32>, Vec<u32>)],
+) -> Result<Vec<Vec<f64>>> {
     let nv = variants.len();
-    let mut out = vec![0.0f64; pairs.len() * nv];
+    let mut out = vec![vec![0.0f64; pairs.len() * nv]; perms.len()];
     fn get(p: &Option<Prepared>) -> &PreparedKind {
         match p {
             Some(Prepared(k)) => k,
@@ -764,6 +778,7 @@ fn fast_draw(
     }
     match get(&prep_a[0]) {
         PreparedKind::Kernel(_) => {
+            let ps: Vec<Option<&[u32]>> = perms.iter().map(|(p, _)| Some(p.as_slice())).collect();
             for (k, _) in variants.iter().enumerate() {
                 fn mats(side: &[Option<Prepared>], k: usize) -> Vec<&KernelMatrix> {
                     side.iter()
@@ -773,9 +788,11 @@ fn fast_draw(
                         })
                         .collect()
                 }
-                let values = kernel_draw(&mats(prep_a, k), &mats(prep_b, k), pairs, Some(perm));
-                for (c, v) in values.into_iter().enumerate() {
-                    out[c * nv + k] = v;
+                let values = kernel_draws(&mats(prep_a, k), &mats(prep_b, k), pairs, &ps);
+                for (t, values) in values.into_iter().enumerate() {
+                    for (c, v) in values.into_iter().enumerate() {
+                        out[t][c * nv + k] = v;
+                    }
                 }
             }
         }
@@ -786,14 +803,16 @@ fn fast_draw(
                     PreparedKind::Kernel(_) => unreachable!("one kind per metric"),
                 }
             }
-            let mut relabelled: Vec<Option<crate::knn::PreparedNeighbours>> =
-                prep_b.iter().map(|_| None).collect();
-            for (c, &(i, j)) in pairs.iter().enumerate() {
-                if relabelled[j].is_none() {
-                    relabelled[j] = Some(nb(&prep_b[j]).permuted(perm, inv));
+            for ((perm, inv), out) in perms.iter().zip(out.iter_mut()) {
+                let mut relabelled: Vec<Option<crate::knn::PreparedNeighbours>> =
+                    prep_b.iter().map(|_| None).collect();
+                for (c, &(i, j)) in pairs.iter().enumerate() {
+                    if relabelled[j].is_none() {
+                        relabelled[j] = Some(nb(&prep_b[j]).permuted(perm, inv));
+                    }
+                    let pb = relabelled[j].as_ref().expect("just set");
+                    out[c * nv] = nb(&prep_a[i]).score(pb);
                 }
-                let pb = relabelled[j].as_ref().expect("just set");
-                out[c * nv] = nb(&prep_a[i]).score(pb);
             }
         }
     }
@@ -912,10 +931,10 @@ mod tests {
             let identity: Vec<u32> = (0..48).collect();
             let draws = std::iter::once((identity.clone(), identity))
                 .chain((0..4).map(|i| permutation(48, 7, i)));
-            for (perm, inv) in draws {
-                let fast = fast_draw(&prep, &prep, &pairs, &variants, &perm, &inv).unwrap();
-                let slow =
-                    generic_draw(m.as_ref(), &refs, &refs, &pairs, &variants, &perm).unwrap();
+            let draws: Vec<(Vec<u32>, Vec<u32>)> = draws.collect();
+            let fasts = fast_draws(&prep, &prep, &pairs, &variants, &draws).unwrap();
+            for ((perm, _), fast) in draws.iter().zip(fasts) {
+                let slow = generic_draw(m.as_ref(), &refs, &refs, &pairs, &variants, perm).unwrap();
                 for (c, (f, s)) in fast.iter().zip(&slow).enumerate() {
                     assert!(
                         (f - s).abs() < 1e-5,

@@ -28,6 +28,10 @@ pub(crate) struct Neighbours {
     pub(crate) index: Vec<u32>,
     /// The matching scores (higher = nearer).
     pub(crate) score: Vec<f64>,
+    /// Points whose neighbour set is decided by a tie: the `k`-th and `(k+1)`-th nearest are
+    /// equally near (bf16/fp16 activations, duplicated tokens), so the set keeps the lower
+    /// index and depends on the point order.
+    pub(crate) tied: usize,
 }
 
 impl Neighbours {
@@ -63,33 +67,48 @@ where
     F: Fn(std::ops::Range<usize>) -> Mat<f64> + Sync,
 {
     let starts: Vec<usize> = (0..n).step_by(ROW_BLOCK).collect();
-    let one = |&s: &usize| -> Vec<(f64, u32)> {
+    let one = |&s: &usize| -> (Vec<(f64, u32)>, usize) {
         let rows = s..(s + ROW_BLOCK).min(n);
         let scores = block(rows.clone());
         let mut out = Vec::with_capacity(rows.len() * k);
-        let mut top = Vec::with_capacity(k + 1);
+        let mut tied = 0;
+        // One more than kept, to see whether the last kept one ties with the next.
+        let keep = if n > k + 1 { k + 1 } else { k };
+        let mut top = Vec::with_capacity(keep + 1);
         for (r, i) in rows.enumerate() {
             top.clear();
             for j in 0..n {
                 if j != i {
-                    push_top(&mut top, k, scores[(r, j)], j as u32);
+                    push_top(&mut top, keep, scores[(r, j)], j as u32);
                 }
             }
-            out.extend_from_slice(&top);
+            if top.len() > k && top[k - 1].0 == top[k].0 {
+                tied += 1;
+            }
+            out.extend_from_slice(&top[..k.min(top.len())]);
         }
-        out
+        (out, tied)
     };
-    let parts: Vec<Vec<(f64, u32)>> = match par {
+    let parts: Vec<(Vec<(f64, u32)>, usize)> = match par {
         Par::Seq => starts.iter().map(one).collect(),
         _ => starts.par_iter().map(one).collect(),
     };
     let mut index = Vec::with_capacity(n * k);
     let mut score = Vec::with_capacity(n * k);
-    for (s, j) in parts.into_iter().flatten() {
-        index.push(j);
-        score.push(s);
+    let mut tied = 0;
+    for (part, t) in parts {
+        tied += t;
+        for (s, j) in part {
+            index.push(j);
+            score.push(s);
+        }
     }
-    Neighbours { k, index, score }
+    Neighbours {
+        k,
+        index,
+        score,
+        tied,
+    }
 }
 
 /// Cosine `k`-NN of a layer: rows normalised to unit length in `f32` (as the reference code,
@@ -152,7 +171,20 @@ fn permuted(b: &Neighbours, perm: &[u32], inv: &[u32]) -> Neighbours {
         index.extend(idx.iter().map(|&j| inv[j as usize]));
         score.extend_from_slice(sc);
     }
-    Neighbours { k, index, score }
+    Neighbours {
+        k,
+        index,
+        score,
+        tied: b.tied,
+    }
+}
+
+/// Extras `tied_a` and `tied_b`: the fraction of each side's points whose neighbour set is
+/// decided by a tie at its boundary (see [`Neighbours::tied`]).
+fn with_ties(v: MetricValue, a: &Neighbours, b: &Neighbours) -> MetricValue {
+    let n = a.n().max(1) as f64;
+    v.with_extra("tied_a", a.tied as f64 / n)
+        .with_extra("tied_b", b.tied as f64 / n)
 }
 
 /// Mutual k-NN: mean over points of |kNN_A(i) ∩ kNN_B(i)| / k.
@@ -372,7 +404,7 @@ impl PairMetric for MutualKnn {
         let n = a.n();
         let value = mutual_knn_value(&a, &b, &mut vec![0; n]);
         Ok(vec![
-            MetricValue::new("mutual_knn", "", value)
+            with_ties(MetricValue::new("mutual_knn", "", value), &a, &b)
                 .with_extra("k", self.k as f64)
                 .with_extra("chance", self.k as f64 / (n - 1) as f64),
         ])
@@ -467,7 +499,7 @@ impl PairMetric for Cknna {
         let norm = (kk * ll).sqrt();
         let value = cknna_value(&a, &b, norm);
         Ok(vec![
-            MetricValue::new("cknna", "", value).with_extra("k", self.k as f64),
+            with_ties(MetricValue::new("cknna", "", value), &a, &b).with_extra("k", self.k as f64),
         ])
     }
 }

@@ -904,17 +904,17 @@ impl Manifest {
         let configured = a
             .cross_metrics()
             .map_err(|e| bad("analysis.cross", e.to_string()))?;
-        if !a.cross_aggregate.is_empty() {
-            if let Some(m) = configured.iter().find(|m| m.permutations().n_perm == 0) {
-                return Err(bad(
-                    "analysis.cross_aggregate",
-                    format!(
-                        "an aggregate over layer pairs needs a permutation null, and {:?} has \
+        if !a.cross_aggregate.is_empty()
+            && let Some(m) = configured.iter().find(|m| m.permutations().n_perm == 0)
+        {
+            return Err(bad(
+                "analysis.cross_aggregate",
+                format!(
+                    "an aggregate over layer pairs needs a permutation null, and {:?} has \
                          n_perm = 0: set analysis.cross_n_perm (e.g. 1000)",
-                        m.info().name
-                    ),
-                ));
-            }
+                    m.info().name
+                ),
+            ));
         }
         let mut names = BTreeSet::new();
         for m in &configured {
