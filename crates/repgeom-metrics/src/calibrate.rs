@@ -677,6 +677,56 @@ pub fn compare(
     })
 }
 
+/// [`compare`] for each of `metrics`, rows in the order a layer × layer table is read: each
+/// layer pair's rows (metric by metric) in `pairs` order, then every metric's aggregates.
+/// `on_metric` is called with each metric's name before it runs (a progress bar, a
+/// cancellation check).
+///
+/// ```
+/// use repgeom_linalg::{Mat, Par};
+/// use repgeom_metrics::calibrate::{CompareSettings, compare_all};
+/// use repgeom_metrics::{CkaLinear, LayerInput, PairMetric, Rsa, layer_pairs};
+///
+/// let x = Mat::<f32>::from_fn(30, 4, |i, j| ((i * 7 + j * 3) % 11) as f32);
+/// let y = Mat::<f32>::from_fn(30, 3, |i, j| ((i * 5 + j) % 13) as f32);
+/// let (a, b) = ([LayerInput::new(x.as_ref(), "A0", Par::Seq)?],
+///               [LayerInput::new(x.as_ref(), "B0", Par::Seq)?, LayerInput::new(y.as_ref(), "B1", Par::Seq)?]);
+/// let metrics: Vec<Box<dyn PairMetric>> = vec![Box::new(CkaLinear::default()), Box::new(Rsa::default())];
+/// let mut seen = Vec::new();
+/// let out = compare_all(&metrics, &a.iter().collect::<Vec<_>>(), &b.iter().collect::<Vec<_>>(),
+///                       &layer_pairs(1, 2, false), &CompareSettings::default(),
+///                       &mut |name| seen.push(name.to_string()))?;
+/// assert_eq!(seen, ["cka_linear", "rsa"]);
+/// // Pair-major: both metrics of pair (0, 0), then both of pair (0, 1).
+/// let order: Vec<(usize, usize)> = out.pairs.iter().map(|r| (r.a, r.b)).collect();
+/// assert_eq!(order[0], (0, 0));
+/// assert_eq!(order[order.len() - 1], (0, 1));
+/// # Ok::<(), repgeom_metrics::Error>(())
+/// ```
+pub fn compare_all(
+    metrics: &[Box<dyn PairMetric>],
+    a: &[&LayerInput<'_>],
+    b: &[&LayerInput<'_>],
+    pairs: &[(usize, usize)],
+    settings: &CompareSettings,
+    on_metric: &mut dyn FnMut(&str),
+) -> Result<Comparison> {
+    let mut tables = Vec::with_capacity(metrics.len());
+    for metric in metrics {
+        on_metric(metric.info().name);
+        tables.push(compare(metric.as_ref(), a, b, pairs, settings)?);
+    }
+    let mut out = Comparison::default();
+    for &(i, j) in pairs {
+        for t in &tables {
+            let rows = t.pairs.iter().filter(|r| (r.a, r.b) == (i, j));
+            out.pairs.extend(rows.cloned());
+        }
+    }
+    out.aggregates = tables.into_iter().flat_map(|t| t.aggregates).collect();
+    Ok(out)
+}
+
 /// [`compare`] on one pair of layers, without aggregates: the metric's values with their
 /// permutation null.
 pub fn compare_pair(metric: &dyn PairMetric, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {

@@ -768,35 +768,28 @@ fn compare<'py>(
                 1,
             )
         };
-        let mut tables = Vec::with_capacity(metrics.len());
-        for metric in &metrics {
-            check_cancel(cancel);
-            bar.set_message(metric.info().name.to_string());
-            tables.push(repgeom_metrics::calibrate::compare(
-                metric.as_ref(),
-                &ra,
-                &rb,
-                &dense,
-                &settings,
-            )?);
-            bar.inc(1);
+        let table = repgeom_metrics::calibrate::compare_all(
+            &metrics,
+            &ra,
+            &rb,
+            &dense,
+            &settings,
+            &mut |name| {
+                check_cancel(cancel);
+                bar.set_message(name.to_string());
+                bar.inc(1);
+            },
+        )?;
+        // In the CLI's order: each layer pair's metrics, then the aggregates.
+        for r in &table.pairs {
+            out.push(row(r.a, r.b, to_json(&r.value)?));
         }
-        // Pair-major, as the CLI writes them: each layer pair's metrics, then the aggregates.
-        for &(i, j) in &dense {
-            for t in &tables {
-                for r in t.pairs.iter().filter(|r| (r.a, r.b) == (i, j)) {
-                    out.push(row(i, j, to_json(&r.value)?));
-                }
-            }
-        }
-        for t in &tables {
-            for r in &t.aggregates {
-                let json = to_json(&r.value)?;
-                out.push(match json.strip_prefix('{') {
-                    Some(rest) => format!("{{\"aggregate\":\"{}\",{rest}", r.aggregate.name()),
-                    None => json,
-                });
-            }
+        for r in &table.aggregates {
+            let json = to_json(&r.value)?;
+            out.push(match json.strip_prefix('{') {
+                Some(rest) => format!("{{\"aggregate\":\"{}\",{rest}", r.aggregate.name()),
+                None => json,
+            });
         }
         bar.finish_and_clear();
         Ok(out)

@@ -228,53 +228,39 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
     let (refs_a, refs_b): (Vec<&LayerInput<'_>>, Vec<&LayerInput<'_>>) =
         (inputs_a.iter().collect(), inputs_b.iter().collect());
     let bar = ctx.progress(metrics.len() as u64, "compare");
-    let mut tables = Vec::with_capacity(metrics.len());
-    for metric in metrics {
-        bar.set_message(metric.info().name.to_string());
-        tables.push(repgeom_metrics::calibrate::compare(
-            metric.as_ref(),
-            &refs_a,
-            &refs_b,
-            &pairs,
-            &settings,
-        )?);
-        bar.inc(1);
-    }
+    let out = repgeom_metrics::calibrate::compare_all(
+        metrics,
+        &refs_a,
+        &refs_b,
+        &pairs,
+        &settings,
+        &mut |name| {
+            bar.set_message(name.to_string());
+            bar.inc(1);
+        },
+    )?;
     bar.finish_and_clear();
-    // Pair-major, as the table is read: each layer pair's metrics together, then aggregates.
-    let mut rows = Vec::new();
-    for &(i, j) in &pairs {
-        let (la, lb) = (&a.acts.layers[i], &b.acts.layers[j]);
-        for t in &tables {
-            for r in t.pairs.iter().filter(|r| (r.a, r.b) == (i, j)) {
-                rows.push(
-                    metric_row(
-                        &a.label,
-                        la.acts.cols,
-                        (la.layer, a.n_layers),
-                        r.value.clone(),
-                    )
-                    .with_other_model(&b.label)
-                    .with_extra("other_layer", lb.layer as f64),
-                );
-            }
-        }
-    }
+    let mut rows: Vec<_> = (out.pairs.into_iter())
+        .map(|r| {
+            let (la, lb) = (&a.acts.layers[r.a], &b.acts.layers[r.b]);
+            metric_row(&a.label, la.acts.cols, (la.layer, a.n_layers), r.value)
+                .with_other_model(&b.label)
+                .with_extra("other_layer", lb.layer as f64)
+        })
+        .collect();
     let n_pair_rows = rows.len();
     let mut names = Vec::new();
-    for t in &tables {
-        for r in &t.aggregates {
-            names.push(r.aggregate.name());
-            rows.push(
-                metric_row(
-                    &a.label,
-                    a.acts.layers[0].acts.cols,
-                    (0, a.n_layers),
-                    r.value.clone(),
-                )
-                .with_other_model(&b.label),
-            );
-        }
+    for r in out.aggregates {
+        names.push(r.aggregate.name());
+        rows.push(
+            metric_row(
+                &a.label,
+                a.acts.layers[0].acts.cols,
+                (0, a.n_layers),
+                r.value,
+            )
+            .with_other_model(&b.label),
+        );
     }
     let leading = ["model", "layer", "other_model", "other_layer"];
     let mut table = tidy_cells(&rows, &leading);

@@ -262,6 +262,22 @@ fn layer_missing_from_a_file() {
     );
 }
 
+/// `repgeom compare --a A --b B --metric cka_linear EXTRA… --out OUT`.
+fn compare_cka<'a>(a: &'a Path, b: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "compare",
+        "--a",
+        s(a),
+        "--b",
+        s(b),
+        "--metric",
+        "cka_linear",
+    ];
+    args.extend(extra);
+    args.extend(["--out", s(out)]);
+    args
+}
+
 #[test]
 fn compare_with_different_point_counts() {
     let t = tempfile::tempdir().unwrap();
@@ -269,17 +285,7 @@ fn compare_with_different_point_counts() {
     let b = npy(t.path(), "b.npy", 0, N - 2, D + 1, value);
     let out = t.path().join("cmp.csv");
     check(
-        &[
-            "compare",
-            "--a",
-            s(&a),
-            "--b",
-            s(&b),
-            "--metric",
-            "cka_linear",
-            "--out",
-            s(&out),
-        ],
+        &compare_cka(&a, &b, &out, &[]),
         &["a.npy", "12 points", "b.npy", "10"],
         Some((&out, None)),
     );
@@ -308,17 +314,7 @@ fn compare_with_different_point_order() {
     let (a, b) = (write("a.safetensors", false), write("b.safetensors", true));
     let out = t.path().join("cmp.csv");
     check(
-        &[
-            "compare",
-            "--a",
-            s(&a),
-            "--b",
-            s(&b),
-            "--metric",
-            "cka_linear",
-            "--out",
-            s(&out),
-        ],
+        &compare_cka(&a, &b, &out, &[]),
         &[
             "a.safetensors",
             "b.safetensors",
@@ -338,21 +334,7 @@ fn compare_aggregate_without_null_and_non_finite_b() {
     let a = npy(t.path(), "a.npy", 2, N, D, value);
     let out = t.path().join("cmp.csv");
     check(
-        &[
-            "compare",
-            "--a",
-            s(&a),
-            "--b",
-            s(&a),
-            "--metric",
-            "cka_linear",
-            "--n-perm",
-            "0",
-            "--aggregate",
-            "max",
-            "--out",
-            s(&out),
-        ],
+        &compare_cka(&a, &a, &out, &["--n-perm", "0", "--aggregate", "max"]),
         &["max", "n_perm", "cka_linear"],
         Some((&out, None)),
     );
@@ -364,17 +346,7 @@ fn compare_aggregate_without_null_and_non_finite_b() {
         }
     });
     check(
-        &[
-            "compare",
-            "--a",
-            s(&a),
-            "--b",
-            s(&b),
-            "--metric",
-            "cka_linear",
-            "--out",
-            s(&out),
-        ],
+        &compare_cka(&a, &b, &out, &[]),
         &["b.npy", "non-finite", "row 4, column 1"],
         Some((&out, None)),
     );
