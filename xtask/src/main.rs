@@ -12,7 +12,8 @@
 //!   `bench pair` adds the NumPy references of the pair metrics and the spectrum null;
 //!   `bench pga` times the `repgeom pga` command end to end beside NumPy/SciPy;
 //!   `bench calibrate` times the calibrated aggregate over layer pairs beside
-//!   calibrated-similarity.
+//!   calibrated-similarity; `bench streaming` measures the peak memory of streaming CKA
+//!   (`repgeom extract --cka-pairs`) at 100 k and 1 M tokens.
 //! - `cargo xtask validate`: every check CI runs, cheapest first: `cargo fmt --check`,
 //!   `cargo clippy --workspace --all-targets -D warnings`, `cargo test --workspace` (the
 //!   README's test command) and `paper --check`; stops at the first failure.
@@ -33,6 +34,7 @@ pub(crate) const USAGE: &str = "usage:
   cargo xtask bench scaling [--quick]  # PGA time and peak memory against N and d, with growth exponents
   cargo xtask bench extract        # extraction tokens/s (Pythia-70M shape) beside transformers
   cargo xtask bench calibrate [--perms K]  # calibrated max over 12x12 layer pairs beside calibrated-similarity
+  cargo xtask bench streaming      # peak memory of streaming CKA over 100k and 1M tokens (512-wide)
   cargo xtask bench pair           # pair metrics and the spectrum null beside their NumPy references
   cargo xtask bench pga            # `repgeom pga` end to end on the standard workload beside NumPy/SciPy
   cargo xtask validate             # fmt --check, clippy -D warnings, cargo test --workspace, paper --check";

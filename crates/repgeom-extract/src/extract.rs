@@ -192,6 +192,25 @@ pub struct Progress {
     pub tokens_total: usize,
 }
 
+/// What [`Extractor::stream`] hands each batch to: one `[rows, d]` view per requested hidden
+/// state.
+pub type Visit<'a, E> =
+    dyn FnMut(&[repgeom_linalg::MatRef<'_, f32>]) -> std::result::Result<(), E> + 'a;
+
+/// What [`Extractor::stream`] ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Streamed {
+    /// Tokens handed to `visit` (every position of the sequences run, less the first ones
+    /// when `skip_first`, up to `n_points`).
+    pub tokens_kept: usize,
+    /// Tokens run through the model.
+    pub tokens_run: usize,
+    /// Sequences run.
+    pub sequences: usize,
+    /// Tokens of the whole text.
+    pub text_tokens: usize,
+}
+
 /// Mean next-token cross-entropy.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Loss {
@@ -334,22 +353,7 @@ impl Extractor {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Extraction> {
         let p = params.get();
-        if let Some(budget) = p.memory_budget {
-            let need = self.model.activation_bytes(p.batch_size, p.seq_len);
-            if need > budget {
-                let fits = (1..p.batch_size)
-                    .rev()
-                    .find(|&b| self.model.activation_bytes(b, p.seq_len) <= budget)
-                    .unwrap_or(0);
-                return Err(Error::BatchTooLarge {
-                    batch_size: p.batch_size,
-                    seq_len: p.seq_len,
-                    needed: need,
-                    budget,
-                    fits,
-                });
-            }
-        }
+        self.check_budget(p)?;
         let (mut ex, extra) = match p.pool {
             Pool::Tokens => self.extract_tokens(text, p, progress)?,
             Pool::Mean => self.extract_mean(text, p, progress)?,
@@ -394,6 +398,165 @@ impl Extractor {
         }
         ex.metadata = m;
         Ok(ex)
+    }
+
+    /// A batch whose activations would not fit in `p.memory_budget` is refused before
+    /// anything runs, with the largest batch size that fits.
+    fn check_budget(&self, p: &ExtractParams) -> Result<()> {
+        if let Some(budget) = p.memory_budget {
+            let need = self.model.activation_bytes(p.batch_size, p.seq_len);
+            if need > budget {
+                let fits = (1..p.batch_size)
+                    .rev()
+                    .find(|&b| self.model.activation_bytes(b, p.seq_len) <= budget)
+                    .unwrap_or(0);
+                return Err(Error::BatchTooLarge {
+                    batch_size: p.batch_size,
+                    seq_len: p.seq_len,
+                    needed: need,
+                    budget,
+                    fits,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs *every* token of `text` (its whole sequences of `params.seq_len` tokens, in
+    /// order; position 0 of each left out when `skip_first`; stopping after `max_tokens` kept
+    /// tokens when it is `Some`) and hands each batch's hidden states of `layers` to `visit`,
+    /// one `[rows, d]` view per entry of `layers`, row `r` of every view the same token.
+    /// The text is tokenised block by block ([`text_blocks`]: about 256 KiB, cut only before a
+    /// line that starts with a non-space character, which gives the ids of one whole-text
+    /// encoding for the byte-level BPE and SentencePiece tokenisers of the supported families;
+    /// `stream_tokens_equal_whole_text_encoding` checks every fixture's). Nothing is kept
+    /// between batches: memory is one batch's and one block's, whatever the length of the
+    /// text, which is what a streaming statistic over a whole corpus needs (e.g.
+    /// `repgeom_metrics::CkaAccumulator`, fed each batch). The sampling options
+    /// (`n_points`, `points_per_sequence`, `seed`), `pool` and `loss` are not used.
+    ///
+    /// ```no_run
+    /// use repgeom_extract::{ExtractParams, Extractor};
+    /// let ex = Extractor::load("pythia-70m".as_ref())?;
+    /// let p = ExtractParams::default().check()?;
+    /// let mut norms = 0.0f64;
+    /// let s = ex.stream("a long corpus ...", &p, None, &[6], &mut |views| {
+    ///     let h = views[0];
+    ///     for i in 0..h.nrows() {
+    ///         norms += (0..h.ncols()).map(|j| f64::from(h[(i, j)]).powi(2)).sum::<f64>();
+    ///     }
+    ///     Ok::<(), repgeom_extract::Error>(())
+    /// }, &mut |_| {})?;
+    /// println!("mean squared norm of layer 6 over {} tokens: {}", s.tokens_kept, norms / s.tokens_kept as f64);
+    /// # Ok::<(), repgeom_extract::Error>(())
+    /// ```
+    pub fn stream<E: From<Error>>(
+        &self,
+        text: &str,
+        params: &ValidExtractParams,
+        max_tokens: Option<usize>,
+        layers: &[usize],
+        visit: &mut Visit<'_, E>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> std::result::Result<Streamed, E> {
+        let p = params.get();
+        self.check_budget(p)?;
+        let c = self.model.config();
+        if let Some(&bad) = layers.iter().find(|&&l| l > c.n_layers) {
+            return Err(Error::InvalidParams {
+                field: "layers",
+                reason: format!(
+                    "hidden state {bad} asked for, but the model has {} (0 = embeddings … {})",
+                    c.n_layers + 1,
+                    c.n_layers
+                ),
+            }
+            .into());
+        }
+        let len = p.seq_len;
+        let start = usize::from(p.skip_first);
+        let per_seq = len - start; // at least 1: a checked seq_len is at least 2
+        let wanted = max_tokens.unwrap_or(usize::MAX);
+        let d = c.hidden_size;
+        let mut out = Streamed {
+            tokens_kept: 0,
+            tokens_run: 0,
+            sequences: 0,
+            text_tokens: 0,
+        };
+        let mut bufs: Vec<Vec<f32>> = vec![Vec::new(); layers.len()];
+        // Token ids not yet run (less than a batch of sequences after each block).
+        let mut pending: Vec<u32> = Vec::new();
+        let mut bytes_done = 0usize;
+        let mut blocks = text_blocks(text, STREAM_BLOCK_BYTES).peekable();
+        while out.tokens_kept < wanted {
+            let last_block = blocks.peek().is_none();
+            let n_seq = pending.len() / len;
+            if n_seq < p.batch_size && !last_block {
+                let block = blocks.next().expect("peeked");
+                bytes_done += block.len();
+                let ids = self.encode(block)?;
+                out.text_tokens += ids.len();
+                pending.extend(ids);
+                continue;
+            }
+            if n_seq == 0 {
+                break;
+            }
+            let chunk = n_seq.min(p.batch_size);
+            let seqs: Vec<&[u32]> = pending[..chunk * len].chunks(len).collect();
+            // (row in the batch's [B * T] rows) of every kept token, in order
+            let rows: Vec<usize> = (0..chunk)
+                .flat_map(|slot| (start..len).map(move |t| slot * len + t))
+                .take(wanted - out.tokens_kept)
+                .collect();
+            // Sequences past the last kept token are not run.
+            let seqs = &seqs[..rows.len().div_ceil(per_seq)];
+            for buf in &mut bufs {
+                buf.clear();
+                buf.resize(rows.len() * d, 0.0);
+            }
+            self.model.forward_batch(seqs, false, &mut |layer, h| {
+                for (k, _) in layers.iter().enumerate().filter(|&(_, &l)| l == layer) {
+                    for (dst, &r) in bufs[k].chunks_mut(d).zip(&rows) {
+                        dst.copy_from_slice(&h[r * d..(r + 1) * d]);
+                    }
+                }
+                Ok(())
+            })?;
+            let views: Vec<_> = bufs
+                .iter()
+                .map(|x| repgeom_linalg::MatRef::from_row_major_slice(x, rows.len(), d))
+                .collect();
+            visit(&views)?;
+            out.tokens_kept += rows.len();
+            out.sequences += seqs.len();
+            out.tokens_run += seqs.len() * len;
+            pending.drain(..seqs.len() * len);
+            // The text's total tokens, estimated from its bytes until all are read.
+            let total = if blocks.peek().is_none() {
+                out.text_tokens
+            } else {
+                (out.text_tokens as f64 * text.len() as f64 / bytes_done.max(1) as f64) as usize
+            };
+            let total_seqs = (total / len)
+                .min(wanted.div_ceil(per_seq))
+                .max(out.sequences);
+            progress(Progress {
+                sequences_done: out.sequences,
+                sequences_total: total_seqs,
+                tokens_done: out.tokens_run,
+                tokens_total: total_seqs * len,
+            });
+        }
+        if out.sequences == 0 {
+            return Err(Error::TextTooShort {
+                tokens: out.text_tokens,
+                seq_len: len,
+            }
+            .into());
+        }
+        Ok(out)
     }
 
     /// `text`'s token ids and the number of whole sequences of `len` tokens they make (an
@@ -640,6 +803,36 @@ impl Extractor {
         let extra = vec![("lines_truncated", truncated.to_string())];
         Ok((acc.finish(positions, encoded, loss.finish()), extra))
     }
+}
+
+/// Bytes of text [`Extractor::stream`] tokenises at a time.
+pub const STREAM_BLOCK_BYTES: usize = 1 << 18;
+
+/// `text` cut into consecutive blocks of at least `target` bytes (the last may be shorter),
+/// each cut made just after a newline that a non-whitespace character follows, so that no
+/// block boundary falls inside a word or a run of whitespace (a text without such a place is
+/// one block).
+///
+/// ```
+/// let text = "one line\ntwo\n\n  three\nfour\n";
+/// let blocks: Vec<&str> = repgeom_extract::text_blocks(text, 4).collect();
+/// assert_eq!(blocks, ["one line\n", "two\n\n  three\n", "four\n"]);
+/// assert_eq!(blocks.concat(), text);
+/// ```
+pub fn text_blocks(text: &str, target: usize) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let bytes = rest.as_bytes();
+        let cut = (target.max(1)..bytes.len())
+            .find(|&i| bytes[i - 1] == b'\n' && !bytes[i].is_ascii_whitespace())
+            .unwrap_or(bytes.len());
+        let (block, tail) = rest.split_at(cut);
+        rest = tail;
+        Some(block)
+    })
 }
 
 /// Collects sampled rows of every layer; holds only the sampled points, never whole sequences.

@@ -346,3 +346,51 @@ fn forward_batch_does_not_depend_on_the_thread_count() {
     );
     assert_eq!(one.1, three.1, "loss differs between 1 and 3 threads");
 }
+
+#[test]
+fn text_blocks_cut_only_before_a_line_that_starts_a_word() {
+    let text = "one line\ntwo\n\n  three\nfour\n";
+    let blocks: Vec<&str> = crate::text_blocks(text, 4).collect();
+    assert_eq!(blocks, ["one line\n", "two\n\n  three\n", "four\n"]);
+    assert_eq!(blocks.concat(), text);
+    assert_eq!(crate::text_blocks("no newline at all", 2).count(), 1);
+    assert_eq!(crate::text_blocks("", 2).count(), 0);
+}
+
+/// Block-by-block tokenisation (as `Extractor::stream` does it) gives the ids of one
+/// whole-text encoding, for every fixture's tokenizer (byte-level BPE of GPT-2, GPT-NeoX,
+/// Llama 3, Qwen2, OLMo; SentencePiece-style of Llama, Gemma, Mistral), on a text with blank
+/// lines, indentation, digits, punctuation and non-ASCII words, cut every few bytes.
+#[test]
+fn stream_tokens_equal_whole_text_encoding() {
+    let text = "The quick brown fox jumps over the lazy dog.\n\
+                \n\
+                  Indented line, with 123 numbers: 4.5 and 67%.\n\
+                Naïve café — «quotes» and émojis ✓.\n\
+                \tTabbed\n\
+                last line without newline";
+    let text = text.repeat(5);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/extract");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.join("tokenizer.json").exists() {
+            continue;
+        }
+        let ex = crate::Extractor::load(&dir).unwrap();
+        let whole = ex.encode(&text).unwrap();
+        for target in [1, 16, 100] {
+            let mut blocks = Vec::new();
+            for block in crate::text_blocks(&text, target) {
+                blocks.extend(ex.encode(block).unwrap());
+            }
+            assert!(
+                blocks == whole,
+                "{}: blocks of {target} bytes",
+                dir.display()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} fixtures");
+}

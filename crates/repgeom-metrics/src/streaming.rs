@@ -21,6 +21,7 @@
 use repgeom_linalg::{Mat, MatRef, Par, matmul_atb_add_f64};
 
 use crate::error::{Error, Result};
+use crate::registry::MetricValue;
 
 /// Linear CKA of two representations of the same tokens, as [`CkaAccumulator::finish`] gives
 /// it.
@@ -34,6 +35,21 @@ pub struct StreamingCka {
     /// CKA with the unbiased HSIC of Song et al. (2012) (`cka_linear`'s `debiased = true`);
     /// `None` below 4 tokens, where the estimator is undefined.
     pub debiased: Option<f64>,
+}
+
+impl StreamingCka {
+    /// The values as `cka_linear` reports them: variant `biased`, then `debiased` (when
+    /// defined), each with extra `n_tokens`.
+    pub fn values(&self) -> Vec<MetricValue> {
+        let row = |variant, value| {
+            let mut v = MetricValue::new("cka_linear", variant, value);
+            v.extra.insert("n_tokens".into(), self.n as f64);
+            v
+        };
+        let mut out = vec![row("biased", self.biased)];
+        out.extend(self.debiased.map(|d| row("debiased", d)));
+        out
+    }
 }
 
 /// One pass of linear CKA between representations `X` (`n × d_x`) and `Y` (`n × d_y`) of the

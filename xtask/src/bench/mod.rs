@@ -6,6 +6,7 @@ mod extract;
 mod pair;
 mod pga;
 mod scaling;
+mod streaming;
 
 use std::path::PathBuf;
 
@@ -17,6 +18,7 @@ use extract::bench_extract;
 use pair::bench_pair;
 use pga::bench_pga;
 use scaling::scaling;
+use streaming::bench_streaming;
 
 pub(crate) fn bench(names: &[String]) -> anyhow::Result<()> {
     if names.first().map(String::as_str) == Some("scaling") {
@@ -27,6 +29,9 @@ pub(crate) fn bench(names: &[String]) -> anyhow::Result<()> {
     }
     if names.first().map(String::as_str) == Some("calibrate") {
         return bench_calibrate(&names[1..]);
+    }
+    if names.first().map(String::as_str) == Some("streaming") {
+        return bench_streaming();
     }
     if names.first().map(String::as_str) == Some("pair") {
         return bench_pair();

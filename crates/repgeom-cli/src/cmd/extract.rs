@@ -64,7 +64,18 @@ pub(crate) struct ExtractArgs {
     /// Refused, with the size that fits, when one batch would not fit in available memory.
     #[arg(long, default_value_t = repgeom_extract::DEFAULT_BATCH_SIZE)]
     batch_size: usize,
-    /// Output safetensors file (hidden_states.{i}, [N, d] f32, with metadata).
+    /// Instead of sampled points: exact linear CKA (biased and debiased) between these pairs
+    /// of hidden states over *every* token of the text (position 0 of each sequence left out
+    /// unless --keep-first), accumulated batch by batch, so memory does not grow with the
+    /// text. A:B pairs, e.g. 0:6,3:6, or `all` (every pair). --out is then a table (.csv,
+    /// .json or .txt).
+    #[arg(long, value_name = "PAIRS", conflicts_with_all = ["loss", "n_points", "points_per_sequence", "pool"])]
+    cka_pairs: Option<String>,
+    /// With --cka-pairs: stop after this many tokens (default: the whole text).
+    #[arg(long, requires = "cka_pairs")]
+    max_tokens: Option<usize>,
+    /// Output safetensors file (hidden_states.{i}, [N, d] f32, with metadata), or with
+    /// --cka-pairs the table of CKA values.
     #[arg(long)]
     out: PathBuf,
 }
@@ -100,19 +111,11 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
         ctx,
     )?;
     let extractor = Extractor::load(&dir)?;
+    if let Some(spec) = &args.cka_pairs {
+        return run_cka(args, ctx, &extractor, &text, &params, spec);
+    }
 
-    let bar = if ctx.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(0)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "extract [{bar:30}] {pos}/{len} tokens, {msg} ({elapsed}, eta {eta})",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
-    );
+    let bar = progress_bar(ctx);
     let start = Instant::now();
     let mut tokens = 0usize;
     let out = extractor.extract(&text, &params, &mut |p| {
@@ -151,4 +154,264 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The extraction's progress bar (hidden with --quiet).
+fn progress_bar(ctx: &Context) -> ProgressBar {
+    let bar = if ctx.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "extract [{bar:30}] {pos}/{len} tokens, {msg} ({elapsed}, eta {eta})",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// `--cka-pairs`: the pairs of hidden states `spec` names, for a model with `n_hidden` of them
+/// (`all`: every pair `i < j`).
+fn parse_pairs(spec: &str, n_hidden: usize) -> anyhow::Result<Vec<(usize, usize)>> {
+    if spec.trim() == "all" {
+        return Ok((0..n_hidden)
+            .flat_map(|i| (i + 1..n_hidden).map(move |j| (i, j)))
+            .collect());
+    }
+    let mut out = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let parsed = part
+            .split_once(':')
+            .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+        let Some((a, b)) = parsed else {
+            anyhow::bail!(
+                "bad layer pair {part:?} in --cka-pairs {spec:?}: expected A:B, e.g. 0:6"
+            );
+        };
+        anyhow::ensure!(
+            a < n_hidden && b < n_hidden,
+            "--cka-pairs {part}: the model has {n_hidden} hidden states (0 = embeddings … {})",
+            n_hidden - 1
+        );
+        out.push((a, b));
+    }
+    anyhow::ensure!(!out.is_empty(), "empty --cka-pairs {spec:?}");
+    Ok(out)
+}
+
+/// Linear CKA of every pair of hidden states in `pairs` over every token `stream` runs, one
+/// [`CkaAccumulator`](repgeom_metrics::CkaAccumulator) per pair fed each batch.
+fn stream_cka(
+    extractor: &Extractor,
+    text: &str,
+    params: &repgeom_extract::ValidExtractParams,
+    max_tokens: Option<usize>,
+    pairs: &[(usize, usize)],
+    progress: &mut dyn FnMut(repgeom_extract::Progress),
+) -> anyhow::Result<(
+    repgeom_extract::Streamed,
+    Vec<repgeom_metrics::StreamingCka>,
+)> {
+    let mut layers: Vec<usize> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+    layers.sort_unstable();
+    layers.dedup();
+    let slot = |l: usize| layers.binary_search(&l).unwrap_or(0);
+    let d = extractor.model().config().hidden_size;
+    let mut accs: Vec<_> = (pairs.iter())
+        .map(|_| repgeom_metrics::CkaAccumulator::new(d, d))
+        .collect();
+    let what = |(a, b): (usize, usize)| format!("hidden states {a} and {b}");
+    let streamed = extractor.stream(
+        text,
+        params,
+        max_tokens,
+        &layers,
+        &mut |views| -> anyhow::Result<()> {
+            for (acc, &(a, b)) in accs.iter_mut().zip(pairs) {
+                acc.update(views[slot(a)], views[slot(b)], &what((a, b)))?;
+            }
+            Ok(())
+        },
+        progress,
+    )?;
+    let values = (accs.iter().zip(pairs))
+        .map(|(acc, &p)| acc.finish(&what(p)))
+        .collect::<Result<_, _>>()?;
+    Ok((streamed, values))
+}
+
+fn run_cka(
+    args: &ExtractArgs,
+    ctx: &Context,
+    extractor: &Extractor,
+    text: &str,
+    params: &repgeom_extract::ValidExtractParams,
+    spec: &str,
+) -> anyhow::Result<()> {
+    let c = extractor.model().config();
+    let pairs = parse_pairs(spec, c.n_layers + 1)?;
+    let bar = progress_bar(ctx);
+    let start = Instant::now();
+    let (streamed, values) =
+        stream_cka(extractor, text, params, args.max_tokens, &pairs, &mut |p| {
+            bar.set_length(p.tokens_total as u64);
+            bar.set_position(p.tokens_done as u64);
+            let secs = start.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("{:.0} tokens/s", p.tokens_done as f64 / secs));
+        })?;
+    bar.finish_and_clear();
+    let (name, revision) = extractor.name();
+    let label = match revision {
+        Some(r) => format!("{name}@{r}"),
+        None => name.to_string(),
+    };
+    let label_ref = label.as_str();
+    let rows: Vec<_> = (values.iter().zip(&pairs))
+        .flat_map(|(v, &(a, b))| {
+            v.values().into_iter().map(move |value| {
+                crate::output::metric_row(label_ref, c.hidden_size, (a, c.n_layers + 1), value)
+                    .with_extra("other_layer", b as f64)
+            })
+        })
+        .collect();
+    let table = crate::output::tidy_cells(&rows, &["model", "layer", "other_layer"]);
+    crate::output::emit(&table, None, Some(&args.out))?;
+    let secs = start.elapsed().as_secs_f64();
+    #[allow(clippy::print_stdout)] // the command's report
+    {
+        println!(
+            "wrote {} (linear CKA of {} pairs of hidden states over {} tokens of {} sequences) from {label}",
+            args.out.display(),
+            pairs.len(),
+            streamed.tokens_kept,
+            streamed.sequences,
+        );
+        println!(
+            "ran {} tokens in {secs:.1} s ({:.0} tokens/s){}",
+            streamed.tokens_run,
+            streamed.tokens_run as f64 / secs.max(1e-9),
+            peak_rss_mib()
+                .map(|m| format!(", peak resident memory {m:.0} MiB"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// This process's peak resident memory (`VmHWM` of `/proc/self/status`), where Linux reports it.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use repgeom_linalg::{MatRef, Par};
+    use repgeom_metrics::{CkaLinear, LayerInput, PairInput, PairMetric};
+
+    use super::*;
+
+    /// Streamed and full-batch CKA agree to this (relative to 1).
+    const STREAM_TOL: f64 = 1e-10;
+
+    fn fixture() -> (Extractor, String) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/extract/gptneox_parallel");
+        let text = "The quick brown fox jumps over the lazy dog. A language model predicts \
+                    the next token, and its hidden states carry what it needs.\n"
+            .repeat(9);
+        (Extractor::load(&dir).unwrap(), text)
+    }
+
+    /// `cka_linear` (biased, debiased) on the whole of two row-major `[n, d]` matrices.
+    fn full_batch(x: &[f32], y: &[f32], d: usize) -> (f64, f64) {
+        let n = x.len() / d;
+        let ia = LayerInput::new(MatRef::from_row_major_slice(x, n, d), "X", Par::Seq).unwrap();
+        let ib = LayerInput::new(MatRef::from_row_major_slice(y, n, d), "Y", Par::Seq).unwrap();
+        let input = PairInput::new(&ia, &ib).unwrap();
+        let v = |debiased| {
+            CkaLinear {
+                debiased,
+                ..CkaLinear::default()
+            }
+            .compute(&input)
+            .unwrap()[0]
+                .value
+        };
+        (v(false), v(true))
+    }
+
+    /// Every token of the text streamed in batches of 2 sequences: the accumulated CKA of each
+    /// pair equals full-batch `cka_linear` on the same rows gathered whole, and `max_tokens`
+    /// stops where asked (mid-sequence).
+    #[test]
+    fn streamed_cka_equals_the_full_batch() {
+        let (ex, text) = fixture();
+        let params = repgeom_extract::ExtractParams {
+            seq_len: 16,
+            batch_size: 2,
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        let d = ex.model().config().hidden_size;
+        let pairs = parse_pairs("0:3,1:2,2:2", 4).unwrap();
+        for max_tokens in [None, Some(37)] {
+            let mut whole: Vec<Vec<f32>> = vec![Vec::new(); 4];
+            let streamed = ex
+                .stream(
+                    &text,
+                    &params,
+                    max_tokens,
+                    &[0, 1, 2, 3],
+                    &mut |views| -> anyhow::Result<()> {
+                        for (w, v) in whole.iter_mut().zip(views) {
+                            for i in 0..v.nrows() {
+                                w.extend((0..v.ncols()).map(|j| v[(i, j)]));
+                            }
+                        }
+                        Ok(())
+                    },
+                    &mut |_| {},
+                )
+                .unwrap();
+            let (s, values) =
+                stream_cka(&ex, &text, &params, max_tokens, &pairs, &mut |_| {}).unwrap();
+            assert_eq!(s, streamed);
+            assert_eq!(s.tokens_kept, max_tokens.unwrap_or(s.sequences * 15));
+            assert!(
+                s.sequences > params.get().batch_size,
+                "more than one batch: {s:?}"
+            );
+            for (&(a, b), v) in pairs.iter().zip(&values) {
+                let (biased, debiased) = full_batch(&whole[a], &whole[b], d);
+                assert_eq!(v.n, s.tokens_kept as u64);
+                assert!(
+                    (v.biased - biased).abs() < STREAM_TOL,
+                    "{a}:{b} biased {} vs {biased}",
+                    v.biased
+                );
+                let vd = v.debiased.unwrap();
+                assert!(
+                    (vd - debiased).abs() < STREAM_TOL,
+                    "{a}:{b} debiased {vd} vs {debiased}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cka_pairs_are_parsed_and_checked() {
+        assert_eq!(parse_pairs("all", 3).unwrap(), [(0, 1), (0, 2), (1, 2)]);
+        assert_eq!(parse_pairs("0:6, 3:6", 7).unwrap(), [(0, 6), (3, 6)]);
+        let e = parse_pairs("0:7", 7).unwrap_err().to_string();
+        assert!(e.contains("7 hidden states"), "{e}");
+        let e = parse_pairs("0-6", 7).unwrap_err().to_string();
+        assert!(e.contains("expected A:B"), "{e}");
+    }
 }

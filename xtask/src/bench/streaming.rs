@@ -1,0 +1,188 @@
+//! `cargo xtask bench streaming`: peak memory of `repgeom extract --cka-pairs` at 100 k and
+//! 1 M tokens of a 512-wide layer pair (memory must not grow with the token count).
+
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+
+use super::build_release_cli;
+use crate::root;
+
+/// Width of the bench's model: the 512-wide layer pair (Pythia-70M's width).
+const WIDTH: usize = 512;
+/// Transformer blocks of the bench's model (hidden states 0, 1, 2).
+const BLOCKS: usize = 2;
+
+/// `cargo xtask bench streaming`: writes a random GPT-NeoX checkpoint of width 512 (2 blocks,
+/// the byte-level BPE tokenizer of the `gptneox_parallel` fixture) and a seeded text, then runs
+/// the release `repgeom extract --cka-pairs 0:2` over texts of 100,000 and 1,000,000 tokens
+/// (`--max-tokens` stops at exactly that many) and prints
+/// each run's tokens, time, peak resident memory (the CLI's own `VmHWM`) and CKA values.
+pub(crate) fn bench_streaming() -> anyhow::Result<()> {
+    let exe = build_release_cli()?;
+    let dir = tempfile::tempdir()?;
+    let model = dir.path().join("model");
+    write_checkpoint(&model)?;
+    println!(
+        "streaming CKA bench: random GPT-NeoX, d = {WIDTH}, {BLOCKS} blocks, seq_len 256, hidden states 0:2"
+    );
+    println!(
+        "{:>10} {:>9} {:>14} {:>12} {:>12}",
+        "tokens", "seconds", "peak RSS MiB", "biased", "debiased"
+    );
+    for tokens in [100_000usize, 1_000_000] {
+        // A text of about the size asked (every word is a token or more): the text is read,
+        // tokenised and run in blocks, so none of it should grow with its length.
+        let text = dir.path().join(format!("corpus-{tokens}.txt"));
+        write_text(&text, tokens)?;
+        let out = dir.path().join(format!("cka-{tokens}.csv"));
+        let run = std::process::Command::new(&exe)
+            .args(["--quiet", "extract", "--model"])
+            .arg(&model)
+            .arg("--text")
+            .arg(&text)
+            .args(["--cka-pairs", "0:2", "--max-tokens", &tokens.to_string()])
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .context("run repgeom extract")?;
+        if !run.status.success() {
+            bail!(
+                "repgeom extract failed: {}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+        }
+        let report = String::from_utf8_lossy(&run.stdout).to_string();
+        let field = |after: &str, end: &str| -> Option<String> {
+            let rest = &report[report.find(after)? + after.len()..];
+            Some(rest[..rest.find(end)?].trim().to_string())
+        };
+        let secs = field(" in ", " s (").unwrap_or_default();
+        let rss = field("peak resident memory ", " MiB").unwrap_or_default();
+        let table = std::fs::read_to_string(&out)?;
+        let value = |variant: &str| -> String {
+            table
+                .lines()
+                .find(|l| l.contains(&format!(",{variant},")))
+                .and_then(|l| l.split(',').nth(5))
+                .unwrap_or("?")
+                .to_string()
+        };
+        println!(
+            "{tokens:>10} {secs:>9} {rss:>14} {:>12} {:>12}",
+            value("biased"),
+            value("debiased")
+        );
+    }
+    println!("command: cargo xtask bench streaming");
+    Ok(())
+}
+
+/// A GPT-NeoX checkpoint of width [`WIDTH`] with N(0, 0.02²) weights (unit layer norms), the
+/// fixture's config and tokenizer otherwise.
+fn write_checkpoint(dir: &Path) -> anyhow::Result<()> {
+    let fixture = root().join("fixtures/extract/gptneox_parallel");
+    std::fs::create_dir_all(dir)?;
+    std::fs::copy(fixture.join("tokenizer.json"), dir.join("tokenizer.json"))?;
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture.join("config.json"))?)?;
+    let vocab = config["vocab_size"].as_u64().context("vocab_size")? as usize;
+    config["hidden_size"] = WIDTH.into();
+    config["intermediate_size"] = (4 * WIDTH).into();
+    config["num_attention_heads"] = 8.into();
+    config["num_hidden_layers"] = BLOCKS.into();
+    config["max_position_embeddings"] = 2048.into();
+    std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let normal = Normal::new(0.0f32, 0.02)?;
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let mut put = |name: String, shape: Vec<usize>, fill: Option<f32>| {
+        let n = shape.iter().product();
+        let data = match fill {
+            Some(v) => vec![v; n],
+            None => (0..n).map(|_| normal.sample(&mut rng)).collect(),
+        };
+        tensors.push((name, shape, data));
+    };
+    let d = WIDTH;
+    put("gpt_neox.embed_in.weight".into(), vec![vocab, d], None);
+    for i in 0..BLOCKS {
+        let p = format!("gpt_neox.layers.{i}");
+        for norm in ["input_layernorm", "post_attention_layernorm"] {
+            put(format!("{p}.{norm}.weight"), vec![d], Some(1.0));
+            put(format!("{p}.{norm}.bias"), vec![d], Some(0.0));
+        }
+        for (name, rows, cols) in [
+            ("attention.query_key_value", 3 * d, d),
+            ("attention.dense", d, d),
+            ("mlp.dense_h_to_4h", 4 * d, d),
+            ("mlp.dense_4h_to_h", d, 4 * d),
+        ] {
+            put(format!("{p}.{name}.weight"), vec![rows, cols], None);
+            put(format!("{p}.{name}.bias"), vec![rows], Some(0.0));
+        }
+    }
+    put(
+        "gpt_neox.final_layer_norm.weight".into(),
+        vec![d],
+        Some(1.0),
+    );
+    put("gpt_neox.final_layer_norm.bias".into(), vec![d], Some(0.0));
+    put("embed_out.weight".into(), vec![vocab, d], None);
+    let refs: Vec<(String, Vec<usize>, &[f32])> = tensors
+        .iter()
+        .map(|(n, s, d)| (n.clone(), s.clone(), d.as_slice()))
+        .collect();
+    repgeom_io::write_safetensors(
+        &dir.join("model.safetensors"),
+        &refs,
+        &std::collections::BTreeMap::from([("format".to_string(), "pt".to_string())]),
+    )?;
+    Ok(())
+}
+
+/// A seeded text of at least `tokens` tokens (words drawn from a small vocabulary; the
+/// fixture's byte-level BPE makes a few tokens of each).
+fn write_text(path: &Path, tokens: usize) -> anyhow::Result<()> {
+    const WORDS: &[&str] = &[
+        "the",
+        "model",
+        "predicts",
+        "next",
+        "token",
+        "from",
+        "its",
+        "hidden",
+        "state",
+        "layer",
+        "geometry",
+        "readout",
+        "subspace",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "lazy",
+        "dog",
+        "and",
+        "a",
+        "of",
+        "in",
+        "language",
+        "representation",
+        "distance",
+    ];
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut text = String::new();
+    // Each word is at least one token: enough words make enough tokens.
+    for i in 0..tokens {
+        text.push_str(WORDS[rand::Rng::random_range(&mut rng, 0..WORDS.len())]);
+        text.push(if i % 17 == 16 { '\n' } else { ' ' });
+    }
+    std::fs::write(path, text)?;
+    Ok(())
+}
