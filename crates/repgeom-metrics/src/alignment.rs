@@ -361,7 +361,11 @@ impl PairMetric for Rsa {
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
         let (da, db) = (self.rdm(input.a)?, self.rdm(input.b)?);
         let value = spearman(&da, &db, &format!("rsa on {}", input.what()))?;
-        Ok(vec![MetricValue::new("rsa", self.variant(), value)])
+        Ok(vec![
+            MetricValue::new("rsa", self.variant(), value)
+                .with_extra("tied_a", crate::cross::tied_fraction(&da))
+                .with_extra("tied_b", crate::cross::tied_fraction(&db)),
+        ])
     }
 }
 

@@ -120,6 +120,7 @@ impl PairMetric for DistanceSpearman {
 
         let da = cosine_distances(xa.as_ref(), &label_a, par)?;
         let ref_a = RankedReference::new(&da, &format!("{label_a}: full-space distances"))?;
+        let tied_a = tied_fraction(&da);
         drop(da);
         let db = cosine_distances(xb.as_ref(), &label_b, par)?;
         let full = ref_a.spearman(
@@ -127,9 +128,13 @@ impl PairMetric for DistanceSpearman {
             &mut scratch,
             &format!("{label_b}: full-space distances"),
         )?;
+        let tied_b = tied_fraction(&db);
         drop(db);
         out.push(
-            MetricValue::new("distance_spearman", "full", full).with_extra("ccr", self.ccr as f64),
+            MetricValue::new("distance_spearman", "full", full)
+                .with_extra("ccr", self.ccr as f64)
+                .with_extra("tied_a", tied_a)
+                .with_extra("tied_b", tied_b),
         );
 
         let readout = if self.readout {
@@ -256,6 +261,35 @@ impl DrawScratch {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/// The fraction of the condensed pairwise distances equal to at least one other (ties from
+/// bf16/fp16 activations, duplicated tokens, saturated units), which the average ranks of a
+/// Spearman correlation share out: reported as extras `tied_a`, `tied_b` beside the value.
+///
+/// ```
+/// assert_eq!(repgeom_metrics::tied_fraction(&[0.5, 1.0, 0.5, 2.0]), 0.5);
+/// assert_eq!(repgeom_metrics::tied_fraction(&[0.1, 0.2, 0.3]), 0.0);
+/// ```
+pub fn tied_fraction(condensed: &[f32]) -> f64 {
+    if condensed.is_empty() {
+        return 0.0;
+    }
+    let mut v = condensed.to_vec();
+    v.sort_unstable_by(f32::total_cmp);
+    let mut tied = 0usize;
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i + 1;
+        while j < v.len() && v[j] == v[i] {
+            j += 1;
+        }
+        if j - i > 1 {
+            tied += j - i;
+        }
+        i = j;
+    }
+    tied as f64 / v.len() as f64
+}
 
 /// The kernel of a Spearman correlation over condensed pairs: average ranks, centred and scaled
 /// to unit norm, so the correlation of two such kernels is their inner product.

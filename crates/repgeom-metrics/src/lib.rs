@@ -55,7 +55,7 @@ mod tests;
 mod twonn;
 
 pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
-pub use cross::{CkaLinear, DistanceSpearman};
+pub use cross::{CkaLinear, DistanceSpearman, tied_fraction};
 pub use error::{Error, Result};
 pub use knn::{Cknna, MutualKnn};
 pub use params::{PgaParams, ValidPgaParams};
