@@ -58,7 +58,8 @@ pub enum Error {
         /// What is wrong with it.
         problem: String,
     },
-    /// Two rows share the same key (model, checkpoint, step, layer, metric, variant, other_model).
+    /// Two rows share the same key (model, checkpoint, step, layer, metric, variant, other_model
+    /// and, for layer × layer cells, `other_layer`).
     #[error(
         "duplicate row: model {model}, checkpoint {checkpoint:?}, layer {layer}, metric {metric}, variant {variant:?}, other_model {other_model:?}"
     )]

@@ -326,7 +326,8 @@ pub struct Analysis {
     pub cross_n_perm: Option<usize>,
     /// Calibrated aggregates over each pair's whole layer × layer table (`max`,
     /// `row_max_mean`, `hungarian`, `diagonal`), as `repgeom compare --aggregate`: one
-    /// `cross_table` unit per pair, rows `METRIC_AGGREGATE`. Needs a null (`cross_n_perm`).
+    /// `cross_table` unit per pair, rows `METRIC_AGGREGATE` and every cell of the table
+    /// (extra `other_layer`, figure 10). Needs a null (`cross_n_perm`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cross_aggregate: Vec<repgeom_metrics::calibrate::Aggregate>,
     /// The `pga` metric's options (`ccr`, `distance`, `max_pairs`, `pair_seed`, `max_memory`,
@@ -781,6 +782,10 @@ impl Manifest {
                     c.push(CrossMetric::Name("mutual_knn".into()));
                     c
                 },
+                // Figure 10: every pair's layer × layer table, each cell and the best-matching
+                // pair with their permutation null.
+                cross_n_perm: Some(100),
+                cross_aggregate: vec![repgeom_metrics::calibrate::Aggregate::Max],
                 ..Analysis::default()
             },
             report: ReportSettings {

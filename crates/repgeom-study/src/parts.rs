@@ -51,6 +51,9 @@ struct PartRow {
     p_value: Option<String>,
     other_model: String,
     synthetic: bool,
+    /// `Row::extra` (e.g. `other_layer` of a `cross_table` cell), absent when empty.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    extra: std::collections::BTreeMap<String, String>,
 }
 
 fn f2s(v: f64) -> String {
@@ -83,6 +86,7 @@ impl PartRow {
             p_value: r.p_value.map(f2s),
             other_model: r.other_model.clone(),
             synthetic: r.synthetic,
+            extra: r.extra.iter().map(|(k, v)| (k.clone(), f2s(*v))).collect(),
         }
     }
 
@@ -105,7 +109,9 @@ impl PartRow {
             p_value: opt(&self.p_value)?,
             other_model: self.other_model.clone(),
             synthetic: self.synthetic,
-            extra: Default::default(),
+            extra: (self.extra.iter())
+                .map(|(k, v)| Ok((k.clone(), s2f(v, path)?)))
+                .collect::<Result<_>>()?,
         })
     }
 }

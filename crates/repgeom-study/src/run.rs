@@ -710,25 +710,36 @@ fn compute_unit(
                 aggregates: a.cross_aggregate.clone(),
                 ..Default::default()
             };
-            let mut v = Vec::new();
-            for metric in a.cross_metrics()? {
-                let table = repgeom_metrics::calibrate::compare(
-                    metric.as_ref(),
-                    &ra,
-                    &rb,
-                    &pairs,
-                    &settings,
-                )?;
-                for r in table.aggregates {
-                    let mut value = r.value;
-                    value.metric = format!("{}_{}", value.metric, r.aggregate.name());
-                    v.push(value);
-                }
-            }
-            return Ok(v
-                .into_iter()
-                .map(|v| to_row(m, u, v).with_other_model(&o.label))
-                .collect());
+            let metrics = a.cross_metrics()?;
+            let table = repgeom_metrics::calibrate::compare_all(
+                &metrics,
+                &ra,
+                &rb,
+                &pairs,
+                &settings,
+                &mut |_| {},
+            )?;
+            // Every cell (figure 10), at its own pair of layers, then the aggregates.
+            let (la, lb): (Vec<usize>, Vec<usize>) = (
+                mine.keys().copied().collect(),
+                theirs.keys().copied().collect(),
+            );
+            let mut rows: Vec<Row> = (table.pairs.into_iter())
+                .map(|r| {
+                    let mut row = to_row(m, u, r.value)
+                        .with_other_model(&o.label)
+                        .with_extra("other_layer", lb[r.b] as f64);
+                    row.layer = la[r.a] as u32;
+                    row.relative_depth = repgeom_report::relative_depth(row.layer, m.n_layers);
+                    row
+                })
+                .collect();
+            rows.extend(table.aggregates.into_iter().map(|r| {
+                let mut value = r.value;
+                value.metric = format!("{}_{}", value.metric, r.aggregate.name());
+                to_row(m, u, value).with_other_model(&o.label)
+            }));
+            return Ok(rows);
         }
         UnitKind::Cross { other } => {
             let o = study.model(other).expect("checked pair");

@@ -11,6 +11,9 @@ fn small() -> Manifest {
     });
     m.pairs = vec![["synthetic-d64".into(), "synthetic-d256".into()]];
     m.analysis.n_null = 8;
+    // Without the built-in study's layer table (cross_table units are tested on their own).
+    m.analysis.cross_n_perm = None;
+    m.analysis.cross_aggregate = Vec::new();
     m
 }
 
@@ -630,7 +633,17 @@ fn cross_aggregate_units() {
             && names.contains(&("distance_spearman_max".into(), "full".into())),
         &format!("aggregate rows by metric and variant: {names:?}"),
     );
-    for r in &rows {
+    // Every cell of the table (figure 10): cka_linear over 3 × 3 layers, each with its own
+    // layer pair and permutation p.
+    let (cells, aggregates): (Vec<_>, Vec<_>) = rows
+        .iter()
+        .partition(|r| r.extra.contains_key("other_layer"));
+    let cka: std::collections::BTreeSet<_> = (cells.iter())
+        .filter(|r| r.metric == "cka_linear" && r.p_value.is_some())
+        .map(|r| (r.layer, r.extra["other_layer"] as u32))
+        .collect();
+    check(cka.len() == 9, &format!("3 x 3 cka_linear cells: {cka:?}"));
+    for r in aggregates {
         let p = r.p_value.expect("every aggregate row has its p-value");
         check(
             (1.0 / 21.0..=1.0).contains(&p) && r.null_mean.is_some(),

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
+
 use repgeom_linalg::MatRef;
 use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
 use repgeom_metrics::calibrate::{Aggregate, CompareSettings};
@@ -74,6 +76,10 @@ pub(crate) struct CompareArgs {
     /// Level of each aggregate's critical value tau (the null's 1 − alpha order statistic).
     #[arg(long, default_value_t = CompareSettings::default().alpha)]
     pub(crate) alpha: f64,
+    /// Also draw the layer × layer heat map of every metric (figure 10 of the report: cells
+    /// with a permutation p <= 0.05 dotted) to FILE.svg or FILE.png.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plot: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) readout_prep: ReadoutPrepArgs,
     #[command(flatten)]
@@ -118,6 +124,9 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         alpha: args.alpha,
     };
     settings.check()?;
+    if let Some(path) = &args.plot {
+        plot_format(path)?;
+    }
     let metrics: &[Box<dyn PairMetric>] = &analysis.pair_metrics;
     anyhow::ensure!(!metrics.is_empty(), "no pair metrics chosen");
     let needs_readout = metrics.iter().any(|m| m.needs_readout_and_null().0);
@@ -249,6 +258,9 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         })
         .collect();
     let n_pair_rows = rows.len();
+    if let Some(path) = &args.plot {
+        plot(&rows, path)?;
+    }
     let mut names = Vec::new();
     for r in out.aggregates {
         names.push(r.aggregate.name());
@@ -279,6 +291,37 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         }
     }
     args.output.emit(&table)
+}
+
+/// Figure 10 of the layer × layer rows, written atomically as SVG or PNG by `path`'s extension.
+fn plot(rows: &[repgeom_report::Row], path: &std::path::Path) -> anyhow::Result<()> {
+    let ext = plot_format(path)?;
+    let table = repgeom_report::ResultsTable::new(rows.to_vec())?;
+    let fig =
+        repgeom_report::fig10_layer_heatmaps(&table, &repgeom_report::FigureOptions::default())?;
+    let bytes = match ext {
+        "png" => fig.png()?,
+        _ => fig.svg.into_bytes(),
+    };
+    repgeom_io::atomic_write(path, |w| w.write_all(&bytes))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `svg` or `png`, from `--plot`'s extension (anything else is an error).
+fn plot_format(path: &std::path::Path) -> anyhow::Result<&'static str> {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("svg") => Ok("svg"),
+        Some("png") => Ok("png"),
+        _ => anyhow::bail!(
+            "--plot {}: the file must end in .svg or .png",
+            path.display()
+        ),
+    }
 }
 
 fn parse_aggregate(s: &str) -> Result<Aggregate, String> {

@@ -50,7 +50,11 @@ fn selftest_passes_and_prints_every_check_with_its_figure() {
         .filter(|l| l.starts_with("PASS"))
         .collect();
     assert_eq!(lines.len(), 30, "{}", run.stdout);
-    assert!(run.stdout.contains("fail*  layer identification  svcca"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("fail*  layer identification  svcca"),
+        "{}",
+        run.stdout
+    );
     assert!(!run.stdout.contains("FAIL"), "{}", run.stdout);
     assert!(
         run.stdout.contains("30 of 30 checks passed in"),

@@ -57,6 +57,7 @@ pub fn fig2_pga_z_heatmap(table: &ResultsTable, opts: &FigureOptions) -> Result<
             x_ticks: (0..n_layers).map(|l| l.to_string()).collect(),
             y_ticks,
             cells,
+            marks: Vec::new(),
         }));
     }
     let title = format!("PGA z over training checkpoints × layers ({v})");

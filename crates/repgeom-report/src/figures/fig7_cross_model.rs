@@ -23,7 +23,7 @@ pub fn fig7_cross_model(table: &ResultsTable, opts: &FigureOptions) -> Result<Fi
     let rows: Vec<&Row> = table
         .rows()
         .iter()
-        .filter(|r| !r.other_model.is_empty())
+        .filter(|r| !r.other_model.is_empty() && !super::fig10_layer_heatmaps::is_cell(r))
         .collect();
     if rows.is_empty() {
         return Err(no_data(

@@ -152,6 +152,8 @@ pub(crate) struct HeatPanel {
     pub(crate) y_ticks: Vec<String>,
     /// rows (y, bottom to top) × columns (x).
     pub(crate) cells: Vec<Vec<Option<f64>>>,
+    /// Cells marked with a dot (same shape as `cells`; empty: none).
+    pub(crate) marks: Vec<Vec<bool>>,
 }
 
 /// One cell of the plot's grid of panels.

@@ -66,8 +66,8 @@ pub struct Row {
     /// Further named numbers reported with the value (e.g. `k`, `n_null`, `rho_readout` beside
     /// a `pga_z` from `repgeom metrics`; `other_layer` of a `repgeom compare` row). In files they
     /// are columns after the schema's, sorted by name, empty where a row lacks one; reading a
-    /// file turns every numeric column outside the schema into one. The study's tables carry
-    /// none.
+    /// file turns every numeric column outside the schema into one. The study's tables carry one,
+    /// `other_layer`, on the cells of its `cross_table` units (figure 10).
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",
@@ -142,7 +142,9 @@ impl Row {
         self
     }
 
-    fn key(&self) -> (&str, &str, Option<u64>, u32, &str, &str, &str) {
+    /// What identifies a row: model, checkpoint, step, layer, metric, variant, other model and,
+    /// for a cell of a layer × layer table, the other model's layer (extra `other_layer`).
+    fn key(&self) -> (&str, &str, Option<u64>, u32, &str, &str, &str, Option<u64>) {
         (
             &self.model,
             &self.checkpoint,
@@ -151,6 +153,7 @@ impl Row {
             &self.metric,
             &self.variant,
             &self.other_model,
+            self.extra.get("other_layer").map(|v| v.to_bits()),
         )
     }
 

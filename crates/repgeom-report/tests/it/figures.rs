@@ -60,13 +60,14 @@ fn check(name: &str, table: &ResultsTable, opts: &FigureOptions) -> Figure {
 fn every_figure_structure() {
     let t = fixture();
     let t9 = with_k_sweep(&t);
+    let t10 = with_layer_table(&t);
     let o = FigureOptions::default();
     for (name, _) in ALL_FIGURES {
         // The fixture has one k per model; the k-sensitivity figure needs a k sweep.
-        let table = if name == "fig9_k_sensitivity" {
-            &t9
-        } else {
-            &t
+        let table = match name {
+            "fig9_k_sensitivity" => &t9,
+            "fig10_layer_heatmaps" => &t10,
+            _ => &t,
         };
         let fig = check(name, table, &o);
         let texts = svg_texts(&fig.svg);
@@ -224,6 +225,83 @@ fn with_k_sweep(t: &ResultsTable) -> ResultsTable {
     ResultsTable::new(rows).unwrap()
 }
 
+/// The fixture with two layer × layer tables (pythia-70m against pythia-410m, layers 0-3 by
+/// 0-4): CKA (its cells near the diagonal significant) and procrustes (no null), as
+/// `repgeom compare` writes them.
+fn with_layer_table(t: &ResultsTable) -> ResultsTable {
+    let mut rows = t.rows().to_vec();
+    for i in 0..4u32 {
+        for j in 0..5u32 {
+            let near = (f64::from(i) / 3.0 - f64::from(j) / 4.0).abs();
+            let p = if near < 0.3 { 0.001 } else { 0.4 };
+            rows.push(
+                Row::new(
+                    "pythia-70m",
+                    "pythia",
+                    512,
+                    i,
+                    7,
+                    "cka_linear",
+                    "biased",
+                    0.9 - near,
+                )
+                .with_null(0.1, 0.02, p)
+                .with_other_model("pythia-410m")
+                .with_extra("other_layer", f64::from(j)),
+            );
+            rows.push(
+                Row::new(
+                    "pythia-70m",
+                    "pythia",
+                    512,
+                    i,
+                    7,
+                    "procrustes",
+                    "",
+                    0.2 + near,
+                )
+                .with_other_model("pythia-410m")
+                .with_extra("other_layer", f64::from(j)),
+            );
+        }
+    }
+    ResultsTable::new(rows).unwrap()
+}
+
+/// Figure 10: one panel per metric, layers with their relative depth on both axes, a dot per
+/// significant cell (and none for a metric without a null); figure 7 leaves the cells out.
+#[test]
+fn fig10_marks_significant_cells_and_fig7_ignores_them() {
+    let t = with_layer_table(&fixture());
+    let f = repgeom_report::fig10_layer_heatmaps(&t, &FigureOptions::default()).unwrap();
+    let texts = svg_texts(&f.svg);
+    assert!(texts.iter().any(|t| t == "cka_linear biased"));
+    assert!(texts.iter().any(|t| t == "pythia-410m layer (depth)"));
+    // pythia-410m has 25 hidden states in the fixture: layer 4 is at depth 4/24.
+    assert!(texts.iter().any(|t| t == "4 (0.17)"), "{texts:?}");
+    assert!(texts.iter().any(|t| t == "3 (0.50)"), "{texts:?}");
+    let significant = t
+        .rows()
+        .iter()
+        .filter(|r| r.extra.contains_key("other_layer") && r.p_value.is_some_and(|p| p <= 0.05))
+        .count();
+    assert!(significant > 0);
+    assert_eq!(
+        f.svg.matches("<circle").count(),
+        significant,
+        "one dot per significant cell"
+    );
+    let fig7 = |t: &ResultsTable| {
+        repgeom_report::fig7_cross_model(t, &FigureOptions::default())
+            .unwrap()
+            .svg
+    };
+    assert!(fig7(&t) == fig7(&fixture()), "figure 7 drew the cells");
+    let e =
+        repgeom_report::fig10_layer_heatmaps(&fixture(), &FigureOptions::default()).unwrap_err();
+    assert!(matches!(e, Error::NoData { .. }), "{e}");
+}
+
 /// The RGB pixel at `(x, y)` of a PNG written by `Figure::png`.
 fn pixel(png: &[u8], x: usize, y: usize) -> [u8; 3] {
     let mut reader = png::Decoder::new(std::io::Cursor::new(png))
@@ -237,7 +315,7 @@ fn pixel(png: &[u8], x: usize, y: usize) -> [u8; 3] {
 
 #[test]
 fn every_figure_file_of_synthetic_rows_carries_the_banner() {
-    let t = with_k_sweep(&fixture());
+    let t = with_layer_table(&with_k_sweep(&fixture()));
     assert!(t.any_synthetic());
     let real = as_real(&t);
     let banner = "SYNTHETIC DATA: these results come from synthetic inputs, not real models";

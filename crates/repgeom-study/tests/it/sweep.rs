@@ -141,6 +141,9 @@ fn spectrum_null_rows_are_recorded_in_their_own_variants() {
 fn cross_metrics_come_from_the_manifest() {
     let mut m = tiny().manifest;
     m.analysis.seed = 7;
+    // The per-layer cross units alone (no cross_table: its aggregates and cells are other rows).
+    m.analysis.cross_n_perm = None;
+    m.analysis.cross_aggregate = Vec::new();
     m.analysis.cross = toml::from_str::<toml::Table>(
         r#"cross = ["cka_linear", { metric = "mutual_knn", k = 5, n_perm = 20 }]"#,
     )

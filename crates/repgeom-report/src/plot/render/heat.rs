@@ -107,6 +107,12 @@ pub(super) fn draw_heat<DB: DrawingBackend>(
         }
     }
     chart.draw_series(rects).map_err(e2s)?;
+    let dots = (p.marks.iter().enumerate()).flat_map(|(i, row)| {
+        (row.iter().enumerate())
+            .filter(|&(_, &m)| m)
+            .map(move |(j, _)| Circle::new((j as f64 + 0.5, i as f64 + 0.5), 3, INK.filled()))
+    });
+    chart.draw_series(dots).map_err(e2s)?;
     Ok(())
 }
 
