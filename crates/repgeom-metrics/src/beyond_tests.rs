@@ -266,6 +266,100 @@ fn neighbour_metrics_report_boundary_ties() {
     assert_eq!(v.extra["tied_b"], 0.0);
 }
 
+/// Ties are shared, not broken by position: with duplicated points (and quantised values
+/// that tie many similarities), relabelling the points the same way on both sides leaves
+/// mutual k-NN and CKNNA unchanged; and a hand case gives the expectation over tie-breaks.
+#[test]
+fn neighbour_ties_do_not_depend_on_the_point_order() {
+    let r = load();
+    let n = 60;
+    // Every point twice, and B rounded to one decimal: many exact ties on both sides.
+    let a = Mat::<f32>::from_fn(2 * n, r.a.ncols(), |i, j| r.a[(i % n, j)]);
+    let b = Mat::<f32>::from_fn(2 * n, r.b.ncols(), |i, j| {
+        (r.b[(i % n, j)] * 10.0).round() / 10.0
+    });
+    let mut perm: Vec<usize> = (0..2 * n).collect();
+    perm.reverse();
+    perm.rotate_left(17);
+    let pa = Mat::<f32>::from_fn(2 * n, a.ncols(), |i, j| a[(perm[i], j)]);
+    let pb = Mat::<f32>::from_fn(2 * n, b.ncols(), |i, j| b[(perm[i], j)]);
+    for m in [
+        Box::new(MutualKnn {
+            k: 2,
+            n_perm: 0,
+            ..MutualKnn::default()
+        }) as Box<dyn PairMetric>,
+        Box::new(Cknna {
+            k: 2,
+            n_perm: 0,
+            ..Cknna::default()
+        }),
+    ] {
+        let v = &pair_rows(m.as_ref(), a.as_ref(), b.as_ref(), Par::Seq)[0];
+        let w = &pair_rows(m.as_ref(), pa.as_ref(), pb.as_ref(), Par::Seq)[0];
+        assert!(v.extra["tied_a"] > 0.5, "{}: ties planted", v.metric);
+        assert!(
+            (v.value - w.value).abs() < 1e-12,
+            "{}: {} vs {} after relabelling",
+            v.metric,
+            v.value,
+            w.value
+        );
+    }
+    // Hand case, k = 1: in A, points 1 and 2 are identical, so point 0's nearest neighbour is
+    // a tie between them (and 1 and 2 are each other's); in B they differ. The value must be
+    // the mean over points of the expected overlap under uniform random tie-breaks, which the
+    // brute force below enumerates.
+    let a = Mat::<f32>::from_fn(4, 2, |i, j| match (i, j) {
+        (0, _) => 1.0,
+        (1 | 2, 0) => 1.0,
+        (1 | 2, _) => 0.9,
+        (3, 0) => -1.0,
+        _ => 0.3,
+    });
+    let b = Mat::<f32>::from_fn(4, 2, |i, j| match (i, j) {
+        (0, _) => 1.0,
+        (1, 0) => 1.0,
+        (1, _) => 0.95,
+        (2, 0) => 1.0,
+        (2, _) => 0.7,
+        (3, 0) => -1.0,
+        _ => 0.3,
+    });
+    let m = MutualKnn {
+        k: 1,
+        n_perm: 0,
+        ..MutualKnn::default()
+    };
+    let v = pair_rows(&m, a.as_ref(), b.as_ref(), Par::Seq)[0].value;
+    // By brute force: each of A's rows tied between two candidates gets weight 1/2 on each.
+    let cos = |x: &Mat<f32>, i: usize, j: usize| {
+        let dot = |u: usize, v: usize| {
+            (0..2)
+                .map(|c| f64::from(x[(u, c)] * x[(v, c)]))
+                .sum::<f64>()
+        };
+        dot(i, j) / (dot(i, i) * dot(j, j)).sqrt()
+    };
+    let nearest = |x: &Mat<f32>, i: usize| -> Vec<usize> {
+        let s: Vec<(usize, f64)> = (0..4)
+            .filter(|&j| j != i)
+            .map(|j| (j, cos(x, i, j)))
+            .collect();
+        let best = s.iter().map(|t| t.1).fold(f64::MIN, f64::max);
+        s.iter().filter(|t| t.1 == best).map(|t| t.0).collect()
+    };
+    let expected: f64 = (0..4)
+        .map(|i| {
+            let (na, nb) = (nearest(&a, i), nearest(&b, i));
+            let hits = na.iter().filter(|j| nb.contains(j)).count() as f64;
+            hits / (na.len() * nb.len()) as f64
+        })
+        .sum::<f64>()
+        / 4.0;
+    assert!((v - expected).abs() < 1e-12, "{v} vs {expected}");
+}
+
 #[test]
 fn cca_family_identities() {
     let r = load();

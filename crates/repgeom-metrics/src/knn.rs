@@ -20,27 +20,40 @@ use crate::registry::{LayerInput, MetricInfo, MetricValue, OptionDoc, PairInput,
 /// Rows of the similarity matrix computed at once by the blocked searches.
 const ROW_BLOCK: usize = 256;
 
-/// Each point's `k` nearest neighbours (itself excluded), best first, with their scores.
+/// Each point's `k` nearest neighbours (itself excluded), best first, with their scores and
+/// weights. Without ties every point has exactly `k`, each of weight 1. With `ties` (the
+/// neighbour metrics), a point whose `k`-th nearest ties with further points lists *all* the
+/// points at that score: the `s` slots left after the strictly nearer ones are shared among the
+/// `t` tied points, weight `s/t` each — the probability that a uniformly random tie-break puts
+/// the point in the set. So a statistic of the lists is its expectation over random
+/// tie-breaks, and does not depend on the point order.
 #[derive(Debug, Clone)]
 pub(crate) struct Neighbours {
     k: usize,
-    /// Row-major `N × k` neighbour indices, best first (ties: lower index first).
+    /// Row `i`'s entries are `offsets[i]..offsets[i + 1]` (`n + 1` entries).
+    offsets: Vec<usize>,
+    /// Neighbour indices, best first (equal scores: lower index first).
     pub(crate) index: Vec<u32>,
     /// The matching scores (higher = nearer).
     pub(crate) score: Vec<f64>,
-    /// Points whose neighbour set is decided by a tie: the `k`-th and `(k+1)`-th nearest are
-    /// equally near (bf16/fp16 activations, duplicated tokens), so the set keeps the lower
-    /// index and depends on the point order.
+    /// The matching weights: 1, or `s/t` for one of `t` points tied for the last `s` slots.
+    weight: Vec<f64>,
+    /// Points whose neighbour set is decided by a tie: more points tie at the `k`-th score
+    /// than slots are left (bf16/fp16 activations, duplicated tokens).
     pub(crate) tied: usize,
 }
 
 impl Neighbours {
     fn n(&self) -> usize {
-        self.index.len() / self.k.max(1)
+        self.offsets.len() - 1
     }
-    fn row(&self, i: usize) -> (&[u32], &[f64]) {
-        let r = i * self.k..(i + 1) * self.k;
-        (&self.index[r.clone()], &self.score[r])
+    fn row(&self, i: usize) -> (&[u32], &[f64], &[f64]) {
+        let r = self.offsets[i]..self.offsets[i + 1];
+        (
+            &self.index[r.clone()],
+            &self.score[r.clone()],
+            &self.weight[r],
+        )
     }
 }
 
@@ -59,56 +72,80 @@ fn push_top(top: &mut Vec<(f64, u32)>, k: usize, score: f64, j: u32) {
 }
 
 /// Blocked top-k search over the rows of `x` (`N × d`), where `block(rows)` returns the scores
-/// of rows `rows` against all `N` points (`rows.len() × N`, larger = nearer). Blocks run in
-/// parallel under `par`, each computed sequentially, so the result is identical at any thread
-/// count.
-pub(crate) fn top_k_blocked<F>(n: usize, k: usize, par: Par, block: F) -> Neighbours
+/// of rows `rows` against all `N` points (`rows.len() × N`, larger = nearer). With `ties`, a
+/// row whose `k`-th score ties with further points lists all of them, weighted
+/// ([`Neighbours`]); without, exactly `k` (ties to the lower index). Blocks run in parallel
+/// under `par`, each computed sequentially, so the result is identical at any thread count.
+pub(crate) fn top_k_blocked<F>(n: usize, k: usize, ties: bool, par: Par, block: F) -> Neighbours
 where
     F: Fn(std::ops::Range<usize>) -> Mat<f64> + Sync,
 {
     let starts: Vec<usize> = (0..n).step_by(ROW_BLOCK).collect();
-    let one = |&s: &usize| -> (Vec<(f64, u32)>, usize) {
+    // Per block: (entries of each row as (score, index, weight), tied rows).
+    type Block = (Vec<Vec<(f64, u32, f64)>>, usize);
+    let one = |&s: &usize| -> Block {
         let rows = s..(s + ROW_BLOCK).min(n);
         let scores = block(rows.clone());
-        let mut out = Vec::with_capacity(rows.len() * k);
+        let mut out = Vec::with_capacity(rows.len());
         let mut tied = 0;
-        // One more than kept, to see whether the last kept one ties with the next.
-        let keep = if n > k + 1 { k + 1 } else { k };
-        let mut top = Vec::with_capacity(keep + 1);
+        let mut top = Vec::with_capacity(k + 1);
         for (r, i) in rows.enumerate() {
             top.clear();
             for j in 0..n {
                 if j != i {
-                    push_top(&mut top, keep, scores[(r, j)], j as u32);
+                    push_top(&mut top, k, scores[(r, j)], j as u32);
                 }
             }
-            if top.len() > k && top[k - 1].0 == top[k].0 {
+            let Some(&(last, _)) = top.last() else {
+                out.push(Vec::new());
+                continue;
+            };
+            // Every point at the k-th score, the kept ones included.
+            let at_last: Vec<u32> = (0..n)
+                .filter(|&j| j != i && scores[(r, j)] == last)
+                .map(|j| j as u32)
+                .collect();
+            let better = top.iter().filter(|t| t.0 > last).count();
+            let slots = top.len() - better;
+            if at_last.len() > slots {
                 tied += 1;
             }
-            out.extend_from_slice(&top[..k.min(top.len())]);
+            let row: Vec<(f64, u32, f64)> = if ties && at_last.len() > slots {
+                let w = slots as f64 / at_last.len() as f64;
+                (top[..better].iter().map(|&(sc, j)| (sc, j, 1.0)))
+                    .chain(at_last.iter().map(|&j| (last, j, w)))
+                    .collect()
+            } else {
+                top.iter().map(|&(sc, j)| (sc, j, 1.0)).collect()
+            };
+            out.push(row);
         }
         (out, tied)
     };
-    let parts: Vec<(Vec<(f64, u32)>, usize)> = match par {
+    let parts: Vec<Block> = match par {
         Par::Seq => starts.iter().map(one).collect(),
         _ => starts.par_iter().map(one).collect(),
     };
-    let mut index = Vec::with_capacity(n * k);
-    let mut score = Vec::with_capacity(n * k);
-    let mut tied = 0;
-    for (part, t) in parts {
-        tied += t;
-        for (s, j) in part {
-            index.push(j);
-            score.push(s);
+    let mut nb = Neighbours {
+        k,
+        offsets: vec![0],
+        index: Vec::with_capacity(n * k),
+        score: Vec::with_capacity(n * k),
+        weight: Vec::with_capacity(n * k),
+        tied: 0,
+    };
+    for (rows, t) in parts {
+        nb.tied += t;
+        for row in rows {
+            for (sc, j, w) in row {
+                nb.index.push(j);
+                nb.score.push(sc);
+                nb.weight.push(w);
+            }
+            nb.offsets.push(nb.index.len());
         }
     }
-    Neighbours {
-        k,
-        index,
-        score,
-        tied,
-    }
+    nb
 }
 
 /// Cosine `k`-NN of a layer: rows normalised to unit length in `f32` (as the reference code,
@@ -124,7 +161,7 @@ pub(crate) fn cosine_neighbours(
         normalize_rows(layer.acts(), layer.what())?
     };
     let xt = xn.transpose();
-    Ok(top_k_blocked(layer.n(), k, layer.par(), |rows| {
+    Ok(top_k_blocked(layer.n(), k, true, layer.par(), |rows| {
         let s = project_f32(xn.as_ref().subrows(rows.start, rows.len()), xt, Par::Seq);
         Mat::from_fn(s.nrows(), s.ncols(), |i, j| f64::from(s[(i, j)]))
     }))
@@ -138,7 +175,7 @@ pub(crate) fn euclidean_neighbours(x: MatRef<'_, f64>, k: usize, par: Par) -> Ne
         .map(|i| x.row(i).iter().map(|v| v * v).sum())
         .collect();
     let xt = x.transpose();
-    let mut nb = top_k_blocked(n, k, par, |rows| {
+    let mut nb = top_k_blocked(n, k, false, par, |rows| {
         let g = project(x.subrows(rows.start, rows.len()), xt, Par::Seq);
         // Score = −‖x_i − x_j‖² up to the row constant ‖x_i‖²: −(‖x_j‖² − 2 x_i·x_j).
         Mat::from_fn(g.nrows(), n, |r, j| {
@@ -163,54 +200,64 @@ pub(crate) fn euclidean_neighbours(x: MatRef<'_, f64>, k: usize, par: Par) -> Ne
 /// permuted representation is point `perm[i]` of the original): neighbours of `i` become
 /// `inv[j]` for `j` in the neighbours of `perm[i]`.
 fn permuted(b: &Neighbours, perm: &[u32], inv: &[u32]) -> Neighbours {
-    let (n, k) = (b.n(), b.k);
-    let mut index = Vec::with_capacity(n * k);
-    let mut score = Vec::with_capacity(n * k);
-    for &p in perm {
-        let (idx, sc) = b.row(p as usize);
-        index.extend(idx.iter().map(|&j| inv[j as usize]));
-        score.extend_from_slice(sc);
-    }
-    Neighbours {
-        k,
-        index,
-        score,
+    let mut out = Neighbours {
+        k: b.k,
+        offsets: Vec::with_capacity(b.offsets.len()),
+        index: Vec::with_capacity(b.index.len()),
+        score: Vec::with_capacity(b.score.len()),
+        weight: Vec::with_capacity(b.weight.len()),
         tied: b.tied,
+    };
+    out.offsets.push(0);
+    for &p in perm {
+        let (idx, sc, w) = b.row(p as usize);
+        out.index.extend(idx.iter().map(|&j| inv[j as usize]));
+        out.score.extend_from_slice(sc);
+        out.weight.extend_from_slice(w);
+        out.offsets.push(out.index.len());
     }
+    out
 }
 
-/// Extras `tied_a` and `tied_b`: the fraction of each side's points whose neighbour set is
-/// decided by a tie at its boundary (see [`Neighbours::tied`]).
+/// Extras `tied_a` and `tied_b`: the fraction of each side's points whose neighbour set a tie
+/// at its boundary decides (see [`Neighbours`]: their tied points are shared by weight).
 fn with_ties(v: MetricValue, a: &Neighbours, b: &Neighbours) -> MetricValue {
     let n = a.n().max(1) as f64;
     v.with_extra("tied_a", a.tied as f64 / n)
         .with_extra("tied_b", b.tied as f64 / n)
 }
 
-/// Mutual k-NN: mean over points of |kNN_A(i) ∩ kNN_B(i)| / k.
+/// Mutual k-NN: mean over points of |kNN_A(i) ∩ kNN_B(i)| / k, each common neighbour counted
+/// with the product of its weights on the two sides (its expected count when each side's ties
+/// are broken independently and uniformly at random).
 fn mutual_knn_value(a: &Neighbours, b: &Neighbours, mark: &mut [u32]) -> f64 {
     let n = a.n();
-    let mut total = 0usize;
+    let mut wa = vec![0.0f64; mark.len()];
+    let mut total = 0.0f64;
     for i in 0..n {
         let stamp = i as u32 + 1;
-        for &j in a.row(i).0 {
+        let (ia, _, w) = a.row(i);
+        for (&j, &w) in ia.iter().zip(w) {
             mark[j as usize] = stamp;
+            wa[j as usize] = w;
         }
-        total += b
-            .row(i)
-            .0
-            .iter()
-            .filter(|&&j| mark[j as usize] == stamp)
-            .count();
+        let (ib, _, w) = b.row(i);
+        for (&j, &w) in ib.iter().zip(w) {
+            if mark[j as usize] == stamp {
+                total += w * wa[j as usize];
+            }
+        }
     }
     for m in mark.iter_mut() {
         *m = 0;
     }
-    total as f64 / (n * a.k) as f64
+    total / (n * a.k) as f64
 }
 
 /// Sparse `M ∘ K` and `M ∘ L` on the mask `M` = kNN_A ∩ kNN_B (row `i`: the common neighbours
-/// of `i`, sorted by index), as used by CKNNA.
+/// of `i`, sorted by index), as used by CKNNA; a neighbour tied at a boundary enters `M` with
+/// the product of its two weights (the expected mask under independent random tie-breaks, the
+/// self-HSIC's two copies included).
 struct Masked {
     /// Per row, (j, K_ij, L_ij) sorted by j.
     rows: Vec<Vec<(u32, f64, f64)>>,
@@ -221,12 +268,15 @@ impl Masked {
         let n = a.n();
         let rows = (0..n)
             .map(|i| {
-                let (ia, sa) = a.row(i);
-                let (ib, sb) = b.row(i);
-                let mut r: Vec<(u32, f64, f64)> = ia
-                    .iter()
-                    .zip(sa)
-                    .filter_map(|(&j, &kv)| ib.iter().position(|&x| x == j).map(|p| (j, kv, sb[p])))
+                let (ia, sa, wa) = a.row(i);
+                let (ib, sb, wb) = b.row(i);
+                // A tied neighbour's mask entry is the product of its two weights.
+                let mut r: Vec<(u32, f64, f64)> = (ia.iter().zip(sa).zip(wa))
+                    .filter_map(|((&j, &kv), &w)| {
+                        let p = ib.iter().position(|&x| x == j)?;
+                        let m = w * wb[p];
+                        Some((j, m * kv, m * sb[p]))
+                    })
                     .collect();
                 r.sort_unstable_by_key(|t| t.0);
                 r
