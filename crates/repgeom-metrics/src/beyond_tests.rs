@@ -273,10 +273,11 @@ fn neighbour_metrics_report_boundary_ties() {
 fn neighbour_ties_do_not_depend_on_the_point_order() {
     let r = load();
     let n = 60;
-    // Every point twice, and B rounded to one decimal: many exact ties on both sides.
+    // A's points each twice (not dropped: B's are all distinct), B rounded to one decimal:
+    // many exact ties on both sides.
     let a = Mat::<f32>::from_fn(2 * n, r.a.ncols(), |i, j| r.a[(i % n, j)]);
     let b = Mat::<f32>::from_fn(2 * n, r.b.ncols(), |i, j| {
-        (r.b[(i % n, j)] * 10.0).round() / 10.0
+        (r.b[(i, j)] * 10.0).round() / 10.0
     });
     let mut perm: Vec<usize> = (0..2 * n).collect();
     perm.reverse();

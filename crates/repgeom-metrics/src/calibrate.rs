@@ -489,6 +489,10 @@ pub struct Comparison {
 /// ([`PairMetric::permutations`]; the same draws for every pair), and each of
 /// `settings.aggregates` over the table with a null that recomputes the table under each draw.
 ///
+/// Points that are the same input twice (equal rows in every layer of both sides: a repeated
+/// token in a repeated context) are dropped first ([`duplicate_points`]); every row reports
+/// how many in extra `duplicates_dropped`.
+///
 /// Results are identical at any thread count (draws run in parallel under the first layer's
 /// [`Par`], each draw sequentially).
 ///
@@ -513,6 +517,100 @@ pub struct Comparison {
 /// # Ok::<(), repgeom_metrics::Error>(())
 /// ```
 pub fn compare(
+    metric: &dyn PairMetric,
+    a: &[&LayerInput<'_>],
+    b: &[&LayerInput<'_>],
+    pairs: &[(usize, usize)],
+    settings: &CompareSettings,
+) -> Result<Comparison> {
+    let dups = duplicate_points(a, b);
+    let mut out = if dups.is_empty() {
+        compare_points(metric, a, b, pairs, settings)?
+    } else {
+        // The same input twice (a repeated token in a repeated context) adds no information
+        // and ties every distance to it: the comparison runs on the first copy of each.
+        let keep: Vec<usize> = (0..a[0].n())
+            .filter(|i| dups.binary_search(i).is_err())
+            .collect();
+        let owned_a: Vec<Mat<f32>> = a.iter().map(|x| rows_of(x.acts(), &keep)).collect();
+        let owned_b: Vec<Mat<f32>> = b.iter().map(|x| rows_of(x.acts(), &keep)).collect();
+        let kept_a = (owned_a.iter().zip(a))
+            .map(|(m, x)| kept_input(m, x, dups.len()))
+            .collect::<Result<Vec<_>>>()?;
+        let kept_b = (owned_b.iter().zip(b))
+            .map(|(m, x)| kept_input(m, x, dups.len()))
+            .collect::<Result<Vec<_>>>()?;
+        let (ra, rb): (Vec<&LayerInput<'_>>, Vec<&LayerInput<'_>>) =
+            (kept_a.iter().collect(), kept_b.iter().collect());
+        compare_points(metric, &ra, &rb, pairs, settings)?
+    };
+    let dropped = dups.len() as f64;
+    for r in &mut out.pairs {
+        r.value.extra.insert("duplicates_dropped".into(), dropped);
+    }
+    for r in &mut out.aggregates {
+        r.value.extra.insert("duplicates_dropped".into(), dropped);
+    }
+    Ok(out)
+}
+
+/// Points (ascending) whose rows equal an earlier point's in every layer of `a` and of `b`:
+/// the same input seen twice. Empty when the sides disagree on `N` (an error later).
+pub fn duplicate_points(a: &[&LayerInput<'_>], b: &[&LayerInput<'_>]) -> Vec<usize> {
+    let layers: Vec<MatRef<'_, f32>> = a.iter().chain(b).map(|x| x.acts()).collect();
+    let Some(n) = layers.first().map(|m| m.nrows()) else {
+        return Vec::new();
+    };
+    if layers.iter().any(|m| m.nrows() != n) {
+        return Vec::new();
+    }
+    let hash = |i: usize| -> u64 {
+        // FNV-1a over the bit patterns of the point's values in every layer.
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for m in &layers {
+            for j in 0..m.ncols() {
+                h = (h ^ u64::from(m[(i, j)].to_bits())).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        h
+    };
+    let same = |i: usize, k: usize| {
+        (layers.iter()).all(|m| (0..m.ncols()).all(|j| m[(i, j)].to_bits() == m[(k, j)].to_bits()))
+    };
+    let mut seen: std::collections::BTreeMap<u64, Vec<usize>> = std::collections::BTreeMap::new();
+    let mut dups = Vec::new();
+    for i in 0..n {
+        let firsts = seen.entry(hash(i)).or_default();
+        if firsts.iter().any(|&k| same(i, k)) {
+            dups.push(i);
+        } else {
+            firsts.push(i);
+        }
+    }
+    dups
+}
+
+/// The rows `keep` of `x`.
+fn rows_of(x: MatRef<'_, f32>, keep: &[usize]) -> Mat<f32> {
+    Mat::from_fn(keep.len(), x.ncols(), |i, j| x[(keep[i], j)])
+}
+
+/// `x` with only the kept rows `m`, its readout basis, null bases and memory budget carried.
+fn kept_input<'a>(m: &'a Mat<f32>, x: &LayerInput<'a>, dropped: usize) -> Result<LayerInput<'a>> {
+    let what = format!("{} ({dropped} duplicate points dropped)", x.what());
+    let mut input =
+        LayerInput::new(m.as_ref(), what, x.par())?.with_memory_budget(x.memory_budget());
+    if let Some(basis) = x.readout_basis_opt() {
+        input = input.with_readout(basis)?;
+    }
+    if let Some(null) = x.null_opt() {
+        input = input.with_null(null)?;
+    }
+    Ok(input)
+}
+
+/// [`compare`] on points with no duplicates to drop.
+fn compare_points(
     metric: &dyn PairMetric,
     a: &[&LayerInput<'_>],
     b: &[&LayerInput<'_>],
@@ -993,6 +1091,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A point repeated in every layer of both sides is dropped (and counted on every row):
+    /// the values are those of the comparison without the copies. A point repeated on one side
+    /// only is kept.
+    #[test]
+    fn duplicated_points_are_dropped_and_counted() {
+        let mats = layers();
+        let n = mats[0].nrows();
+        // Points 0..n, then copies of points 3, 10 and 3 again.
+        let order: Vec<usize> = (0..n).chain([3, 10, 3]).collect();
+        let twice: Vec<Mat<f32>> = (mats.iter())
+            .map(|m| Mat::from_fn(order.len(), m.ncols(), |i, j| m[(order[i], j)]))
+            .collect();
+        fn inputs(ms: &[Mat<f32>]) -> Vec<LayerInput<'_>> {
+            (ms.iter().enumerate())
+                .map(|(i, m)| LayerInput::new(m.as_ref(), format!("layer {i}"), Par::Seq).unwrap())
+                .collect()
+        }
+        let (with, without) = (inputs(&twice), inputs(&mats));
+        let rw: Vec<&LayerInput<'_>> = with.iter().collect();
+        let ro: Vec<&LayerInput<'_>> = without.iter().collect();
+        assert_eq!(duplicate_points(&rw, &rw), [n, n + 1, n + 2]);
+        let pairs = crate::layer_pairs(3, 3, false);
+        let m = metric(json!({"metric": "mutual_knn", "k": 5, "n_perm": 20}));
+        let settings = CompareSettings {
+            aggregates: vec![Aggregate::Max],
+            ..CompareSettings::default()
+        };
+        let a = compare(m.as_ref(), &rw, &rw, &pairs, &settings).unwrap();
+        let b = compare(m.as_ref(), &ro, &ro, &pairs, &settings).unwrap();
+        for (x, y) in a.pairs.iter().zip(&b.pairs) {
+            assert_eq!(x.value.value, y.value.value);
+            assert_eq!(x.value.p_value, y.value.p_value);
+            assert_eq!(x.value.extra["duplicates_dropped"], 3.0);
+            assert_eq!(y.value.extra["duplicates_dropped"], 0.0);
+        }
+        assert_eq!(a.aggregates[0].value.extra["duplicates_dropped"], 3.0);
+        // Repeated in A's layers only: not the same input, kept.
+        let one_side = [rw[0]];
+        let other: Vec<Mat<f32>> = vec![Mat::from_fn(order.len(), 4, |i, j| (i * 4 + j) as f32)];
+        let oi = inputs(&other);
+        assert!(duplicate_points(&one_side, &[&oi[0]]).is_empty());
     }
 
     #[test]
