@@ -564,13 +564,13 @@ pub fn duplicate_points(a: &[&LayerInput<'_>], b: &[&LayerInput<'_>]) -> Vec<usi
     if layers.iter().any(|m| m.nrows() != n) {
         return Vec::new();
     }
+    // A duplicate in every layer is one in the first: hash that layer's rows (FNV-1a over the
+    // bit patterns), and compare every layer only where two rows hash alike.
+    let first = layers[0];
     let hash = |i: usize| -> u64 {
-        // FNV-1a over the bit patterns of the point's values in every layer.
         let mut h = 0xcbf2_9ce4_8422_2325u64;
-        for m in &layers {
-            for j in 0..m.ncols() {
-                h = (h ^ u64::from(m[(i, j)].to_bits())).wrapping_mul(0x0100_0000_01b3);
-            }
+        for j in 0..first.ncols() {
+            h = (h ^ u64::from(first[(i, j)].to_bits())).wrapping_mul(0x0100_0000_01b3);
         }
         h
     };

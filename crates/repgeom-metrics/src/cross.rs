@@ -408,10 +408,11 @@ impl PairMetric for CkaLinear {
             )
         } else {
             // tr(KL) = ‖AᵀB‖²_F: feature space, no N × N Gram (N = 10,000 would need 800 MB).
+            // The self-terms are cached on each layer: an L × L table computes each once.
             (
                 cross_frobenius_sq(a, b, par),
-                cross_frobenius_sq(a, a, par),
-                cross_frobenius_sq(b, b, par),
+                input.a.centred_gram_frobenius_sq(),
+                input.b.centred_gram_frobenius_sq(),
                 "biased",
             )
         };

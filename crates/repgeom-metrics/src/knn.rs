@@ -230,9 +230,8 @@ fn with_ties(v: MetricValue, a: &Neighbours, b: &Neighbours) -> MetricValue {
 /// Mutual k-NN: mean over points of |kNN_A(i) ∩ kNN_B(i)| / k, each common neighbour counted
 /// with the product of its weights on the two sides (its expected count when each side's ties
 /// are broken independently and uniformly at random).
-fn mutual_knn_value(a: &Neighbours, b: &Neighbours, mark: &mut [u32]) -> f64 {
+fn mutual_knn_value(a: &Neighbours, b: &Neighbours, mark: &mut [u32], wa: &mut [f64]) -> f64 {
     let n = a.n();
-    let mut wa = vec![0.0f64; mark.len()];
     let mut total = 0.0f64;
     for i in 0..n {
         let stamp = i as u32 + 1;
@@ -344,7 +343,10 @@ impl PreparedNeighbours {
     pub(crate) fn score(&self, b: &Self) -> f64 {
         match (self.self_hsic, b.self_hsic) {
             (Some(kk), Some(ll)) => cknna_value(&self.nb, &b.nb, (kk * ll).sqrt()),
-            _ => mutual_knn_value(&self.nb, &b.nb, &mut vec![0; self.nb.n()]),
+            _ => {
+                let n = self.nb.n();
+                mutual_knn_value(&self.nb, &b.nb, &mut vec![0; n], &mut vec![0.0; n])
+            }
         }
     }
 }
@@ -452,7 +454,7 @@ impl PairMetric for MutualKnn {
         let a = cosine_neighbours(input.a, self.k, self.center)?;
         let b = cosine_neighbours(input.b, self.k, self.center)?;
         let n = a.n();
-        let value = mutual_knn_value(&a, &b, &mut vec![0; n]);
+        let value = mutual_knn_value(&a, &b, &mut vec![0; n], &mut vec![0.0; n]);
         Ok(vec![
             with_ties(MetricValue::new("mutual_knn", "", value), &a, &b)
                 .with_extra("k", self.k as f64)

@@ -199,6 +199,7 @@ pub struct LayerInput<'a> {
     par: Par,
     memory_budget: Option<u64>,
     centred: OnceLock<Mat<f64>>,
+    gram_sq: OnceLock<f64>,
     sv_centred: OnceLock<Vec<f64>>,
     sv_raw: OnceLock<Vec<f64>>,
     ccr: Mutex<Vec<(usize, Arc<Mat<f64>>)>>,
@@ -243,6 +244,7 @@ impl<'a> LayerInput<'a> {
             par,
             memory_budget: None,
             centred: OnceLock::new(),
+            gram_sq: OnceLock::new(),
             sv_centred: OnceLock::new(),
             sv_raw: OnceLock::new(),
             ccr: Mutex::new(Vec::new()),
@@ -359,6 +361,15 @@ impl<'a> LayerInput<'a> {
         self.centred
             .get_or_init(|| center_columns(self.acts))
             .as_ref()
+    }
+
+    /// `‖X_cᵀX_c‖²_F` of the centred layer (`tr(K²)` of its linear Gram, linear CKA's
+    /// self-similarity), computed once and shared by every pair the layer is part of.
+    pub fn centred_gram_frobenius_sq(&self) -> f64 {
+        *self.gram_sq.get_or_init(|| {
+            let c = self.centred();
+            repgeom_linalg::cross_frobenius_sq(c, c, self.par)
+        })
     }
 
     /// CCR-`c` of the layer (centred, its top-`c` principal directions removed, `f64`; see
