@@ -278,34 +278,6 @@ fn residual_net(n: usize, d: usize, layers: usize, a: f64, seed: u64) -> Vec<Mat
     out
 }
 
-/// Spearman correlation of two equal-length samples (average ranks for ties).
-fn spearman(x: &[f64], y: &[f64]) -> f64 {
-    let rank = |v: &[f64]| -> Vec<f64> {
-        let mut idx: Vec<usize> = (0..v.len()).collect();
-        idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-        let mut r = vec![0.0; v.len()];
-        let mut i = 0;
-        while i < idx.len() {
-            let mut j = i;
-            while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
-                j += 1;
-            }
-            for &k in &idx[i..=j] {
-                r[k] = (i + j) as f64 / 2.0;
-            }
-            i = j + 1;
-        }
-        r
-    };
-    let (rx, ry) = (rank(x), rank(y));
-    let n = rx.len() as f64;
-    let (mx, my) = (rx.iter().sum::<f64>() / n, ry.iter().sum::<f64>() / n);
-    let cov: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let vx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
-    let vy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
-    cov / (vx * vy).sqrt()
-}
-
 fn layer_monotonicity(push: &mut dyn FnMut(Check)) -> Result<()> {
     let net = residual_net(300, 32, MONO_LAYERS, 0.5, 11);
     let l = net.len();
@@ -337,7 +309,11 @@ fn layer_monotonicity(push: &mut dyn FnMut(Check)) -> Result<()> {
                 dist.push((j - i) as f64);
             }
         }
-        let rho = spearman(&sims, &dist);
+        // (Similarities in f32 for the workspace's rank code: ranks of 28 values far apart.)
+        let sims32: Vec<f32> = sims.iter().map(|&v| v as f32).collect();
+        let dist32: Vec<f32> = dist.iter().map(|&v| v as f32).collect();
+        let rho =
+            repgeom_linalg::spearman(&sims32, &dist32, &format!("{name}: layer monotonicity"))?;
         push(Check {
             group: CheckGroup::LayerMonotonicity,
             subject: name.to_owned(),
