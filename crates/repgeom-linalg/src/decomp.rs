@@ -1,7 +1,7 @@
 //! Centring, principal directions, CCR and the readout subspace, all in `f64`.
 
 use faer::linalg::matmul::matmul;
-use faer::{Accum, Mat, MatRef, Par};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use crate::{Error, Result};
 
@@ -415,8 +415,10 @@ pub fn remove_directions(x: MatRef<'_, f64>, u: MatRef<'_, f64>, par: Par) -> Ma
     if u.ncols() == 0 {
         return out;
     }
-    let mut coef = Mat::<f64>::zeros(x.nrows(), u.ncols());
-    matmul(&mut coef, Accum::Replace, x, u, 1.0, par);
+    // `X u` through `project`: with one direction (CCR-1) it is a matrix–vector product, which
+    // faer's own parallel kernel would make depend on the thread count. `(X U) Uᵀ` has an inner
+    // dimension of `c`: one product per entry when `c = 1`, faer's tiled GEMM otherwise.
+    let coef = project(x, u, par);
     matmul(&mut out, Accum::Add, &coef, u.transpose(), -1.0, par);
     out
 }
@@ -509,7 +511,48 @@ pub fn readout_subspace(w_u: MatRef<'_, f32>, k: usize, par: Par) -> Result<Mat<
     top_right_singular_vectors(w_u, k, par).map(|(v, _)| v)
 }
 
+/// Rows per block of a one-column product ([`by_row_blocks`]): a constant, so that the blocks
+/// never depend on the thread count.
+const COLUMN_ROWS: usize = 4096;
+
+/// Runs `f` on successive blocks of [`COLUMN_ROWS`] rows of `dst` and of `x` (the same rows),
+/// the blocks in parallel on the current rayon pool unless `par` is `Par::Seq`.
+///
+/// This is how a product with a single output column runs, each block with `Par::Seq`. faer's
+/// parallel GEMM splits its work over tiles of the output, so each entry's sum over the inner
+/// dimension runs in one order at any thread count; but faer sends a product with one output
+/// column to a matrix–vector kernel that, under `Par::rayon(n)` and above 256² entries of
+/// `x`, cuts the inner dimension into `n` pieces, sums each on its own thread and adds the `n`
+/// partial sums, so its rounding depends on `n` (CCR-1's `X u`, and through it PGA's captured
+/// variance). Here every entry is one sequential sum, and the blocks are the same with
+/// `Par::Seq` and at any thread count.
+fn by_row_blocks<T: Send + Sync>(
+    dst: MatMut<'_, T>,
+    x: MatRef<'_, T>,
+    par: Par,
+    f: impl Fn(MatMut<'_, T>, MatRef<'_, T>) + Sync,
+) {
+    use rayon::prelude::*;
+    assert_eq!(dst.nrows(), x.nrows(), "by_row_blocks: row counts differ");
+    if par == Par::Seq || dst.nrows() <= COLUMN_ROWS {
+        let (mut dst, mut x) = (dst, x);
+        while dst.nrows() > 0 {
+            let len = COLUMN_ROWS.min(dst.nrows());
+            let (head, dst_rest) = dst.split_at_row_mut(len);
+            let (x_head, x_rest) = x.split_at_row(len);
+            f(head, x_head);
+            (dst, x) = (dst_rest, x_rest);
+        }
+    } else {
+        dst.par_row_chunks_mut(COLUMN_ROWS)
+            .zip(x.par_row_chunks(COLUMN_ROWS))
+            .for_each(|(dst, x)| f(dst, x));
+    }
+}
+
 /// Projects the rows of `x` (`N × d`) onto the columns of `basis` (`d × k`): $XB$.
+///
+/// Bit-identical at any thread count, `k = 1` included (blocks of rows, see `by_row_blocks`).
 #[track_caller]
 pub fn project(x: MatRef<'_, f64>, basis: MatRef<'_, f64>, par: Par) -> Mat<f64> {
     assert_eq!(
@@ -518,11 +561,19 @@ pub fn project(x: MatRef<'_, f64>, basis: MatRef<'_, f64>, par: Par) -> Mat<f64>
         "project: x is N×d, basis must be d×k"
     );
     let mut out = Mat::<f64>::zeros(x.nrows(), basis.ncols());
-    matmul(&mut out, Accum::Replace, x, basis, 1.0, par);
+    if basis.ncols() == 1 {
+        by_row_blocks(out.as_mut(), x, par, |dst, x| {
+            matmul(dst, Accum::Replace, x, basis, 1.0, Par::Seq);
+        });
+    } else {
+        matmul(&mut out, Accum::Replace, x, basis, 1.0, par);
+    }
     out
 }
 
 /// Projects `f32` rows onto `f32` basis columns: $XB$ in `f32` (the fast path of null draws).
+///
+/// Bit-identical at any thread count, `k = 1` included (blocks of rows, see `by_row_blocks`).
 #[track_caller]
 pub fn project_f32(x: MatRef<'_, f32>, basis: MatRef<'_, f32>, par: Par) -> Mat<f32> {
     assert_eq!(
@@ -531,7 +582,13 @@ pub fn project_f32(x: MatRef<'_, f32>, basis: MatRef<'_, f32>, par: Par) -> Mat<
         "project_f32: x is N×d, basis must be d×k"
     );
     let mut out = Mat::<f32>::zeros(x.nrows(), basis.ncols());
-    matmul(&mut out, Accum::Replace, x, basis, 1.0f32, par);
+    if basis.ncols() == 1 {
+        by_row_blocks(out.as_mut(), x, par, |dst, x| {
+            matmul(dst, Accum::Replace, x, basis, 1.0f32, Par::Seq);
+        });
+    } else {
+        matmul(&mut out, Accum::Replace, x, basis, 1.0f32, par);
+    }
     out
 }
 

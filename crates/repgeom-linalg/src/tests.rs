@@ -134,6 +134,37 @@ fn results_do_not_depend_on_thread_count() {
     assert!(da == db, "distances differ between 1 and 2 threads");
 }
 
+/// Products with one output column (CCR-1's `X u`) are the same bits at any thread count:
+/// above 256² entries faer's own parallel matrix–vector kernel would sum one partial result
+/// per thread. 5000 × 40 is above that threshold and longer than one block of rows.
+#[test]
+fn one_column_products_do_not_depend_on_thread_count() {
+    let x32 = Mat::<f32>::from_fn(5000, 40, |i, j| {
+        ((i * 31 + j * 17) % 101) as f32 / 101.0 - 0.5 + 0.25 * ((i * (j + 1)) as f32 * 1e-3).sin()
+    });
+    let x = to_f64(x32.as_ref());
+    let u = Mat::<f64>::from_fn(40, 1, |i, _| ((i * 7 + 3) as f64 * 0.37).cos());
+    let u32 = to_f32(u.as_ref());
+    let run = |par: Par| {
+        (
+            project(x.as_ref(), u.as_ref(), par),
+            project_f32(x32.as_ref(), u32.as_ref(), par),
+            ccr(x32.as_ref(), 1, par).unwrap(),
+        )
+    };
+    let seq = run(Par::Seq);
+    for threads in [2, 3, 16] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let got = pool.install(|| run(Par::rayon(threads)));
+        assert!(got.0 == seq.0, "X u differs at {threads} threads");
+        assert!(got.1 == seq.1, "f32 X u differs at {threads} threads");
+        assert!(got.2 == seq.2, "CCR-1 differs at {threads} threads");
+    }
+}
+
 #[test]
 fn partial_eigensolver_matches_full_decomposition() {
     // A 600×600 PSD Gram with a decaying spectrum: the partial solver path (n ≥ 384, m ≤ n/8).

@@ -175,6 +175,56 @@ fn identical_at_one_and_two_threads() {
     assert!(a == b, "PGA differs between 1 and 2 threads");
 }
 
+/// CCR-1 on a layer large enough (N·d ≥ 256²) for faer to parallelise `X u` on its own, which
+/// would sum one partial result per thread: every field, the captured variance included, is
+/// the same bits at 1, 2, 3 and 16 threads.
+#[test]
+fn identical_at_any_thread_count_above_the_matvec_threshold() {
+    let (n, d, k) = (520, 128, 8);
+    let acts = Mat::<f32>::from_fn(n, d, |i, j| {
+        ((i * 37 + j * 11) % 97) as f32 / 97.0 - 0.5 + 0.3 * (i as f32 * 0.01 + j as f32).sin()
+    });
+    let w_u = Mat::<f32>::from_fn(300, d, |i, j| ((i * 13 + j * 7) as f32 * 0.017).sin());
+    let basis = repgeom_linalg::readout_subspace(w_u.as_ref(), k, Par::Seq).unwrap();
+    let params = repgeom_null::NullParams {
+        n_null: 10,
+        seed: 0,
+    }
+    .check()
+    .unwrap();
+    let null = NullBases::draw(d, k, &params).unwrap();
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let par = if threads == 1 {
+            Par::Seq
+        } else {
+            Par::rayon(threads)
+        };
+        pool.install(|| {
+            pga_ccr_sweep(
+                acts.as_ref(),
+                basis.as_ref(),
+                &null,
+                &[1, 2],
+                "t",
+                par,
+                &|| {},
+            )
+            .unwrap()
+        })
+    };
+    let one = run(1);
+    for threads in [2, 3, 16] {
+        assert!(
+            run(threads) == one,
+            "PGA differs between 1 and {threads} threads"
+        );
+    }
+}
+
 /// A readout basis computed beside the layer's preparation and null draws gives the results
 /// of the same basis given up front, on every engine path (exact Haar, which overlaps the two;
 /// sampled pairs and the spectrum null, which do not; one thread), and the basis itself.
