@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use repgeom_io::WeightsHasher;
 
+use crate::cache::file_name;
 use crate::client::read_weight_map;
 use crate::{Error, Result};
 
@@ -74,8 +75,8 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
         let mut files: Vec<PathBuf> = read_weight_map(&index)?
             .values()
             .filter_map(|v| v.as_str())
-            .map(|f| dir.join(f))
-            .collect();
+            .map(|f| Ok(file_name(f, || format!("{}", index.display()))?.under(dir)))
+            .collect::<Result<_>>()?;
         files.sort();
         files.dedup();
         return Ok(files);

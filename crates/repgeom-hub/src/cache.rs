@@ -12,7 +12,54 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use repgeom_io::RelPath;
+
 use crate::{Error, Result};
+
+/// `name` as a file path below a folder, or [`Error::UnsafeName`] saying it came from
+/// `origin()`.
+pub(crate) fn file_name(name: &str, origin: impl FnOnce() -> String) -> Result<RelPath> {
+    RelPath::new(name).map_err(|name| Error::UnsafeName {
+        name,
+        origin: origin(),
+    })
+}
+
+/// A blob's name (an ETag or object id): one safe path component.
+pub(crate) fn blob_name(etag: &str, origin: impl Fn() -> String) -> Result<RelPath> {
+    let p = file_name(etag, &origin)?;
+    if p.contains('/') {
+        return Err(Error::UnsafeName {
+            name: repgeom_io::BadName {
+                name: etag.into(),
+                reason: "has a `/` (a blob name is one component)",
+            },
+            origin: origin(),
+        });
+    }
+    Ok(p)
+}
+
+/// Checks that `revision` is a commit hash or a branch or tag name under git's rules for ref
+/// names (no `..`, no leading `/`, no control characters, no backslash, ...): a revision names a
+/// file below the cache's `refs/` folder, and comes from a command line or a shared manifest.
+///
+/// ```
+/// assert!(repgeom_hub::check_revision("step3000").is_ok());
+/// assert!(repgeom_hub::check_revision("refs/pr/1").is_ok());
+/// let e = repgeom_hub::check_revision("../../../../escaped_ref").unwrap_err();
+/// assert!(e.to_string().contains("has a `..` component"), "{e}");
+/// ```
+pub fn check_revision(revision: &str) -> Result<()> {
+    ref_name(revision, || "a revision (branch, tag or commit)".into()).map(|_| ())
+}
+
+pub(crate) fn ref_name(revision: &str, origin: impl FnOnce() -> String) -> Result<RelPath> {
+    RelPath::git_ref(revision).map_err(|name| Error::UnsafeName {
+        name,
+        origin: origin(),
+    })
+}
 
 /// The kind of a hub repository: its API path, URLs and cache folder differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,6 +77,14 @@ impl RepoType {
         match self {
             RepoType::Model => "models",
             RepoType::Dataset => "datasets",
+        }
+    }
+
+    /// The singular, for messages: `model`, `dataset`.
+    pub(crate) fn singular(self) -> &'static str {
+        match self {
+            RepoType::Model => "model",
+            RepoType::Dataset => "dataset",
         }
     }
 
@@ -105,17 +160,20 @@ impl RepoCache {
         if is_commit(revision) {
             return Some(revision.to_string());
         }
-        let s = fs::read_to_string(self.dir().join("refs").join(revision)).ok()?;
+        let name = RelPath::git_ref(revision).ok()?;
+        let s = fs::read_to_string(name.under(&self.dir().join("refs"))).ok()?;
         let s = s.trim();
         is_commit(s).then(|| s.to_string())
     }
 
-    /// Records that `revision` points to `commit` (`refs/<revision>`), atomically.
+    /// Records that `revision` points to `commit` (`refs/<revision>`), atomically. A revision
+    /// that is not a git ref name ([`check_revision`]) is refused before anything is written.
     pub fn write_ref(&self, revision: &str, commit: &str) -> Result<()> {
         if revision == commit {
             return Ok(());
         }
-        let path = self.dir().join("refs").join(revision);
+        let name = ref_name(revision, || format!("the revision asked of {}", self.id))?;
+        let path = name.under(&self.dir().join("refs"));
         if fs::read_to_string(&path).is_ok_and(|s| s.trim() == commit) {
             return Ok(());
         }
@@ -136,12 +194,17 @@ impl RepoCache {
     }
 
     /// `blobs/<etag>`.
-    pub fn blob(&self, etag: &str) -> PathBuf {
-        self.dir().join("blobs").join(etag)
+    pub fn blob(&self, etag: &RelPath) -> PathBuf {
+        etag.under(&self.dir().join("blobs"))
+    }
+
+    /// `snapshots/<commit>/<file>`.
+    pub fn snapshot_file(&self, commit: &str, file: &RelPath) -> PathBuf {
+        file.under(&self.snapshot_dir(commit))
     }
 
     /// `.locks/models--org--name/<etag>.lock`.
-    pub(crate) fn lock(&self, etag: &str) -> PathBuf {
+    pub(crate) fn lock(&self, etag: &RelPath) -> PathBuf {
         self.root
             .join(".locks")
             .join(self.folder_name())
@@ -149,25 +212,25 @@ impl RepoCache {
     }
 
     /// Whether the snapshot of `commit` has `file` (following the symlink to its blob).
-    pub fn has_file(&self, commit: &str, file: &str) -> bool {
-        self.snapshot_dir(commit).join(file).is_file()
+    pub fn has_file(&self, commit: &str, file: &RelPath) -> bool {
+        self.snapshot_file(commit, file).is_file()
     }
 
     /// Points `snapshots/<commit>/<file>` at `blobs/<etag>` with a relative symlink (a copy
     /// where the file system has no symlinks).
-    pub(crate) fn link(&self, commit: &str, file: &str, etag: &str) -> Result<PathBuf> {
-        let dst = self.snapshot_dir(commit).join(file);
+    pub(crate) fn link(&self, commit: &str, file: &RelPath, etag: &RelPath) -> Result<PathBuf> {
+        let dst = self.snapshot_file(commit, file);
         let parent = dst.parent().expect("snapshot file has a parent");
         fs::create_dir_all(parent).map_err(Error::io(parent))?;
         // snapshots/<commit>/<a>/<b> -> ../../../blobs/<etag>: one `..` per path component
         // below the model folder.
-        let depth = 2 + file.split('/').count() - 1;
+        let depth = 2 + file.components().count() - 1;
         let mut target = PathBuf::new();
         for _ in 0..depth {
             target.push("..");
         }
         target.push("blobs");
-        target.push(etag);
+        target.push(etag.as_str());
         if fs::symlink_metadata(&dst).is_ok() {
             fs::remove_file(&dst).map_err(Error::io(&dst))?;
         }

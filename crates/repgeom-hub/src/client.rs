@@ -10,7 +10,11 @@ use sha2::{Digest, Sha256};
 use ureq::Agent;
 use ureq::http::Response;
 
-use crate::cache::{RepoCache, RepoType, is_commit, normalize_etag};
+use repgeom_io::RelPath;
+
+use crate::cache::{
+    RepoCache, RepoType, blob_name, file_name, is_commit, normalize_etag, ref_name,
+};
 use crate::retry::{Attempt, RetryPolicy};
 use crate::{Error, Result};
 
@@ -154,16 +158,15 @@ pub struct Refs {
 }
 
 /// One file of a revision, as `/api/models/{id}/tree/{rev}` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoFile {
-    /// Path inside the repository.
-    pub path: String,
+    /// Path inside the repository (checked: it stays inside the snapshot folder).
+    pub path: RelPath,
     /// Size in bytes (of the real file, for LFS files).
     pub size: u64,
     /// The git blob id.
     pub oid: String,
     /// LFS pointer details, for large files.
-    #[serde(default)]
     pub lfs: Option<LfsInfo>,
 }
 
@@ -183,12 +186,69 @@ impl RepoFile {
     }
 }
 
+/// A listed file as the hub sends it, before its names are checked.
+#[derive(Deserialize)]
+struct RawFile {
+    path: String,
+    size: u64,
+    oid: String,
+    #[serde(default)]
+    lfs: Option<LfsInfo>,
+}
+
 #[derive(Deserialize)]
 struct TreeEntry {
     #[serde(rename = "type")]
     kind: String,
     #[serde(flatten)]
-    file: Option<RepoFile>,
+    file: Option<RawFile>,
+}
+
+/// The files of one page of a `/tree` listing (JSON), every name checked: a path that would
+/// leave the snapshot folder, or a blob id that would leave `blobs/`, is an
+/// [`Error::UnsafeName`] naming `origin`. Folders are skipped.
+///
+/// ```
+/// let page = r#"[{"type": "file", "path": "config.json", "size": 2, "oid": "abc"},
+///                {"type": "directory", "path": "data", "size": 0, "oid": "def"}]"#;
+/// let files = repgeom_hub::parse_listing(page, "a test").unwrap();
+/// assert_eq!(files.len(), 1);
+/// let evil = r#"[{"type": "file", "path": "../x", "size": 2, "oid": "abc"}]"#;
+/// assert!(repgeom_hub::parse_listing(evil, "a test").is_err());
+/// ```
+pub fn parse_listing(page: &str, origin: &str) -> Result<Vec<RepoFile>> {
+    let entries: Vec<TreeEntry> = serde_json::from_str(page).map_err(|e| Error::Protocol {
+        url: origin.into(),
+        reason: format!("bad JSON: {e}"),
+    })?;
+    check_listing(entries, origin)
+}
+
+fn check_listing(entries: Vec<TreeEntry>, origin: &str) -> Result<Vec<RepoFile>> {
+    entries
+        .into_iter()
+        .filter(|e| e.kind == "file")
+        .filter_map(|e| e.file)
+        .map(|raw| raw.check(&|| origin.to_string()))
+        .collect()
+}
+
+impl RawFile {
+    /// Checks the names the hub sent: the path (joined below the snapshot folder) and the
+    /// blob id (a file name in `blobs/`).
+    fn check(self, origin: &dyn Fn() -> String) -> Result<RepoFile> {
+        let path = file_name(&self.path, origin)?;
+        let file = RepoFile {
+            path,
+            size: self.size,
+            oid: self.oid,
+            lfs: self.lfs,
+        };
+        blob_name(file.etag(), || {
+            format!("{}, the blob id of {}", origin(), file.path)
+        })?;
+        Ok(file)
+    }
 }
 
 /// A client for one hub endpoint and one cache; see the crate docs.
@@ -443,6 +503,7 @@ impl Hub {
     /// [`Hub::resolve`] for a model or a dataset (`/api/datasets/{id}/revision/{rev}`).
     pub fn resolve_repo(&self, kind: RepoType, id: &str, revision: &str) -> Result<String> {
         check_id(id)?;
+        revision_name(kind, id, revision)?;
         self.offline_guard(
             kind,
             id,
@@ -503,6 +564,7 @@ impl Hub {
         revision: &str,
     ) -> Result<Vec<RepoFile>> {
         check_id(id)?;
+        revision_name(kind, id, revision)?;
         self.offline_guard(kind, id, revision, "the list of files (network needed)")?;
         let mut url = format!(
             "{}/api/{}/{}/tree/{}?recursive=true",
@@ -516,12 +578,8 @@ impl Hub {
             let (entries, link) = self
                 .get_json::<Vec<TreeEntry>>(&format!("{id}@{revision}: file list"), &url)
                 .map_err(|e| self.api_error(e, kind, id, revision))?;
-            files.extend(
-                entries
-                    .into_iter()
-                    .filter(|e| e.kind == "file")
-                    .filter_map(|e| e.file),
-            );
+            let origin = format!("the file list of {} {id}@{revision}", kind.singular());
+            files.extend(check_listing(entries, &origin)?);
             match link.as_deref().and_then(next_link) {
                 Some(next) => url = next,
                 None => break,
@@ -545,6 +603,7 @@ impl Hub {
         progress: &mut dyn FnMut(&DownloadProgress<'_>),
     ) -> Result<Snapshot> {
         check_id(id)?;
+        revision_name(RepoType::Model, id, revision)?;
         let cache = self.repo_cache(id);
         let cached = if is_commit(revision) || self.cfg.offline || !self.cfg.refresh {
             cache.commit_of(revision)
@@ -593,7 +652,7 @@ impl Hub {
             },
             other => other,
         })?;
-        let entry = |path: &str| tree.iter().find(|f| f.path == path);
+        let entry = |path: &str| tree.iter().find(|f| f.path == *path);
         let missing = |file: &str| Error::FileNotFound {
             model: id.into(),
             revision: revision.into(),
@@ -617,7 +676,8 @@ impl Hub {
                 if let Some(index) = entry("model.safetensors.index.json") {
                     let p = self.fetch(&cache, id, revision, &commit, index, progress)?;
                     wanted.push(index);
-                    for shard in shards_needed(&p, need)? {
+                    let origin = || format!("model {id}@{revision}: {}", index.path);
+                    for shard in shards_needed(&p, need, &origin)? {
                         wanted.push(entry(&shard).ok_or_else(|| missing(&shard))?);
                     }
                 } else if let Some(single) = entry("model.safetensors") {
@@ -635,13 +695,13 @@ impl Hub {
                                     || f.path.ends_with(".pt")
                                     || f.path.ends_with(".pth")
                             })
-                            .map(|f| f.path.clone())
+                            .map(|f| f.path.to_string())
                             .collect();
                         return Err(if pt.is_empty() {
                             Error::NoWeights {
                                 model: id.into(),
                                 revision: revision.into(),
-                                files: tree.iter().map(|f| f.path.clone()).collect(),
+                                files: tree.iter().map(|f| f.path.to_string()).collect(),
                             }
                         } else {
                             Error::NoSafetensors {
@@ -658,8 +718,8 @@ impl Hub {
         let mut names = Vec::new();
         for f in wanted {
             self.fetch(&cache, id, revision, &commit, f, progress)?;
-            if !names.contains(&f.path) {
-                names.push(f.path.clone());
+            if !names.contains(&f.path.to_string()) {
+                names.push(f.path.to_string());
             }
         }
         Ok(snap(&commit, names))
@@ -673,8 +733,9 @@ impl Hub {
         file: &str,
         progress: &mut dyn FnMut(&DownloadProgress<'_>),
     ) -> Result<PathBuf> {
+        let name = file_name(file, || "the file asked for".into())?;
         let s = self.snapshot(id, revision, &Files::Only(vec![file.into()]), progress)?;
-        Ok(s.dir.join(file))
+        Ok(name.under(&s.dir))
     }
 
     /// Puts one listed file into the cache (blob + snapshot link); no request when its blob
@@ -688,13 +749,15 @@ impl Hub {
         file: &RepoFile,
         progress: &mut dyn FnMut(&DownloadProgress<'_>),
     ) -> Result<PathBuf> {
-        let blob_ok = |etag: &str, size: u64| {
+        let blob_ok = |etag: &RelPath, size: u64| {
             fs::metadata(cache.blob(etag)).is_ok_and(|m| m.is_file() && m.len() == size)
         };
-        let snap_file = cache.snapshot_dir(commit).join(&file.path);
-        if blob_ok(file.etag(), file.size) {
+        let what = format!("{id}@{revision}: {}", file.path);
+        let listed = blob_name(file.etag(), || format!("{what} (its listed blob id)"))?;
+        let snap_file = cache.snapshot_file(commit, &file.path);
+        if blob_ok(&listed, file.size) {
             if !snap_file.is_file() {
-                cache.link(commit, &file.path, file.etag())?;
+                cache.link(commit, &file.path, &listed)?;
             }
             return Ok(snap_file);
         }
@@ -706,13 +769,12 @@ impl Hub {
             commit,
             encode_path(&file.path)
         );
-        let what = format!("{id}@{revision}: {}", file.path);
         let head = self.request(&what, "HEAD", &url, None)?;
         let status = head.status().as_u16();
         let not_found = || Error::FileNotFound {
             model: id.into(),
             revision: revision.into(),
-            file: file.path.clone(),
+            file: file.path.to_string(),
         };
         let location = match status {
             200 => url.clone(),
@@ -760,12 +822,7 @@ impl Hub {
                 reason: format!("X-Repo-Commit {c} is not the resolved commit {commit}"),
             });
         }
-        if etag.is_empty() || etag.contains('/') || etag.contains("..") {
-            return Err(Error::Protocol {
-                url,
-                reason: format!("unusable ETag {etag:?}"),
-            });
-        }
+        let etag = blob_name(&etag, || format!("{what} (the ETag the hub sent)"))?;
         // One process downloads a blob at a time (other array tasks wait, then find it).
         let lock_path = cache.lock(&etag);
         if let Some(p) = lock_path.parent() {
@@ -790,7 +847,7 @@ impl Hub {
         revision: &str,
         file: &RepoFile,
         url: &str,
-        etag: &str,
+        etag: &RelPath,
         size: u64,
         progress: &mut dyn FnMut(&DownloadProgress<'_>),
     ) -> Result<()> {
@@ -878,7 +935,7 @@ impl Hub {
             return Err(Error::Download {
                 model: id.into(),
                 revision: revision.into(),
-                file: file.path.clone(),
+                file: file.path.to_string(),
                 attempts,
                 offset: have,
                 size,
@@ -894,7 +951,7 @@ impl Hub {
             Error::Corrupt {
                 model: id.into(),
                 revision: revision.into(),
-                file: file.path.clone(),
+                file: file.path.to_string(),
                 what,
             }
         };
@@ -974,8 +1031,9 @@ pub(crate) fn read_weight_map(index: &Path) -> Result<serde_json::Map<String, se
     })
 }
 
-/// Weight shards a run needs, from a downloaded `model.safetensors.index.json`.
-fn shards_needed(index: &Path, need: &Files) -> Result<Vec<String>> {
+/// Weight shards a run needs, from a downloaded `model.safetensors.index.json`; a shard name
+/// that would leave the snapshot folder is refused, naming `origin()`.
+fn shards_needed(index: &Path, need: &Files, origin: &dyn Fn() -> String) -> Result<Vec<RelPath>> {
     let map = &read_weight_map(index)?;
     let mut shards: Vec<String> = Vec::new();
     // The names the readout loader may take, from its architecture table (one list of them).
@@ -1003,7 +1061,18 @@ fn shards_needed(index: &Path, need: &Files) -> Result<Vec<String>> {
         }
     }
     shards.sort();
-    Ok(shards)
+    shards.iter().map(|s| file_name(s, origin)).collect()
+}
+
+/// Checks a revision before it names anything in the cache or a URL.
+fn revision_name(kind: RepoType, id: &str, revision: &str) -> Result<()> {
+    if is_commit(revision) {
+        return Ok(());
+    }
+    ref_name(revision, || {
+        format!("the revision asked of {} {id}", kind.singular())
+    })
+    .map(|_| ())
 }
 
 /// The files `need` asks for when the snapshot of `commit` already has them all; else the
@@ -1012,12 +1081,10 @@ fn local_files(cache: &RepoCache, commit: &str, need: &Files) -> Result<Vec<Stri
     let dir = cache.snapshot_dir(commit);
     let mut have = Vec::new();
     let mut missing = Vec::new();
-    let mut want = |f: &str| {
-        if cache.has_file(commit, f) {
-            have.push(f.to_string());
-        } else {
-            missing.push(f.to_string());
-        }
+    let mut want = |f: &str| match RelPath::new(f) {
+        Ok(p) if cache.has_file(commit, &p) => have.push(f.to_string()),
+        Ok(_) => missing.push(f.to_string()),
+        Err(e) => missing.push(format!("{f:?} (refused: {e})")),
     };
     match need {
         Files::Only(list) => list.iter().for_each(|f| want(f)),
@@ -1029,7 +1096,8 @@ fn local_files(cache: &RepoCache, commit: &str, need: &Files) -> Result<Vec<Stri
             let index = dir.join("model.safetensors.index.json");
             if index.is_file() {
                 want("model.safetensors.index.json");
-                match shards_needed(&index, need) {
+                let origin = || format!("{}", index.display());
+                match shards_needed(&index, need, &origin) {
                     Ok(shards) => shards.iter().for_each(|s| want(s)),
                     Err(e) => missing.push(e.to_string()),
                 }

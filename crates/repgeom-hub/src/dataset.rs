@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::cache::{RepoCache, RepoType, is_commit};
+use repgeom_io::RelPath;
+
+use crate::cache::{RepoCache, RepoType, is_commit, ref_name};
 use crate::client::{DownloadProgress, Hub, RepoFile, check_id};
 use crate::{Error, Result};
 
@@ -676,6 +678,11 @@ impl Hub {
         progress: &mut dyn FnMut(&DownloadProgress<'_>),
     ) -> Result<DatasetFiles> {
         check_id(&want.id)?;
+        if !is_commit(&want.revision) {
+            ref_name(&want.revision, || {
+                format!("the revision asked of dataset {}", want.id)
+            })?;
+        }
         let cfg = self.config();
         let cache = self.dataset_cache(&want.id);
         let out = |commit: &str, config: &DataConfig, files: &[String]| DatasetFiles {
@@ -685,9 +692,12 @@ impl Hub {
             config: config.name.clone(),
             split: want.split.clone(),
             dir: cache.snapshot_dir(commit),
+            // Listed names were checked when listed, and local ones are files found below
+            // the snapshot: every one passes.
             files: files
                 .iter()
-                .map(|f| cache.snapshot_dir(commit).join(f))
+                .filter_map(|f| RelPath::new(f).ok())
+                .map(|f| cache.snapshot_file(commit, &f))
                 .collect(),
         };
         let cached = if is_commit(&want.revision) || cfg.offline || !cfg.refresh {
@@ -754,7 +764,7 @@ impl Hub {
             }
             None => None,
         };
-        let paths: Vec<String> = tree.iter().map(|f| f.path.clone()).collect();
+        let paths: Vec<String> = tree.iter().map(|f| f.path.to_string()).collect();
         let configs = dataset_configs(
             &paths,
             readme.as_deref(),
@@ -771,7 +781,7 @@ impl Hub {
         for f in files {
             let entry: &RepoFile = tree
                 .iter()
-                .find(|t| &t.path == f)
+                .find(|t| t.path == *f)
                 .expect("chosen among the listed files");
             self.fetch(&cache, &want.id, &want.revision, &commit, entry, progress)?;
         }

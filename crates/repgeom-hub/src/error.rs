@@ -27,6 +27,18 @@ pub enum Error {
         /// The revision given.
         revision: String,
     },
+    /// A name that came from outside the command line (a hub listing, an index file, a
+    /// revision) would leave the cache folder it is joined to: refused before anything touches
+    /// the file system.
+    #[error(
+        "refused {name}, from {origin}: names from a hub, a repo or a manifest must stay inside the cache"
+    )]
+    UnsafeName {
+        /// The name and the rule it breaks.
+        name: repgeom_io::BadName,
+        /// Where it came from: the repo, revision and file, or the argument.
+        origin: String,
+    },
     /// The model id is not of the form `org/name`.
     #[error("`{id}` is not a hub model id (expected `org/name`, or a local directory)")]
     BadId {

@@ -23,6 +23,12 @@
 //! cache with a complete snapshot is used without any request (training-step branches do
 //! not move; [`HubConfig::refresh`] re-asks).
 //!
+//! Nothing the hub or a repo sends can write or read outside the cache: listed paths, blob
+//! ids, ETags, shard names in index files and revisions become a [`RelPath`] (git's ref-name
+//! rules for revisions, [`check_revision`]) before they name a file, and a refused name is an
+//! [`Error::UnsafeName`] that says which name, where it came from and why, before anything is
+//! written.
+//!
 //! Every request is retried on rate limits (`429`), an unavailable hub (`503`), refused
 //! connections and timeouts, waiting the hub's `Retry-After` or a capped exponential
 //! back-off, within the bounds of one [`RetryPolicy`] (`REPGEOM_HUB_MAX_RETRY_WAIT`, default
@@ -52,12 +58,13 @@ pub mod test_server;
 pub use audit::{
     RevisionAudit, WeightsDigest, all_revisions, audit_revisions, step_of, weights_hash,
 };
-pub use cache::{RepoCache, RepoType, is_commit};
+pub use cache::{RepoCache, RepoType, check_revision, is_commit};
 pub use client::{
     DEFAULT_ENDPOINT, DownloadProgress, Files, GitRef, Hub, HubConfig, LfsInfo, Refs, RepoFile,
-    Snapshot, check_id, default_cache_dir,
+    Snapshot, check_id, default_cache_dir, parse_listing,
 };
 pub use dataset::{DataConfig, DatasetFiles, DatasetRef, dataset_configs};
 pub use error::{Error, Result};
 pub use model_ref::ModelRef;
+pub use repgeom_io::{BadName, RelPath};
 pub use retry::{MAX_RETRY_WAIT_VAR, RetryPolicy};

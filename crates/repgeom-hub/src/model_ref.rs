@@ -29,6 +29,8 @@ impl ModelRef {
     /// let m = ModelRef::parse("EleutherAI/pythia-70m", Some("step3000")).unwrap();
     /// assert_eq!(m, ModelRef::Hub { id: "EleutherAI/pythia-70m".into(), revision: "step3000".into() });
     /// assert!(ModelRef::parse("no-such-dir/acts.npy", None).is_err());
+    /// // a revision names a file below the cache's refs/: git's ref-name rules apply
+    /// assert!(ModelRef::parse("EleutherAI/pythia-70m", Some("../../x")).is_err());
     /// ```
     pub fn parse(spec: &str, revision: Option<&str>) -> Result<Self> {
         let path = Path::new(spec);
@@ -48,6 +50,9 @@ impl ModelRef {
             return Err(Error::NoSuchModel {
                 spec: spec.to_owned(),
             });
+        }
+        if let Some(r) = revision.filter(|r| !crate::is_commit(r)) {
+            crate::cache::ref_name(r, || format!("the revision given for {spec}"))?;
         }
         Ok(ModelRef::Hub {
             id: spec.to_owned(),

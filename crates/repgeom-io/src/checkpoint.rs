@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::arch::Arch;
 use crate::digest::{WeightsDigest, WeightsHasher};
 use crate::st::{StFile, list_names};
-use crate::{Error, Result};
+use crate::{Error, RelPath, Result};
 
 /// An opened HuggingFace checkpoint directory.
 ///
@@ -112,14 +112,19 @@ fn open(dir: &Path, strict: bool) -> Result<Checkpoint> {
         let names: Vec<String> = files.keys().cloned().collect();
         for (i, f) in names.iter().enumerate() {
             files.insert(f.clone(), i);
-            let p = dir.join(f);
+            // The index is untrusted: a shard name that would leave the checkpoint folder is
+            // refused before anything is opened.
+            let p = RelPath::new(f)
+                .map_err(|name| Error::UnsafeName {
+                    file: index_path.clone(),
+                    dir: dir.to_path_buf(),
+                    name,
+                })?
+                .under(dir);
             let missing = Error::MissingShard {
                 index: index_path.clone(),
                 shard: f.clone(),
             };
-            if Path::new(f).components().count() != 1 {
-                return Err(missing);
-            }
             if !p.is_file() {
                 if strict {
                     return Err(missing);

@@ -205,6 +205,17 @@ pub enum Error {
         /// The shard file name.
         shard: String,
     },
+    /// A file names another file by a path that would leave its folder (`../x`, `/etc/x`):
+    /// refused before anything is opened.
+    #[error("{}: refused the file name {name}: a name there must stay inside {}", file.display(), dir.display())]
+    UnsafeName {
+        /// The file that gave the name (e.g. `model.safetensors.index.json`).
+        file: PathBuf,
+        /// The folder the name had to stay inside.
+        dir: PathBuf,
+        /// The name and the rule it breaks.
+        name: crate::BadName,
+    },
     /// A HuggingFace checkpoint directory is unusable.
     #[error("{}: {reason}", dir.display())]
     Checkpoint {

@@ -15,6 +15,9 @@
 //! (`tensor::check_extent`), and (c) large inputs (multi-GB shards) are memory-mapped and only
 //! the requested layers or tensors are converted to f32.
 //!
+//! Names inside untrusted files (a checkpoint index's shard names) become a [`RelPath`] before
+//! they name a file: one that would leave its folder is refused, never opened.
+//!
 //! It is not a validator of values: NaN and Inf pass through ([`first_non_finite`] lets callers
 //! check), and it does not run models or tokenizers.
 #![deny(missing_docs)]
@@ -30,6 +33,7 @@ mod mmap;
 mod npy;
 mod npz;
 mod readout;
+mod relpath;
 mod st;
 mod system;
 mod tensor;
@@ -51,6 +55,7 @@ pub use readout::{
     FinalNormGain, Readout, ReadoutOptions, ReadoutPrep, read_final_norm_gain, read_readout,
     read_readout_prepared, readout_tensor_names,
 };
+pub use relpath::{BadName, MAX_COMPONENT_BYTES, MAX_NAME_BYTES, RelPath};
 pub use system::default_memory_budget;
 #[cfg(feature = "parquet")]
 pub use texts::{read_parquet_labels, read_parquet_texts};

@@ -205,6 +205,9 @@ impl HubData {
         if self.split.is_empty() || self.column.as_deref() == Some("") {
             return Err("split and column must not be empty".into());
         }
+        if let Some(r) = &self.revision {
+            repgeom_hub::check_revision(r).map_err(|e| format!("revision: {e}"))?;
+        }
         Ok(())
     }
 
@@ -1049,6 +1052,11 @@ impl Manifest {
                         ));
                     }
                     _ => {}
+                }
+                if let Some(r) = &c.revision
+                    && let Err(e) = repgeom_hub::check_revision(r)
+                {
+                    return Err(bad(&place, format!("{cp}: revision: {e}")));
                 }
                 if c.revision.is_some()
                     && c.val_loss.is_some()

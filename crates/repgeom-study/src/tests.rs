@@ -372,6 +372,7 @@ revision = "step1"
             m.models[0].readout = Some("r".into());
             m.models[0].hub = None;
         }),
+        bad(&|m| m.models[0].checkpoints[0].revision = Some("../../../../escaped_ref".into())),
     ];
     let expected = [
         "manifest t.toml: model \"m\": gives both `hub` and `readout`: the readout comes from the hub model",
@@ -382,6 +383,7 @@ revision = "step1"
         "manifest t.toml: model \"m\": checkpoint \"step1\": val_loss is computed ([extract] loss = true); remove the typed-in value",
         "manifest t.toml: model \"m\": checkpoint \"step1\" gives a `revision`: add an [extract] table (text, n_points, seq_len)",
         "manifest t.toml: model \"m\": checkpoint \"step1\" gives a `revision` but the model has no `hub` id",
+        "manifest t.toml: model \"m\": checkpoint \"step1\": revision: refused `../../../../escaped_ref` has a `..` component, from a revision (branch, tag or commit): names from a hub, a repo or a manifest must stay inside the cache",
     ];
     assert_eq!(lines, expected);
 }

@@ -531,3 +531,102 @@ fn study_from_model_names_bad_input() {
     let no_revision = run(&|m| m.replacen("revision = \"step1000\"", "revision = \"step9999\"", 1));
     insta::assert_snapshot!("bad_input", format!("{too_short}{no_revision}"));
 }
+
+/// The attacks of issue 43 through the binary: a repo whose index names a shard four folders
+/// above the snapshot, and a revision that climbs out of `refs/`. Each is refused with a
+/// message naming the name and where it came from; nothing appears outside the cache (the
+/// cache is four folders below the folder that is walked) and no output is written.
+#[test]
+fn a_hostile_repo_or_revision_writes_nothing_outside_the_cache() {
+    let mut evil = TestRepo::new("evil/model");
+    let mut files = scaled("fixtures/extract/gptneox_parallel", 1.0);
+    for (p, b) in &mut files {
+        if p == "model.safetensors.index.json" {
+            let mut js: serde_json::Value = serde_json::from_slice(b).unwrap();
+            js["weight_map"]["embed_out.weight"] = "../../../../escaped-00001.safetensors".into();
+            *b = js.to_string().into_bytes();
+        }
+    }
+    let shard = files
+        .iter()
+        .find(|(p, _)| p == "model-00002-of-00002.safetensors")
+        .unwrap()
+        .1
+        .clone();
+    files.push(("../../../../escaped-00001.safetensors".into(), shard));
+    evil.branch("step1000", files.clone());
+    files.retain(|(p, _)| !p.starts_with(".."));
+    evil.branch("clean-listing", files);
+    let hub = TestHub::start(vec![evil]);
+    let world = tempfile::tempdir().unwrap();
+    let cache = world.path().join("a/b/c/d");
+    std::fs::create_dir_all(&cache).unwrap();
+    let walk = |dir: &Path| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if !p.starts_with(&cache) {
+                    out.push(p.display().to_string());
+                }
+                if p.is_dir() && !p.is_symlink() {
+                    stack.push(p);
+                }
+            }
+        }
+        out.sort();
+        out
+    };
+    let before = walk(world.path());
+    let out = world.path().join("acts.safetensors");
+    let mut messages = Vec::new();
+    for rev in ["step1000", "clean-listing", "../../../../escaped_ref"] {
+        let r = repgeom_hub(
+            &hub,
+            &cache,
+            &[
+                "extract",
+                "--model",
+                "evil/model",
+                "--revision",
+                rev,
+                "--text",
+                "fixtures/study/corpus.txt",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert_ne!(r.code, 0, "{rev}: {}", r.stderr);
+        messages.push(crate::hub::redact_commits(&r.stderr));
+    }
+    assert_eq!(walk(world.path()), before);
+    assert!(!out.exists());
+    insta::assert_snapshot!(messages.join(""), @r"
+    error: refused `../../../../escaped-00001.safetensors` has a `..` component, from the file list of model evil/model@<commit>: names from a hub, a repo or a manifest must stay inside the cache
+    error: refused `../../../../escaped-00001.safetensors` has a `..` component, from model evil/model@clean-listing: model.safetensors.index.json: names from a hub, a repo or a manifest must stay inside the cache
+    error: refused `../../../../escaped_ref` has a `..` component, from the revision given for evil/model: names from a hub, a repo or a manifest must stay inside the cache
+    ");
+}
+
+/// `s` with 40-hex-digit commit hashes replaced by `<commit>`.
+pub(crate) fn redact_commits(s: &str) -> String {
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in s.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_hexdigit() && !c.is_ascii_uppercase() {
+            run.push(c);
+            continue;
+        }
+        if run.len() == 40 {
+            out.push_str("<commit>");
+        } else {
+            out.push_str(&run);
+        }
+        run.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}

@@ -4,6 +4,7 @@
 mod audit;
 mod dataset;
 mod download;
+mod hostile;
 mod retry;
 
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ pub(crate) fn root() -> PathBuf {
         .unwrap()
 }
 
-fn files_of(dir: &str) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn files_of(dir: &str) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(root().join(dir)).unwrap() {
         let p = e.unwrap().path();

@@ -3,6 +3,7 @@
 
 mod activations;
 mod final_norm;
+mod hostile;
 mod labels;
 mod readout;
 mod robustness;
