@@ -3,18 +3,23 @@
 //! Every front end (the `repgeom` commands, the study's units, the Python package) has the same
 //! per-model work to do before it can measure a layer: the readout subspace of `W_U`, the null
 //! bases, then one [`LayerInput`] per layer carrying both. [`ModelContext`] is that work, done
-//! once per model. [`Pga::run_model`] is the whole Subspace PGA run over a model's layers (the
-//! `k` list, the null bases drawn or supplied, the readout decomposed beside the first layer and
-//! reused, the bootstrap, the q-values), so `repgeom pga`, `repgeom metrics`, the study and
-//! `repgeom.pga` give bit-identical rows for the same options.
+//! once per model. [`ModelPair`] is the same for the two models of a comparison: both contexts
+//! (model B's null bases from `seed + 1`), the refusal of a metric whose readout is missing,
+//! and the points that are the same input twice, judged once on every layer of both models, so
+//! `repgeom compare`, Python's `compare` and the study's cross units give the same rows.
+//! [`Pga::run_model`] is the whole Subspace PGA run over a model's layers (the `k` list, the
+//! null bases drawn or supplied, the readout decomposed beside the first layer and reused, the
+//! bootstrap, the q-values), so `repgeom pga`, `repgeom metrics`, the study and `repgeom.pga`
+//! give bit-identical rows for the same options.
 
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_null::{NullBases, NullParams};
 
 use crate::Pga;
+use crate::calibrate::{CompareSettings, Comparison};
 use crate::error::{Error, Result};
 use crate::pga::{PgaResult, assign_q_values, bootstrap_ci, pga_ccr_sweep_overlapped};
-use crate::registry::LayerInput;
+use crate::registry::{LayerInput, PairMetric};
 
 /// Tolerance of [`check_readout_basis`] on `max |BᵀB − I|` (and of supplied null bases):
 /// a basis saved as `f64` by `--save-readout-basis` is orthonormal to ~1e-15; one computed in
@@ -216,6 +221,201 @@ impl ModelContext {
             input = input.with_null(n)?;
         }
         Ok(input)
+    }
+}
+
+/// Whether any of `metrics` uses the readout, and any the null bases: `(readout, null)`. A
+/// front end reads a model's `W_U` only when the first is true.
+pub fn pair_needs(metrics: &[Box<dyn PairMetric>]) -> (bool, bool) {
+    metrics.iter().fold((false, false), |(r, n), m| {
+        let (mr, mn) = m.needs_readout_and_null();
+        (r || mr, n || mn)
+    })
+}
+
+/// One model of a [`ModelPair`], as the front end hands it over.
+#[derive(Debug, Clone, Copy)]
+pub struct PairModel<'a> {
+    /// Every layer of the model the comparison holds (`N × d` each; the same `N` points in the
+    /// same order as the other model's), whichever of them are then compared: the points that
+    /// are the same input twice are judged on all of them.
+    pub layers: &'a [MatRef<'a, f32>],
+    /// Dimension of the readout subspace (a supplied basis has its own: its column count).
+    pub k: usize,
+    /// `W_U` or a basis, when the front end has one (required only if a metric uses it).
+    pub readout: Option<ModelReadout<'a>>,
+    /// The model's name in errors (a file, a label).
+    pub what: &'a str,
+}
+
+/// The two models of a comparison, prepared once for all its layer pairs and metrics: each
+/// model's [`ModelContext`] (the readout where a metric uses it; the null bases where one uses
+/// them, model A's drawn from `seed` and model B's from `seed + 1`, independent even at the
+/// same width), and the points that are the same input twice (equal rows in every layer of
+/// both models: a repeated token in a repeated context), judged once on every layer of both.
+/// [`ModelPair::compare`] drops those and runs [`crate::calibrate::compare_all`]'s work.
+///
+/// ```
+/// use repgeom_linalg::{Mat, MatRef, Par};
+/// use repgeom_metrics::analysis::{ModelPair, PairModel};
+/// use repgeom_metrics::calibrate::CompareSettings;
+/// use repgeom_metrics::{CkaLinear, PairMetric, layer_pairs};
+/// use repgeom_null::NullParams;
+///
+/// // Point 1 repeats point 0 in layer 0 only (a repeated token at the embedding layer), point
+/// // 3 repeats point 2 in every layer (the same input twice).
+/// let layers: Vec<Mat<f32>> = (0..2)
+///     .map(|l| Mat::from_fn(20, 4, |i, j| {
+///         let i = match i { 1 if l == 0 => 0, 3 => 2, _ => i };
+///         ((i * 7 + j * 3 + l) % 11) as f32 + (i * j) as f32 * 0.1
+///     }))
+///     .collect();
+/// let views: Vec<MatRef<'_, f32>> = layers.iter().map(Mat::as_ref).collect();
+/// let metrics: Vec<Box<dyn PairMetric>> = vec![Box::new(CkaLinear::default())];
+/// let side = PairModel { layers: &views, k: 2, readout: None, what: "toy" };
+/// let pair = ModelPair::new(&metrics, side, side, NullParams::default(), Par::Seq)?;
+/// assert_eq!(pair.duplicates(), [3]);
+/// // Layer 0 alone, still judged on both layers: point 1 is kept.
+/// let (a, b) = (pair.a().layer(views[0], "A0")?, pair.b().layer(views[0], "B0")?);
+/// let out = pair.compare(&metrics, &[&a], &[&b], &layer_pairs(1, 1, false),
+///                        &CompareSettings::default(), &mut |_| {})?;
+/// assert_eq!(out.pairs[0].value.extra["duplicates_dropped"], 1.0);
+/// # Ok::<(), repgeom_metrics::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct ModelPair {
+    a: ModelContext,
+    b: ModelContext,
+    /// Points (ascending) equal to an earlier point in every layer of both models.
+    duplicates: Vec<usize>,
+    /// Points of every layer.
+    n: usize,
+}
+
+impl ModelPair {
+    /// Prepares models `a` and `b` for `metrics`: the readouts where a metric uses them (an
+    /// error naming those metrics and the model without one when either is missing), the null
+    /// bases (`null.n_null` of them) where a metric uses them, model A's from `null.seed` and
+    /// model B's from `null.seed + 1`, and the duplicated points over every layer of both.
+    /// `par` is the parallelism of the layers' metrics and of the permutation draws.
+    pub fn new(
+        metrics: &[Box<dyn PairMetric>],
+        a: PairModel<'_>,
+        b: PairModel<'_>,
+        null: NullParams,
+        par: Par,
+    ) -> Result<Self> {
+        let (needs_readout, needs_null) = pair_needs(metrics);
+        for m in [&a, &b] {
+            if m.layers.is_empty() {
+                return Err(Error::InvalidOption {
+                    name: "layers".into(),
+                    value: "[]".into(),
+                    reason: format!("{}: no layers to compare", m.what),
+                });
+            }
+        }
+        let n = a.layers[0].nrows();
+        for m in [&a, &b] {
+            if let Some(x) = m.layers.iter().find(|x| x.nrows() != n) {
+                return Err(Error::ShapeMismatch {
+                    what: format!(
+                        "{} against {}: a comparison needs the same points",
+                        a.what, m.what
+                    ),
+                    left: format!("N = {n}"),
+                    right: format!("N = {}", x.nrows()),
+                });
+            }
+        }
+        if needs_readout {
+            let missing: Vec<&str> = [&a, &b]
+                .into_iter()
+                .filter(|m| m.readout.is_none())
+                .map(|m| m.what)
+                .collect();
+            if !missing.is_empty() {
+                let users: Vec<&str> = (metrics.iter())
+                    .filter(|m| m.needs_readout_and_null().0)
+                    .map(|m| m.info().name)
+                    .collect();
+                return Err(Error::MissingReadouts {
+                    metrics: users.join(", "),
+                    missing: missing.join(" and "),
+                });
+            }
+        }
+        let context = |m: &PairModel<'_>, seed: u64| {
+            let readout = m.readout.filter(|_| needs_readout);
+            let k = match readout {
+                Some(ModelReadout::Basis(basis)) => basis.ncols(),
+                _ => m.k,
+            };
+            let source = needs_null.then_some(NullSource::Draw(NullParams {
+                n_null: null.n_null,
+                seed,
+            }));
+            ModelContext::new(m.layers[0].ncols(), k, readout, source, m.what, par)
+        };
+        let layers: Vec<MatRef<'_, f32>> = a.layers.iter().chain(b.layers).copied().collect();
+        Ok(Self {
+            a: context(&a, null.seed)?,
+            b: context(&b, null.seed.wrapping_add(1))?,
+            duplicates: crate::calibrate::duplicate_rows(&layers),
+            n,
+        })
+    }
+
+    /// The memory budget both models' layers carry ([`ModelContext::with_memory_budget`]).
+    pub fn with_memory_budget(self, bytes: Option<u64>) -> Self {
+        Self {
+            a: self.a.with_memory_budget(bytes),
+            b: self.b.with_memory_budget(bytes),
+            ..self
+        }
+    }
+
+    /// Model A's context: [`ModelContext::layer`] makes its layers' inputs.
+    pub fn a(&self) -> &ModelContext {
+        &self.a
+    }
+
+    /// Model B's context (null bases from `seed + 1`).
+    pub fn b(&self) -> &ModelContext {
+        &self.b
+    }
+
+    /// The points (ascending) that are the same input twice, judged on every layer of both
+    /// models; each comparison keeps the first copy.
+    pub fn duplicates(&self) -> &[usize] {
+        &self.duplicates
+    }
+
+    /// `metrics` over `pairs` of layers (indices into `a` and `b`, made with [`Self::a`] and
+    /// [`Self::b`] from the layers given to [`Self::new`]) with their permutation nulls and
+    /// `settings.aggregates`, rows in table order, as [`crate::calibrate::compare_all`] gives
+    /// them, with [`Self::duplicates`] dropped (extra `duplicates_dropped` on every row).
+    /// A cell's value does not depend on which other cells are computed, but its null is
+    /// computed in the shape of the `a × b` table: pass every layer, as `repgeom compare` does,
+    /// for the command line's numbers bit for bit.
+    pub fn compare(
+        &self,
+        metrics: &[Box<dyn PairMetric>],
+        a: &[&LayerInput<'_>],
+        b: &[&LayerInput<'_>],
+        pairs: &[(usize, usize)],
+        settings: &CompareSettings,
+        on_metric: &mut dyn FnMut(&str),
+    ) -> Result<Comparison> {
+        if let Some(x) = a.iter().chain(b).find(|x| x.n() != self.n) {
+            return Err(Error::ShapeMismatch {
+                what: x.what().to_owned(),
+                left: format!("{} points", x.n()),
+                right: format!("the pair's N = {}", self.n),
+            });
+        }
+        let dups = &self.duplicates;
+        crate::calibrate::compare_all_without(metrics, a, b, pairs, settings, dups, on_metric)
     }
 }
 

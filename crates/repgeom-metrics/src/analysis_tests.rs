@@ -168,3 +168,72 @@ fn run_model_refuses_what_it_cannot_honour() {
     assert!(k_values(&[], Some(1.5), 16).is_err());
     assert_eq!(k_values(&[], Some(0.5), 16).unwrap(), [8]);
 }
+
+/// A model pair: model B's null bases are drawn from `seed + 1` (independent of A's at the
+/// same width), a metric that uses the readout refuses a pair without both, and the points
+/// that are the same input twice are judged on every layer of both models, not only on the
+/// layers compared.
+#[test]
+fn a_model_pair_owns_its_seeds_readouts_and_duplicates() {
+    use crate::calibrate::{CompareSettings, compare};
+    let (layers, w_u) = fixture();
+    // Point 1 repeats point 0 in layer 0 only (a repeated token at the embedding layer);
+    // point 3 repeats point 2 in every layer (the same input twice).
+    let edited: Vec<Mat<f32>> = (layers.iter().enumerate())
+        .map(|(l, m)| {
+            Mat::from_fn(m.nrows(), m.ncols(), |i, j| {
+                let src = match i {
+                    1 if l == 0 => 0,
+                    3 => 2,
+                    _ => i,
+                };
+                m[(src, j)]
+            })
+        })
+        .collect();
+    let views: Vec<MatRef<'_, f32>> = edited.iter().map(Mat::as_ref).collect();
+    let metrics: Vec<Box<dyn PairMetric>> = vec![
+        Box::new(crate::DistanceSpearman::default()),
+        Box::new(crate::CkaLinear::default()),
+    ];
+    let wu = Some(ModelReadout::Unembedding(w_u.as_ref()));
+    let side = |readout| PairModel {
+        layers: &views,
+        k: 8,
+        readout,
+        what: "toy",
+    };
+    let null = NullParams {
+        n_null: 10,
+        seed: 3,
+    };
+    let e = ModelPair::new(&metrics, side(wu), side(None), null.clone(), Par::Seq)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("distance_spearman needs both readouts") && e.contains("toy has none"),
+        "{e}"
+    );
+    let pair = ModelPair::new(&metrics, side(wu), side(wu), null, Par::Seq).unwrap();
+    let drawn = |seed: u64| {
+        let p = NullParams { n_null: 10, seed }.check().unwrap();
+        NullBases::draw(64, 8, &p).unwrap().to_array()
+    };
+    assert_eq!(pair.a().null().unwrap().to_array(), drawn(3));
+    assert_eq!(pair.b().null().unwrap().to_array(), drawn(4));
+    assert_ne!(drawn(3), drawn(4));
+    // Judged on the three layers of both models: point 3 only, whichever layers are compared.
+    assert_eq!(pair.duplicates(), [3]);
+    let a0 = pair.a().layer(views[0], "A0").unwrap();
+    let b0 = pair.b().layer(views[0], "B0").unwrap();
+    let settings = CompareSettings::default();
+    let out = pair.compare(&metrics, &[&a0], &[&b0], &[(0, 0)], &settings, &mut |_| {});
+    let out = out.unwrap();
+    assert!(!out.pairs.is_empty());
+    for r in &out.pairs {
+        assert_eq!(r.value.extra["duplicates_dropped"], 1.0, "{:?}", r.value);
+    }
+    // Layer 0 alone would also drop point 1.
+    let alone = compare(metrics[1].as_ref(), &[&a0], &[&b0], &[(0, 0)], &settings).unwrap();
+    assert_eq!(alone.pairs[0].value.extra["duplicates_dropped"], 2.0);
+}

@@ -167,8 +167,9 @@ fn pair_rows(
         LayerInput::new(a, "A", par).unwrap(),
         LayerInput::new(b, "B", par).unwrap(),
     );
-    let input = PairInput::new(&ia, &ib).unwrap();
-    crate::calibrate::compare_pair(metric, &input).unwrap()
+    let settings = crate::calibrate::CompareSettings::default();
+    let out = crate::calibrate::compare(metric, &[&ia], &[&ib], &[(0, 0)], &settings).unwrap();
+    out.pairs.into_iter().map(|r| r.value).collect()
 }
 
 #[test]

@@ -14,8 +14,11 @@
 //! by every first-side layer. Any other metric (SVCCA, PWCCA, Procrustes, a plugin) is
 //! recomputed on the relabelled rows: correct, and as costly as the metric.
 //!
-//! [`compare`] is the one driver: `repgeom compare`, the study's cross-model units, the
-//! self-test and Python all call it.
+//! [`compare`] is the one driver. Two models are compared through
+//! [`crate::analysis::ModelPair`] (`repgeom compare`, Python's `compare` and the study's
+//! cross-model units): it prepares both models (model B's null bases from `seed + 1`) and
+//! judges the points that are the same input twice once, on every layer of both models, before
+//! [`compare_all`]'s work; the self-test calls [`compare`] directly.
 
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -490,8 +493,9 @@ pub struct Comparison {
 /// `settings.aggregates` over the table with a null that recomputes the table under each draw.
 ///
 /// Points that are the same input twice (equal rows in every layer of both sides: a repeated
-/// token in a repeated context) are dropped first ([`duplicate_points`]); every row reports
-/// how many in extra `duplicates_dropped`.
+/// token in a repeated context) are dropped first ([`duplicate_points`], judged on the layers
+/// given; [`crate::analysis::ModelPair`] judges them on every layer of both models, whichever
+/// are compared); every row reports how many in extra `duplicates_dropped`.
 ///
 /// Results are identical at any thread count (draws run in parallel under the first layer's
 /// [`Par`], each draw sequentially).
@@ -523,15 +527,27 @@ pub fn compare(
     pairs: &[(usize, usize)],
     settings: &CompareSettings,
 ) -> Result<Comparison> {
-    let dups = duplicate_points(a, b);
+    on_kept_points(a, b, &duplicate_points(a, b), |a, b| {
+        compare_points(metric, a, b, pairs, settings)
+    })
+}
+
+/// `run` on the points of `a` and `b` other than `dups` (ascending indices): the same input
+/// twice (a repeated token in a repeated context) adds no information and ties every distance
+/// to it, so the comparison runs on the first copy of each, the layers copied without the
+/// others once for every metric `run` computes. Every row of the result reports how many were
+/// dropped in extra `duplicates_dropped`.
+fn on_kept_points(
+    a: &[&LayerInput<'_>],
+    b: &[&LayerInput<'_>],
+    dups: &[usize],
+    run: impl FnOnce(&[&LayerInput<'_>], &[&LayerInput<'_>]) -> Result<Comparison>,
+) -> Result<Comparison> {
     let mut out = if dups.is_empty() {
-        compare_points(metric, a, b, pairs, settings)?
+        run(a, b)?
     } else {
-        // The same input twice (a repeated token in a repeated context) adds no information
-        // and ties every distance to it: the comparison runs on the first copy of each.
-        let keep: Vec<usize> = (0..a[0].n())
-            .filter(|i| dups.binary_search(i).is_err())
-            .collect();
+        let n = a.iter().chain(b).next().map_or(0, |x| x.n());
+        let keep: Vec<usize> = (0..n).filter(|i| dups.binary_search(i).is_err()).collect();
         let owned_a: Vec<Mat<f32>> = a.iter().map(|x| rows_of(x.acts(), &keep)).collect();
         let owned_b: Vec<Mat<f32>> = b.iter().map(|x| rows_of(x.acts(), &keep)).collect();
         let kept_a = (owned_a.iter().zip(a))
@@ -542,7 +558,7 @@ pub fn compare(
             .collect::<Result<Vec<_>>>()?;
         let (ra, rb): (Vec<&LayerInput<'_>>, Vec<&LayerInput<'_>>) =
             (kept_a.iter().collect(), kept_b.iter().collect());
-        compare_points(metric, &ra, &rb, pairs, settings)?
+        run(&ra[..], &rb[..])?
     };
     let dropped = dups.len() as f64;
     for r in &mut out.pairs {
@@ -558,6 +574,12 @@ pub fn compare(
 /// the same input seen twice. Empty when the sides disagree on `N` (an error later).
 pub fn duplicate_points(a: &[&LayerInput<'_>], b: &[&LayerInput<'_>]) -> Vec<usize> {
     let layers: Vec<MatRef<'_, f32>> = a.iter().chain(b).map(|x| x.acts()).collect();
+    duplicate_rows(&layers)
+}
+
+/// Points (ascending) whose rows equal an earlier point's in every one of `layers`. Empty when
+/// there are none or the layers disagree on `N`.
+pub(crate) fn duplicate_rows(layers: &[MatRef<'_, f32>]) -> Vec<usize> {
     let Some(n) = layers.first().map(|m| m.nrows()) else {
         return Vec::new();
     };
@@ -809,33 +831,38 @@ pub fn compare_all(
     settings: &CompareSettings,
     on_metric: &mut dyn FnMut(&str),
 ) -> Result<Comparison> {
-    let mut tables = Vec::with_capacity(metrics.len());
-    for metric in metrics {
-        on_metric(metric.info().name);
-        tables.push(compare(metric.as_ref(), a, b, pairs, settings)?);
-    }
-    let mut out = Comparison::default();
-    for &(i, j) in pairs {
-        for t in &tables {
-            let rows = t.pairs.iter().filter(|r| (r.a, r.b) == (i, j));
-            out.pairs.extend(rows.cloned());
-        }
-    }
-    out.aggregates = tables.into_iter().flat_map(|t| t.aggregates).collect();
-    Ok(out)
+    let dups = duplicate_points(a, b);
+    compare_all_without(metrics, a, b, pairs, settings, &dups, on_metric)
 }
 
-/// [`compare`] on one pair of layers, without aggregates: the metric's values with their
-/// permutation null.
-pub fn compare_pair(metric: &dyn PairMetric, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
-    let out = compare(
-        metric,
-        &[input.a],
-        &[input.b],
-        &[(0, 0)],
-        &CompareSettings::default(),
-    )?;
-    Ok(out.pairs.into_iter().map(|r| r.value).collect())
+/// [`compare_all`] with the points `dups` (ascending) dropped, once for every metric: the same
+/// input twice, as [`crate::analysis::ModelPair::new`] judged them on every layer of both
+/// models.
+pub(crate) fn compare_all_without(
+    metrics: &[Box<dyn PairMetric>],
+    a: &[&LayerInput<'_>],
+    b: &[&LayerInput<'_>],
+    pairs: &[(usize, usize)],
+    settings: &CompareSettings,
+    dups: &[usize],
+    on_metric: &mut dyn FnMut(&str),
+) -> Result<Comparison> {
+    on_kept_points(a, b, dups, |a, b| {
+        let mut tables = Vec::with_capacity(metrics.len());
+        for metric in metrics {
+            on_metric(metric.info().name);
+            tables.push(compare_points(metric.as_ref(), a, b, pairs, settings)?);
+        }
+        let mut out = Comparison::default();
+        for &(i, j) in pairs {
+            for t in &tables {
+                let rows = t.pairs.iter().filter(|r| (r.a, r.b) == (i, j));
+                out.pairs.extend(rows.cloned());
+            }
+        }
+        out.aggregates = tables.into_iter().flat_map(|t| t.aggregates).collect();
+        Ok(out)
+    })
 }
 
 fn rows(pairs: &[(usize, usize)], observed: Vec<Vec<MetricValue>>) -> Vec<PairRow> {

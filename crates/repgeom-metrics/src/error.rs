@@ -78,6 +78,19 @@ pub enum Error {
         /// Which layer or pair.
         what: String,
     },
+    /// A comparison's metrics use both models' readouts and one or both were not given
+    /// ([`crate::analysis::ModelPair::new`]).
+    #[error(
+        "{metrics} needs both readouts, and {missing} has none: give W_U of both models (or \
+         choose options that need none, e.g. distance_spearman with readout = false and \
+         random = false)"
+    )]
+    MissingReadouts {
+        /// The metrics that use the readout, comma-separated.
+        metrics: String,
+        /// The model or models without one.
+        missing: String,
+    },
     /// The input is constant (every point identical), so no geometry can be measured.
     #[error("{what}: all {n} points are identical, so the geometry is undefined")]
     ConstantInput {

@@ -22,7 +22,9 @@
 //!
 //! A model's analysis is prepared in one place, module [`analysis`]: [`analysis::ModelContext`]
 //! computes a model's readout subspace and null bases once and hands out each layer's
-//! [`LayerInput`]; [`Pga::run_model`] is the whole Subspace PGA run over a model's layers, with
+//! [`LayerInput`], and [`analysis::ModelPair`] does the same for the two models of a comparison
+//! (model B's null bases from `seed + 1`; duplicated points judged on every layer of both);
+//! [`Pga::run_model`] is the whole Subspace PGA run over a model's layers, with
 //! [`Pga`] the one struct of PGA options that the command line, the study manifest and Python
 //! all fill. To run PGA on one in-memory matrix in one call, use [`PgaParams`] →
 //! [`PgaParams::check`] → [`ValidPgaParams::run`] (module [`params`], a layer through the same

@@ -33,7 +33,8 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::analysis::{
-    Hooks, ModelContext, ModelInput, ModelLayer, ModelReadout, NullSource,
+    Hooks, ModelContext, ModelInput, ModelLayer, ModelPair, ModelReadout, NullSource, PairModel,
+    pair_needs,
 };
 use repgeom_metrics::calibrate::CompareSettings;
 use repgeom_metrics::{LayerInput, layer_pairs};
@@ -264,6 +265,16 @@ fn model_context(
 enum Loaded {
     Basis(Mat<f64>),
     Unembedding(Mat<f32>),
+}
+
+impl Loaded {
+    /// The readout as the library takes it.
+    fn view(&self) -> ModelReadout<'_> {
+        match self {
+            Loaded::Basis(b) => ModelReadout::Basis(b.as_ref()),
+            Loaded::Unembedding(w) => ModelReadout::Unembedding(w.as_ref()),
+        }
+    }
 }
 
 /// Reads the readout `spec` names (downloading a hub id's shard first) and checks it against
@@ -701,85 +712,79 @@ fn compare<'py>(
         if metrics.is_empty() {
             return Err(Failure::Invalid("no pair metrics chosen".into()));
         }
-        let needs_readout = metrics.iter().any(|m| m.needs_readout_and_null().0);
-        let needs_null = metrics.iter().any(|m| m.needs_readout_and_null().1);
-        let readout_users = metrics
-            .iter()
-            .filter(|m| m.needs_readout_and_null().0)
-            .map(|m| m.info().name)
-            .collect::<Vec<_>>()
-            .join(", ");
-        let side = |layers: &[LayerArg<'_>],
-                    readout: Option<ReadoutArg<'_>>,
-                    seed: u64|
-         -> Result<ModelContext, Failure> {
-            let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
-            let spec = if needs_readout {
-                let arg = readout.ok_or_else(|| {
-                    Failure::Invalid(format!(
-                        "{readout_users} needs both readouts: pass readout_a and readout_b \
-                         (or choose options that need none, e.g. metrics=[('distance_spearman', {{'readout': False, 'random': False}})])"
-                    ))
-                })?;
-                Some(ReadoutSpec {
-                    arg,
-                    is_basis: false,
-                    k,
-                    vocab_rows: None,
-                    tensor: None,
-                    revision: None,
-                    progress,
-                    fold_norm: readout_fold_norm,
-                    center: readout_center,
-                })
-            } else {
-                None
+        let (needs_readout, _) = pair_needs(&metrics);
+        // W_U where a metric uses it, read with the command line's checks; a missing one is
+        // the pair's error (ModelPair::new).
+        let read = |layers: &[LayerArg<'_>],
+                    readout: Option<ReadoutArg<'_>>|
+         -> Result<Option<Loaded>, Failure> {
+            let Some(arg) = readout.filter(|_| needs_readout) else {
+                return Ok(None);
             };
-            let null = needs_null.then_some(repgeom_null::NullParams { n_null, seed });
-            model_context(spec.as_ref(), k, null, d, &first)
+            let spec = ReadoutSpec {
+                arg,
+                is_basis: false,
+                k,
+                vocab_rows: None,
+                tensor: None,
+                revision: None,
+                progress,
+                fold_norm: readout_fold_norm,
+                center: readout_center,
+            };
+            load_readout(&spec, layers[0].raw.cols, &layers[0].what).map(Some)
         };
-        let model_a = side(&la, ra, seed)?;
-        let model_b = side(&lb, rb, seed.wrapping_add(1))?;
+        let (wa, wb) = (read(&la, ra)?, read(&lb, rb)?);
+        // Every layer of both sides in f32 (a view when it already is), paired or not: the
+        // pair judges duplicated points on all of them, and the table has the command line's
+        // shape, so its numbers are the command line's.
+        let xa: Vec<Matrix32<'_>> = la.iter().map(|l| l.raw.to_f32()).collect();
+        let xb: Vec<Matrix32<'_>> = lb.iter().map(|l| l.raw.to_f32()).collect();
+        let va: Vec<MatRef<'_, f32>> = xa.iter().map(Matrix32::as_ref).collect();
+        let vb: Vec<MatRef<'_, f32>> = xb.iter().map(Matrix32::as_ref).collect();
+        let pair = ModelPair::new(
+            &metrics,
+            PairModel {
+                layers: &va,
+                k,
+                readout: wa.as_ref().map(Loaded::view),
+                what: &la[0].what,
+            },
+            PairModel {
+                layers: &vb,
+                k,
+                readout: wb.as_ref().map(Loaded::view),
+                what: &lb[0].what,
+            },
+            repgeom_null::NullParams { n_null, seed },
+            Par::rayon(0),
+        )?
+        .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+        // One input per layer: its caches (centring, CCR, spectra) and its per-draw work under
+        // the permutation null serve every pair and every metric it is part of.
+        let ia = (xa.iter().zip(&la))
+            .map(|(x, l)| pair.a().layer(x.as_ref(), l.what.clone()))
+            .collect::<repgeom_metrics::Result<Vec<_>>>()?;
+        let ib = (xb.iter().zip(&lb))
+            .map(|(x, l)| pair.b().layer(x.as_ref(), l.what.clone()))
+            .collect::<repgeom_metrics::Result<Vec<_>>>()?;
+        let (refs_a, refs_b): (Vec<&LayerInput<'_>>, Vec<&LayerInput<'_>>) =
+            (ia.iter().collect(), ib.iter().collect());
         let pairs = layer_pairs(la.len(), lb.len(), diagonal);
-        let bar = progress_bar(metrics.len() as u64, "compare", progress);
-        let mut out = Vec::new();
-        // Each paired layer in f32 once, then one input per layer: its caches (centring, CCR,
-        // spectra) and its per-draw work under the permutation null serve every pair and
-        // every metric it is part of.
-        let xa = paired_f32(&la, |i| pairs.iter().any(|&(p, _)| p == i));
-        let xb = paired_f32(&lb, |j| pairs.iter().any(|&(_, q)| q == j));
-        let ia = layer_inputs(&xa, &la, &model_a)?;
-        let ib = layer_inputs(&xb, &lb, &model_b)?;
-        // The calibration indexes layers densely: keep the paired ones, renumbered.
-        let (used_a, ra): (Vec<usize>, Vec<&LayerInput<'_>>) = (ia.iter().enumerate())
-            .filter_map(|(i, x)| Some((i, x.as_ref()?)))
-            .unzip();
-        let (used_b, rb): (Vec<usize>, Vec<&LayerInput<'_>>) = (ib.iter().enumerate())
-            .filter_map(|(j, x)| Some((j, x.as_ref()?)))
-            .unzip();
-        let at = |used: &[usize], i: usize| used.iter().position(|&u| u == i).unwrap_or(0);
-        let dense: Vec<(usize, usize)> = (pairs.iter())
-            .map(|&(i, j)| (at(&used_a, i), at(&used_b, j)))
-            .collect();
         let row = |i: usize, j: usize, json: String| {
-            with_layer(lb[used_b[j]].index, json).replacen(
+            with_layer(lb[j].index, json).replacen(
                 "{\"layer\"",
-                &format!("{{\"layer\":{},\"other_layer\"", la[used_a[i]].index),
+                &format!("{{\"layer\":{},\"other_layer\"", la[i].index),
                 1,
             )
         };
-        let table = repgeom_metrics::calibrate::compare_all(
-            &metrics,
-            &ra,
-            &rb,
-            &dense,
-            &settings,
-            &mut |name| {
-                check_cancel(cancel);
-                bar.set_message(name.to_string());
-                bar.inc(1);
-            },
-        )?;
+        let bar = progress_bar(metrics.len() as u64, "compare", progress);
+        let table = pair.compare(&metrics, &refs_a, &refs_b, &pairs, &settings, &mut |name| {
+            check_cancel(cancel);
+            bar.set_message(name.to_string());
+            bar.inc(1);
+        })?;
+        let mut out = Vec::new();
         // In the CLI's order: each layer pair's metrics, then the aggregates.
         for r in &table.pairs {
             out.push(row(r.a, r.b, to_json(&r.value)?));
@@ -794,33 +799,6 @@ fn compare<'py>(
         bar.finish_and_clear();
         Ok(out)
     })
-}
-
-/// The layers of one side that `used` names, in f32 (a view when they already are), `None`
-/// for the others.
-fn paired_f32<'py>(
-    layers: &[LayerArg<'py>],
-    used: impl Fn(usize) -> bool,
-) -> Vec<Option<Matrix32<'py>>> {
-    (0..layers.len())
-        .map(|i| used(i).then(|| layers[i].raw.to_f32()))
-        .collect()
-}
-
-/// One metric input per converted layer, with its side's readout basis and null bases.
-fn layer_inputs<'a>(
-    xs: &'a [Option<Matrix32<'_>>],
-    layers: &[LayerArg<'_>],
-    model: &'a ModelContext,
-) -> repgeom_metrics::Result<Vec<Option<LayerInput<'a>>>> {
-    xs.iter()
-        .zip(layers)
-        .map(|(x, layer)| {
-            x.as_ref()
-                .map(|x| model.layer(x.as_ref(), layer.what.clone()))
-                .transpose()
-        })
-        .collect()
 }
 
 /// The metric registry: one JSON object per registered metric (per-layer and pair).

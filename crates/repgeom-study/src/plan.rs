@@ -501,6 +501,12 @@ impl Study {
             cross_n_perm: Option<usize>,
             #[serde(skip_serializing_if = "Option::is_none")]
             cross_aggregate: Option<&'a [repgeom_metrics::calibrate::Aggregate]>,
+            // Version of the cross units' rows, so that a resumed sweep recomputes them rather
+            // than mix them with older ones (left out of other units, whose hashes stay). 1: one
+            // comparison per pair over every analysed layer of both models, model B's null from
+            // seed + 1, duplicated points judged on all those layers.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cross_version: Option<u32>,
             // Every other `pga` option that is away from the metric's default (a pair seed
             // other than `seed`, options added to the metric later).
             #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
@@ -579,6 +585,10 @@ impl Study {
             },
             cross_aggregate: match &unit.kind {
                 UnitKind::CrossTable { .. } => Some(&a.cross_aggregate),
+                _ => None,
+            },
+            cross_version: match &unit.kind {
+                UnitKind::Cross { .. } | UnitKind::CrossTable { .. } => Some(1),
                 _ => None,
             },
         };

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
-use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
-use repgeom_metrics::{LayerInput, Metric, MetricValue, PairInput, PcReadoutShare, Pga};
+use repgeom_metrics::analysis::{ModelContext, ModelPair, ModelReadout, NullSource, PairModel};
+use repgeom_metrics::calibrate::{CompareSettings, Comparison};
+use repgeom_metrics::{LayerInput, Metric, MetricValue, PcReadoutShare, Pga};
 use repgeom_null::NullParams;
 use repgeom_report::Row;
 
@@ -441,7 +442,8 @@ impl<'s> Loader<'s> {
 ///
 /// Units are grouped by (model, checkpoint) in plan order; a group's units run in parallel on
 /// the current rayon pool, each single-threaded inside (results do not depend on the thread
-/// count).
+/// count). A group's `cross` and `cross_table` units take their rows from one comparison per
+/// model pair (`cross_pair`), computed first with the pool's threads.
 pub fn run_units(
     study: &Study,
     todo: &[PlannedUnit],
@@ -498,6 +500,16 @@ pub fn run_units(
             }
             _ => None,
         };
+        // Each pair's comparison once, for all its cross and cross_table units.
+        let mut cross: BTreeMap<String, CrossPair> = BTreeMap::new();
+        for u in &units {
+            if let UnitKind::Cross { other } | UnitKind::CrossTable { other } = &u.unit.kind
+                && !cross.contains_key(other)
+            {
+                let pair = cross_pair(study, &loader, m, &ckpt, &ctx, other, &units)?;
+                cross.insert(other.clone(), pair);
+            }
+        }
         units.par_iter().try_for_each(|u| -> Result<()> {
             let t = Instant::now();
             let acts = &layers[&u.unit.layer];
@@ -517,6 +529,7 @@ pub fn run_units(
                 &u.unit,
                 probe,
                 val_loss,
+                &cross,
             )?;
             write_part(dir, u, &rows)?;
             on_done(&UnitDone {
@@ -563,21 +576,118 @@ fn pga_metric(a: &crate::Analysis, ccr: Vec<usize>, bootstrap: bool) -> Pga {
     p
 }
 
-/// One input per layer of a model at a checkpoint, for a whole-table comparison.
-fn table_inputs<'a>(
-    ctx: &'a ModelCtx,
-    label: &str,
+/// One model pair's comparison, shared by its `cross` and `cross_table` units.
+struct CrossPair {
+    /// The analysed layers of this model and of the other, in the table's order.
+    layers_a: Vec<usize>,
+    layers_b: Vec<usize>,
+    /// The cells the units asked for (every cell, and the aggregates, with a `cross_table`
+    /// unit among them).
+    table: Comparison,
+}
+
+/// The comparison of model `m` at `ckpt` (its final checkpoint) with `other` at its final
+/// checkpoint, as `repgeom compare --layers-a … --layers-b …` runs it over every analysed layer
+/// of both with the same options: [`ModelPair`] prepares both models (the readout bases the
+/// models' own units use; model B's null bases from `seed + 1`) and judges the points that are
+/// the same input twice on all those layers. Only the cells `units` need are computed (the
+/// whole table when one of them is a `cross_table` unit), each in the whole table's shape, so a
+/// cell is the same whichever others are computed with it: a `cross` unit's rows are its cell
+/// of the `cross_table` unit's table and of `repgeom compare`'s, bit for bit. The draws run on
+/// the current pool's threads (the library's results do not depend on their number).
+fn cross_pair(
+    study: &Study,
+    loader: &Loader<'_>,
+    m: &ModelInfo,
     ckpt: &str,
-    layers: &'a BTreeMap<usize, Mat<f32>>,
-) -> Result<Vec<LayerInput<'a>>> {
-    let mut v = Vec::with_capacity(layers.len());
-    for (l, x) in layers {
-        v.push(
-            ctx.model
-                .layer(x.as_ref(), format!("{label} {ckpt} layer {l}"))?,
-        );
+    ctx: &ModelCtx,
+    other: &str,
+    units: &[&PlannedUnit],
+) -> Result<CrossPair> {
+    let a = &study.manifest.analysis;
+    let o = study.model(other).expect("checked pair");
+    let octx = loader.model_ctx(o)?;
+    let ockpt = o.final_checkpoint().name.clone();
+    let mine = loader.layers(m, ckpt, &m.layers)?;
+    let theirs = loader.layers(o, &ockpt, &o.layers)?;
+    let va: Vec<MatRef<'_, f32>> = mine.values().map(Mat::as_ref).collect();
+    let vb: Vec<MatRef<'_, f32>> = theirs.values().map(Mat::as_ref).collect();
+    let (what_a, what_b) = (format!("model {}", m.label), format!("model {}", o.label));
+    let metrics = a.cross_metrics()?;
+    let pair = ModelPair::new(
+        &metrics,
+        PairModel {
+            layers: &va,
+            k: m.k,
+            readout: ctx.model.basis().map(ModelReadout::Basis),
+            what: &what_a,
+        },
+        PairModel {
+            layers: &vb,
+            k: o.k,
+            readout: octx.model.basis().map(ModelReadout::Basis),
+            what: &what_b,
+        },
+        NullParams {
+            n_null: a.n_null,
+            seed: a.seed,
+        },
+        Par::rayon(0),
+    )?
+    .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+    let synth = |x: &ModelInfo| if x.synthetic { " (synthetic)" } else { "" };
+    let mut ia = Vec::with_capacity(mine.len());
+    for (l, x) in &mine {
+        let what = format!("{} {ckpt} layer {l}{}", m.label, synth(m));
+        ia.push(pair.a().layer(x.as_ref(), what)?);
     }
-    Ok(v)
+    let mut ib = Vec::with_capacity(theirs.len());
+    for (l, x) in &theirs {
+        let what = format!("{} {ockpt} layer {l}{}", o.label, synth(o));
+        ib.push(pair.b().layer(x.as_ref(), what)?);
+    }
+    let (ra, rb): (Vec<&LayerInput<'_>>, Vec<&LayerInput<'_>>) =
+        (ia.iter().collect(), ib.iter().collect());
+    let layers_a: Vec<usize> = mine.keys().copied().collect();
+    let layers_b: Vec<usize> = theirs.keys().copied().collect();
+    let whole = (units.iter())
+        .any(|u| matches!(&u.unit.kind, UnitKind::CrossTable { other: x } if x == other));
+    let cells: Vec<(usize, usize)> = if whole {
+        repgeom_metrics::layer_pairs(layers_a.len(), layers_b.len(), false)
+    } else {
+        (units.iter())
+            .filter(|u| matches!(&u.unit.kind, UnitKind::Cross { other: x } if x == other))
+            .map(|u| cross_cell(m, o, u.unit.layer, &layers_a, &layers_b))
+            .collect()
+    };
+    let settings = CompareSettings {
+        aggregates: if whole {
+            a.cross_aggregate.clone()
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    };
+    let table = pair.compare(&metrics, &ra, &rb, &cells, &settings, &mut |_| {})?;
+    Ok(CrossPair {
+        layers_a,
+        layers_b,
+        table,
+    })
+}
+
+/// The cell of the `cross` unit at `layer` of `m` in its pair's table: that layer against the
+/// analysed layer of `o` nearest in relative depth (indices into `la` and `lb`).
+fn cross_cell(
+    m: &ModelInfo,
+    o: &ModelInfo,
+    layer: usize,
+    la: &[usize],
+    lb: &[usize],
+) -> (usize, usize) {
+    let ol = o.nearest_layer(repgeom_report::relative_depth(layer as u32, m.n_layers));
+    let at = |ls: &[usize], l: usize| ls.iter().position(|&x| x == l).expect("analysed layer");
+    (at(la, layer), at(lb, ol))
 }
 
 fn compute_unit(
@@ -590,6 +700,7 @@ fn compute_unit(
     u: &Unit,
     probe: Option<(&Mat<f32>, &[usize])>,
     computed_loss: Option<(f64, Option<f64>)>,
+    cross: &BTreeMap<String, CrossPair>,
 ) -> Result<Vec<Row>> {
     let a = &study.manifest.analysis;
     let synth = if m.synthetic { " (synthetic)" } else { "" };
@@ -695,76 +806,35 @@ fn compute_unit(
             v
         }
         UnitKind::CrossTable { other } => {
-            // Every analysed layer of both models at their final checkpoints, the whole table,
-            // each aggregate with the null that recomputes it under every draw.
-            let o = study.model(other).expect("checked pair");
-            let octx = loader.model_ctx(o)?;
-            let ockpt = o.final_checkpoint().name.clone();
-            let mine = loader.layers(m, &u.checkpoint, &m.layers)?;
-            let theirs = loader.layers(o, &ockpt, &o.layers)?;
-            let ia = table_inputs(ctx, &m.label, &u.checkpoint, &mine)?;
-            let ib = table_inputs(&octx, &o.label, &ockpt, &theirs)?;
-            let (ra, rb): (Vec<_>, Vec<_>) = (ia.iter().collect(), ib.iter().collect());
-            let pairs = repgeom_metrics::layer_pairs(ra.len(), rb.len(), false);
-            let settings = repgeom_metrics::calibrate::CompareSettings {
-                aggregates: a.cross_aggregate.clone(),
-                ..Default::default()
-            };
-            let metrics = a.cross_metrics()?;
-            let table = repgeom_metrics::calibrate::compare_all(
-                &metrics,
-                &ra,
-                &rb,
-                &pairs,
-                &settings,
-                &mut |_| {},
-            )?;
-            // Every cell (figure 10), at its own pair of layers, then the aggregates.
-            let (la, lb): (Vec<usize>, Vec<usize>) = (
-                mine.keys().copied().collect(),
-                theirs.keys().copied().collect(),
-            );
-            let mut rows: Vec<Row> = (table.pairs.into_iter())
+            // Every cell of the pair's table (figure 10), at its own pair of layers, then the
+            // aggregates, each with the null that recomputes the table under every draw.
+            let (p, o) = (&cross[other], study.model(other).expect("checked pair"));
+            let mut rows: Vec<Row> = (p.table.pairs.iter())
                 .map(|r| {
-                    let mut row = to_row(m, u, r.value)
+                    let mut row = to_row(m, u, r.value.clone())
                         .with_other_model(&o.label)
-                        .with_extra("other_layer", lb[r.b] as f64);
-                    row.layer = la[r.a] as u32;
+                        .with_extra("other_layer", p.layers_b[r.b] as f64);
+                    row.layer = p.layers_a[r.a] as u32;
                     row.relative_depth = repgeom_report::relative_depth(row.layer, m.n_layers);
                     row
                 })
                 .collect();
-            rows.extend(table.aggregates.into_iter().map(|r| {
-                let mut value = r.value;
+            rows.extend(p.table.aggregates.iter().map(|r| {
+                let mut value = r.value.clone();
                 value.metric = format!("{}_{}", value.metric, r.aggregate.name());
                 to_row(m, u, value).with_other_model(&o.label)
             }));
             return Ok(rows);
         }
         UnitKind::Cross { other } => {
-            let o = study.model(other).expect("checked pair");
-            let octx = loader.model_ctx(o)?;
-            let depth = repgeom_report::relative_depth(u.layer as u32, m.n_layers);
-            let ol = o.nearest_layer(depth);
-            let ockpt = o.final_checkpoint().name.clone();
-            let olayers = loader.layers(o, &ockpt, &[ol])?;
-            let oacts = &olayers[&ol];
-            let owhat = format!("{} {ockpt} layer {ol}{synth}", o.label);
-            let b = octx.model.layer(oacts.as_ref(), owhat.clone())?;
-            // One input for every metric, so its caches (centred layers, spectra) are shared.
-            let ia = input()?;
-            let pair = PairInput::new(&ia, &b)?;
-            let mut v = Vec::new();
-            for metric in a.cross_metrics()? {
-                // With the metric's permutation null where its options ask for one.
-                v.extend(repgeom_metrics::calibrate::compare_pair(
-                    metric.as_ref(),
-                    &pair,
-                )?);
-            }
-            return Ok(v
-                .into_iter()
-                .map(|v| to_row(m, u, v).with_other_model(&o.label))
+            // This layer against the other model's layer nearest in relative depth: its cell
+            // of the pair's table, each metric's rows with its permutation null where its
+            // options ask for one.
+            let (p, o) = (&cross[other], study.model(other).expect("checked pair"));
+            let cell = cross_cell(m, o, u.layer, &p.layers_a, &p.layers_b);
+            return Ok((p.table.pairs.iter())
+                .filter(|r| (r.a, r.b) == cell)
+                .map(|r| to_row(m, u, r.value.clone()).with_other_model(&o.label))
                 .collect());
         }
     };

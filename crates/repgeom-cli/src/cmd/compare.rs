@@ -7,10 +7,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use repgeom_linalg::MatRef;
-use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
+use repgeom_metrics::analysis::{ModelContext, ModelPair, ModelReadout, PairModel, pair_needs};
 use repgeom_metrics::calibrate::{Aggregate, CompareSettings};
 use repgeom_metrics::{LayerInput, PairMetric, layer_pairs};
-use repgeom_null::NullParams;
 use repgeom_report::Cell;
 
 use crate::args::{NullArgs, ReadoutPrepArgs};
@@ -94,8 +93,34 @@ struct Side {
     acts: repgeom_io::Activations,
     /// The highest layer read + 1 (bounds the rows' layer).
     n_layers: usize,
-    /// The side's readout subspace and null bases, prepared once for all its layers.
-    model: ModelContext,
+    /// Its `W_U`, prepared, when a metric uses the readout and one was given.
+    w_u: Option<repgeom_io::Matrix>,
+}
+
+impl Side {
+    /// Every layer read, as views.
+    fn views(&self) -> Vec<MatRef<'_, f32>> {
+        (self.acts.layers.iter())
+            .map(|l| MatRef::from_row_major_slice(&l.acts.data, l.acts.rows, l.acts.cols))
+            .collect()
+    }
+
+    /// The side as one model of the pair.
+    fn model<'a>(
+        &'a self,
+        layers: &'a [MatRef<'a, f32>],
+        k: usize,
+        what: &'a str,
+    ) -> PairModel<'a> {
+        PairModel {
+            layers,
+            k,
+            readout: (self.w_u.as_ref()).map(|w| {
+                ModelReadout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
+            }),
+            what,
+        }
+    }
 }
 
 pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
@@ -129,15 +154,13 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
     }
     let metrics: &[Box<dyn PairMetric>] = &analysis.pair_metrics;
     anyhow::ensure!(!metrics.is_empty(), "no pair metrics chosen");
-    let needs_readout = metrics.iter().any(|m| m.needs_readout_and_null().0);
-    let needs_null = metrics.iter().any(|m| m.needs_readout_and_null().1);
+    let (needs_readout, _) = pair_needs(metrics);
 
     let load = |path: &PathBuf,
                 layers: &Option<String>,
                 readout: &Option<PathBuf>,
                 vocab_rows: Option<usize>,
-                label: &Option<String>,
-                seed: u64|
+                label: &Option<String>|
      -> anyhow::Result<Side> {
         let layers = layers
             .as_deref()
@@ -150,20 +173,10 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
             path.display()
         );
         let d = acts.layers[0].acts.cols;
-        let w_u = if needs_readout {
-            let r = readout.as_deref().ok_or_else(|| {
-                let names: Vec<&str> = metrics
-                    .iter()
-                    .filter(|m| m.needs_readout_and_null().0)
-                    .map(|m| m.info().name)
-                    .collect();
-                anyhow::anyhow!(
-                    "{} needs both readouts: pass --readout-a and --readout-b \
-                     (or choose options that need none, e.g. --metric 'distance_spearman:{{\"readout\":false,\"random\":false}}')",
-                    names.join(", ")
-                )
-            })?;
-            Some(read_readout(
+        // W_U only where a metric uses it; a missing one is the pair's error (ModelPair::new).
+        let w_u = match readout.as_deref().filter(|_| needs_readout) {
+            None => None,
+            Some(r) => Some(read_readout(
                 r,
                 &ReadoutChoice {
                     prep: repgeom_io::ReadoutPrep {
@@ -180,39 +193,21 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
                 d,
                 path,
                 ctx,
-            )?)
-        } else {
-            None
+            )?),
         };
-        let model = ModelContext::new(
-            d,
-            analysis.k,
-            w_u.as_ref().map(|w| {
-                ModelReadout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
-            }),
-            needs_null.then_some(NullSource::Draw(NullParams {
-                n_null: analysis.null.n_null,
-                seed,
-            })),
-            &path.display().to_string(),
-            ctx.par(),
-        )?
-        .with_memory_budget(Some(repgeom_io::default_memory_budget()));
         Ok(Side {
             label: label.clone().unwrap_or_else(|| model_label(path)),
             n_layers: crate::output::layer_bound(&acts),
             acts,
-            model,
+            w_u,
         })
     };
-    let seed = analysis.null.seed;
     let a = load(
         &args.a,
         &args.layers_a,
         &args.readout_a,
         args.vocab_rows_a,
         &args.model_a,
-        seed,
     )?;
     let b = load(
         &args.b,
@@ -220,34 +215,39 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         &args.readout_b,
         args.vocab_rows_b,
         &args.model_b,
-        seed.wrapping_add(1),
     )?;
 
     same_points(&a, &args.a, &b, &args.b)?;
 
+    // Both models' readout subspaces and null bases (B's from seed + 1), and the points that
+    // are the same input twice, judged on every layer read of both files.
+    let (views_a, views_b) = (a.views(), b.views());
+    let (what_a, what_b) = (args.a.display().to_string(), args.b.display().to_string());
+    let pair = ModelPair::new(
+        metrics,
+        a.model(&views_a, analysis.k, &what_a),
+        b.model(&views_b, analysis.k, &what_b),
+        analysis.null.clone(),
+        ctx.par(),
+    )?
+    .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+
     let pairs = layer_pairs(a.acts.layers.len(), b.acts.layers.len(), args.diagonal);
-    // One input per layer: its cached work (centring, CCR, singular values) serves every pair
-    // and every metric it is part of.
+    // One input per layer read, paired or not: its cached work (centring, CCR, singular
+    // values) serves every pair and every metric it is part of.
     let inputs_a = (a.acts.layers.iter())
-        .map(|l| side_input(&a, &args.a, l))
+        .map(|l| side_input(pair.a(), &args.a, l))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let inputs_b = (b.acts.layers.iter())
-        .map(|l| side_input(&b, &args.b, l))
+        .map(|l| side_input(pair.b(), &args.b, l))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let (refs_a, refs_b): (Vec<&LayerInput<'_>>, Vec<&LayerInput<'_>>) =
         (inputs_a.iter().collect(), inputs_b.iter().collect());
     let bar = ctx.progress(metrics.len() as u64, "compare");
-    let out = repgeom_metrics::calibrate::compare_all(
-        metrics,
-        &refs_a,
-        &refs_b,
-        &pairs,
-        &settings,
-        &mut |name| {
-            bar.set_message(name.to_string());
-            bar.inc(1);
-        },
-    )?;
+    let out = pair.compare(metrics, &refs_a, &refs_b, &pairs, &settings, &mut |name| {
+        bar.set_message(name.to_string());
+        bar.inc(1);
+    })?;
     bar.finish_and_clear();
     let mut rows: Vec<_> = (out.pairs.into_iter())
         .map(|r| {
@@ -364,7 +364,7 @@ fn same_points(
 
 /// One layer of one side as a metric input, with that side's readout basis and null bases.
 fn side_input<'a>(
-    side: &'a Side,
+    model: &'a ModelContext,
     path: &std::path::Path,
     layer: &'a repgeom_io::LayerActs,
 ) -> anyhow::Result<LayerInput<'a>> {
@@ -377,5 +377,5 @@ fn side_input<'a>(
         m.cols
     );
     let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-    Ok(side.model.layer(view, what)?)
+    Ok(model.layer(view, what)?)
 }

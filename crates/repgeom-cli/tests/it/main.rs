@@ -8,6 +8,7 @@ mod metrics;
 mod parity;
 mod pga;
 mod sweep;
+mod threads;
 mod trained;
 
 use std::path::PathBuf;

@@ -219,3 +219,119 @@ fn one_pga_through_every_front_end() {
         suffix: "_spectrum",
     });
 }
+
+/// One cross-model comparison, however it is reached: the study's `cross` and `cross_table`
+/// rows are `repgeom compare`'s for the same pair and options, bit for bit (both models'
+/// contexts from one pair constructor, model B's random subspaces from `seed + 1`; every cell
+/// computed in the whole table; the duplicated points judged on every layer of both).
+#[test]
+fn one_comparison_through_every_front_end() {
+    let (acts, readout) = ("fixtures/pga/acts.npy", "fixtures/pga/readout.npy");
+    let compare = json_lines(&repgeom(&[
+        "compare",
+        "--a",
+        acts,
+        "--readout-a",
+        readout,
+        "--b",
+        acts,
+        "--readout-b",
+        readout,
+        "-k",
+        "8",
+        "--n-null",
+        "10",
+        "--seed",
+        "7",
+        "--n-perm",
+        "20",
+        "--aggregate",
+        "max",
+        "--metric",
+        "distance_spearman:{\"ccr\":1,\"seed\":7}",
+        "--metric",
+        "cka_linear:{\"seed\":7}",
+        "--format",
+        "json",
+    ]));
+    let numbers = |row: &serde_json::Value| {
+        ["value", "null_mean", "null_std", "p_value"].map(|n| row[n].as_f64().map(f64::to_bits))
+    };
+    let text = |row: &serde_json::Value, name: &str| row[name].as_str().unwrap_or("").to_owned();
+    // (layer, other layer or aggregate, metric, variant) → the numbers' bits
+    let mut cli = BTreeMap::new();
+    for row in &compare {
+        let key = match (row["layer"].as_f64(), row["other_layer"].as_f64()) {
+            (Some(l), Some(o)) => (l as u64, o.to_string(), text(row, "metric")),
+            _ => {
+                let metric = format!("{}_{}", text(row, "metric"), text(row, "aggregate"));
+                (0, String::new(), metric)
+            }
+        };
+        cli.insert((key, text(row, "variant")), numbers(row));
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = root();
+    let model = |label: &str| {
+        format!(
+            "\n[[model]]\nlabel = \"{label}\"\nfamily = \"fixture\"\nd = 64\nn_layers = 3\n\
+             readout = \"{}\"\n\n[[model.checkpoint]]\nname = \"final\"\nactivations = \"{}\"\n",
+            root.join(readout).display(),
+            root.join(acts).display(),
+        )
+    };
+    let manifest = format!(
+        "pairs = [[\"a\", \"b\"]]\n\n[analysis]\nk = 8\nn_null = 10\nseed = 7\nccr = [1]\n\
+         spectral = []\npc_share = 0\nprobe = false\ncross = [\"distance_spearman\", \
+         \"cka_linear\"]\ncross_n_perm = 20\ncross_aggregate = [\"max\"]\n{}{}",
+        model("a"),
+        model("b"),
+    );
+    let path = dir.path().join("study.toml");
+    std::fs::write(&path, manifest).unwrap();
+    let out = dir.path().join("out");
+    let run = repgeom(&[
+        "sweep",
+        "--manifest",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (mut cells, mut units, mut aggregates) = (0, 0, 0);
+    for line in lines {
+        let row: BTreeMap<&str, &str> = header.iter().copied().zip(line.split(',')).collect();
+        if row["other_model"].trim_matches('"') != "b" {
+            continue;
+        }
+        let metric = row["metric"].to_owned();
+        let layer: u64 = row["layer"].parse().unwrap();
+        // A `cross` row is at the layer of `b` nearest in relative depth: the same layer here.
+        let key = match row["other_layer"].parse::<f64>() {
+            _ if metric.ends_with("_max") => (0, String::new(), metric),
+            Ok(o) => (layer, o.to_string(), metric),
+            Err(_) => (layer, (layer as f64).to_string(), metric),
+        };
+        let what = format!("{key:?}");
+        let variant = row["variant"].trim_matches('"').to_owned();
+        let bits = ["value", "null_mean", "null_std", "p_value"]
+            .map(|n| row[n].parse::<f64>().ok().map(f64::to_bits));
+        let want = cli
+            .get(&(key, variant))
+            .unwrap_or_else(|| panic!("{what}: no such row from repgeom compare"));
+        assert_eq!(&bits, want, "{what}: the study vs repgeom compare");
+        match (what.contains("_max"), row["other_layer"].is_empty()) {
+            (true, _) => aggregates += 1,
+            (false, true) => units += 1,
+            (false, false) => cells += 1,
+        }
+    }
+    assert!(
+        cells > 0 && units > 0 && aggregates > 0,
+        "{cells} {units} {aggregates}"
+    );
+}
