@@ -78,31 +78,7 @@ pub(crate) fn parse_layers(spec: &str) -> anyhow::Result<Vec<usize>> {
 /// Parses a byte size: a plain number of bytes, or with a unit (KiB, MiB, GiB, TiB; KB, MB,
 /// GB, TB; K, M, G, T as binary units), case-insensitive, e.g. `4GiB`, `512M`.
 pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("bad size {s:?}: expected e.g. 4GiB"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0f64.powi(2),
-        "g" | "gib" => 1024.0f64.powi(3),
-        "t" | "tib" => 1024.0f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => {
-            return Err(format!(
-                "bad size unit {other:?} in {s:?}: use B, KiB, MiB, GiB or TiB"
-            ));
-        }
-    };
-    Ok((value * mult) as u64)
+    repgeom_metrics::parse_size(s)
 }
 
 /// A library error about an option, named by its command-line spelling: the libraries name

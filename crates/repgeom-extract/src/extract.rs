@@ -635,7 +635,7 @@ impl Extractor {
         let n = p
             .n_points
             .unwrap_or(n_seq * (len - usize::from(p.skip_first)));
-        let points = sample_points(p, n, n_seq, ids.len())?;
+        let (points, density) = sample_points(p, n, n_seq, ids.len())?;
         let loss_seqs: Vec<usize> = match (p.loss, p.loss_tokens) {
             (false, _) => Vec::new(),
             (true, None) => (0..n_seq).collect(),
@@ -703,12 +703,22 @@ impl Extractor {
             .iter()
             .map(|&(s, t)| vec![ids[s * len + t]])
             .collect();
-        let extra = vec![
+        let mut extra = vec![
             ("n_sequences", n_seq.to_string()),
             ("text_tokens", ids.len().to_string()),
-            ("points_per_sequence", p.density().to_string()),
+            ("points_per_sequence", density.to_string()),
             ("tokens_run", (total * len).to_string()),
         ];
+        if density != p.density() {
+            extra.push((
+                "points_per_sequence_note",
+                format!(
+                    "the default {} points per sequence would need {} sequences, but the text gives {n_seq}: took {density} per sequence (set points_per_sequence to choose)",
+                    p.density(),
+                    n.div_ceil(p.density()),
+                ),
+            ));
+        }
         Ok((acc.finish(points, token_ids, loss.finish()), extra))
     }
 
@@ -919,14 +929,17 @@ impl LossSum {
 }
 
 /// The `n` points of a text of `n_seq` sequences, as (sequence, position) sorted: uniform over
-/// all positions (`points_per_sequence` 1), or `points_per_sequence` distinct positions from
-/// each of `ceil(n / M)` sequences.
+/// all positions (`points_per_sequence` 1), or `M` distinct positions from each of
+/// `ceil(n / M)` sequences; and the `M` used. `M` is `points_per_sequence` when the caller set
+/// it (too few sequences for it is an error), else the default density, raised to
+/// `ceil(n / n_seq)` when the text has too few sequences for the default (a caller who did not
+/// choose the density never meets an error about it).
 fn sample_points(
     p: &ExtractParams,
     n: usize,
     n_seq: usize,
     text_tokens: usize,
-) -> Result<Vec<(usize, usize)>> {
+) -> Result<(Vec<(usize, usize)>, usize)> {
     let len = p.seq_len;
     let skip = usize::from(p.skip_first);
     let per = len - skip;
@@ -949,11 +962,15 @@ fn sample_points(
         });
     }
     let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
-    let m = p.density();
+    let mut m = p.density();
+    if p.points_per_sequence.is_none() && m > 1 && n.div_ceil(m) > n_seq {
+        // n <= n_seq * per (checked above), so this is at most `per`.
+        m = n.div_ceil(n_seq.max(1));
+    }
     if m <= 1 {
         let mut flat = rand::seq::index::sample(&mut rng, available, n).into_vec();
         flat.sort_unstable();
-        return Ok(flat.iter().map(|&i| (i / per, skip + i % per)).collect());
+        return Ok((flat.iter().map(|&i| (i / per, skip + i % per)).collect(), m));
     }
     let needed = n.div_ceil(m);
     if needed > n_seq {
@@ -974,7 +991,7 @@ fn sample_points(
         pos.sort_unstable();
         points.extend(pos.into_iter().map(|t| (s, skip + t)));
     }
-    Ok(points)
+    Ok((points, m))
 }
 
 /// The sequences (sorted) of the loss sample: enough of the text's `n_seq` sequences of `len`

@@ -62,7 +62,7 @@ pub use error::{Error, Result};
 pub use knn::{Cknna, MutualKnn};
 pub use params::{PgaParams, ValidPgaParams};
 pub use pc_share::PcReadoutShare;
-pub use pga_metric::Pga;
+pub use pga_metric::{Pga, parse_size};
 pub use pga_spectrum::PgaSpectrum;
 pub use registry::{
     AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,

@@ -4,8 +4,9 @@
 //! basis and the null drawn from `(n_null, seed)` unless supplied. Progress callback, label,
 //! supplied null bases and several CCR levels are optional extras ([`PgaExtras`]).
 //!
-//! A call here is one layer through [`Pga::run_model`], the model run behind `repgeom pga`, the
-//! study and the Python package; it adds no computation of its own, so a call here and
+//! A call here is one layer through [`Pga::run_model`], the model run behind `repgeom pga` and
+//! the Python package (`repgeom metrics` and the study's PGA units run the same engine per layer
+//! through the `pga` metric); it adds no computation of its own, so a call here and
 //! `repgeom pga` on the same inputs and seeds give identical numbers.
 
 use ndarray::{Array2, ArrayView2};
@@ -210,15 +211,7 @@ impl PgaParams {
             seed: self.seed,
         }
         .check()?;
-        if let Some(m) = self.engine.max_pairs
-            && m < 3
-        {
-            return Err(Error::InvalidOption {
-                name: "max_pairs".into(),
-                value: m.to_string(),
-                reason: "at least 3 pairs are needed for a correlation".into(),
-            });
-        }
+        crate::pga::check_max_pairs(self.engine.max_pairs)?;
         Ok(ValidPgaParams {
             params: self,
             par: Par::rayon(0),

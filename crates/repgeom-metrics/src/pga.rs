@@ -499,14 +499,8 @@ fn sweep(
         });
     }
     let total_pairs = repgeom_linalg::condensed_len(n);
+    check_max_pairs(opts.max_pairs)?;
     let sample = match opts.max_pairs {
-        Some(m) if m < 3 => {
-            return Err(Error::InvalidOption {
-                name: "max_pairs".into(),
-                value: m.to_string(),
-                reason: "at least 3 pairs are needed for a correlation".into(),
-            });
-        }
         Some(m) if m < total_pairs => Some(sample_pairs(n, m, opts.pair_seed)),
         _ => None,
     };
@@ -656,6 +650,22 @@ fn null_error(e: repgeom_null::Error, label: &str) -> Error {
     }
 }
 
+/// The fewest pairs a sampled Spearman correlation may use (`max_pairs`): the one threshold
+/// of the engine, [`crate::Pga`]'s check and every front end.
+pub const MIN_PAIRS: usize = 3;
+
+/// Checks a `max_pairs` setting against [`MIN_PAIRS`].
+pub fn check_max_pairs(max_pairs: Option<usize>) -> Result<()> {
+    match max_pairs {
+        Some(m) if m < MIN_PAIRS => Err(Error::InvalidOption {
+            name: "max_pairs".into(),
+            value: m.to_string(),
+            reason: format!("at least {MIN_PAIRS} pairs are needed for a correlation"),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Settings of [`bootstrap_ci`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -666,6 +676,28 @@ pub struct BootstrapOptions {
     pub seed: u64,
     /// Coverage of the percentile interval (default 0.95).
     pub level: f64,
+}
+
+impl BootstrapOptions {
+    /// At least 2 replicates, and a coverage strictly between 0 and 1: checked before any
+    /// work (by [`crate::Pga`]'s check) and again by [`bootstrap_ci`].
+    pub fn check(&self) -> Result<()> {
+        if self.replicates < 2 {
+            return Err(Error::InvalidOption {
+                name: "bootstrap".into(),
+                value: self.replicates.to_string(),
+                reason: "at least 2 replicates are needed for an interval (1000 or more for a stable 95% one)".into(),
+            });
+        }
+        if !(self.level > 0.0 && self.level < 1.0) {
+            return Err(Error::InvalidOption {
+                name: "bootstrap level".into(),
+                value: self.level.to_string(),
+                reason: "the coverage must lie strictly between 0 and 1".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for BootstrapOptions {
@@ -730,20 +762,7 @@ pub fn bootstrap_ci(
 ) -> Result<Vec<BootstrapCi>> {
     use rand::{Rng, SeedableRng};
     let n = acts.nrows();
-    if boot.replicates < 2 {
-        return Err(Error::InvalidOption {
-            name: "bootstrap".into(),
-            value: boot.replicates.to_string(),
-            reason: "at least 2 replicates are needed for an interval".into(),
-        });
-    }
-    if !(boot.level > 0.0 && boot.level < 1.0) {
-        return Err(Error::InvalidOption {
-            name: "bootstrap level".into(),
-            value: boot.level.to_string(),
-            reason: "the coverage must lie strictly between 0 and 1".into(),
-        });
-    }
+    boot.check()?;
     // Members of each sequence, sequences in order of first appearance.
     let (unit, members): (BootstrapUnit, Vec<Vec<usize>>) = match groups {
         Some(g) => {

@@ -28,7 +28,9 @@ pub struct Pga {
     pub pair_seed: u64,
     /// Bytes the engine may use (`None`: the run's budget, which every front end sets to half
     /// the machine's memory, `repgeom_io::default_memory_budget`); fewer null draws then run
-    /// at once. Never changes a number.
+    /// at once. Never changes a number. Written as bytes or as a size (`"4GiB"`, `"512MiB"`,
+    /// `"1.5GB"`: [`parse_size`], the one parser of sizes of every front end).
+    #[serde(deserialize_with = "size_or_bytes")]
     pub max_memory: Option<u64>,
     /// Percentile bootstrap over sequences (points when the input has no sequence ids), with
     /// the null bases held fixed: rows `pga_z_lo`, `pga_z_hi`, `rho_readout_lo`,
@@ -141,6 +143,10 @@ impl Metric for Pga {
                 reason: "give at least one CCR level".into(),
             });
         }
+        crate::pga::check_max_pairs(self.max_pairs)?;
+        if let Some(b) = &self.bootstrap {
+            b.check()?;
+        }
         let mut sorted = self.ccr.clone();
         sorted.sort_unstable();
         sorted.dedup();
@@ -238,4 +244,62 @@ impl Metric for Pga {
 /// Position of CCR level `ccr` in `levels` (the sweep returns one result per level, in order).
 fn out_index(levels: &[usize], ccr: usize) -> usize {
     levels.iter().position(|&c| c == ccr).unwrap_or(0)
+}
+
+/// Parses a size in bytes: a number with an optional unit, binary (`K`/`KiB`, `M`/`MiB`,
+/// `G`/`GiB`, `T`/`TiB`) or decimal (`kB`, `MB`, `GB`, `TB`), case-insensitive. The one parser
+/// of sizes: `--max-memory`, a manifest's `max_memory` and Python's `max_memory` all read
+/// through it.
+///
+/// ```
+/// use repgeom_metrics::parse_size;
+/// assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+/// assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+/// assert_eq!(parse_size("1.5GB"), Ok(1_500_000_000));
+/// assert_eq!(parse_size("1048576"), Ok(1 << 20));
+/// assert!(parse_size("4QB").is_err());
+/// ```
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: expected e.g. 4GiB"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0f64.powi(2),
+        "g" | "gib" => 1024.0f64.powi(3),
+        "t" | "tib" => 1024.0f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => {
+            return Err(format!(
+                "bad size unit {other:?} in {s:?}: use B, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    Ok((value * mult) as u64)
+}
+
+/// `max_memory` as bytes (a number) or a size ([`parse_size`]).
+fn size_or_bytes<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Option::<Size>::deserialize(d)? {
+        None => Ok(None),
+        Some(Size::Bytes(n)) => Ok(Some(n)),
+        Some(Size::Text(t)) => parse_size(&t).map(Some).map_err(serde::de::Error::custom),
+    }
 }

@@ -466,6 +466,13 @@ fn pga<'py>(
     let pga: repgeom_metrics::Pga = serde_json::from_str(&options)
         .map_err(|e| Failure::Invalid(format!("invalid pga options {options}: {e}")).into_py(py))?;
     repgeom_metrics::Metric::check(&pga).map_err(|e| Failure::from(e).into_py(py))?;
+    if null_bases.is_none() {
+        // Refused up front with the library's message, as the command line does (never raised
+        // to 2 behind the caller's back).
+        repgeom_null::NullParams { n_null, seed }
+            .check()
+            .map_err(|e| Failure::from(e).into_py(py))?;
+    }
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
         let layers = read_layers(layers, "acts", &mut keep)?;
@@ -513,15 +520,12 @@ fn pga<'py>(
             ks: ks.clone(),
             null: match &given_null {
                 Some(n) => NullSource::Given(n),
-                None => NullSource::Draw(repgeom_null::NullParams {
-                    n_null: n_null.max(2),
-                    seed,
-                }),
+                None => NullSource::Draw(repgeom_null::NullParams { n_null, seed }),
             },
             sequences: None,
             memory_budget: Some(repgeom_io::default_memory_budget()),
         };
-        let n_draws = given_null.as_ref().map_or(n_null.max(2), NullBases::len);
+        let n_draws = given_null.as_ref().map_or(n_null, NullBases::len);
         let boot = pga.bootstrap.as_ref().map_or(0, |b| b.replicates);
         let total = (layers.len() * pga.ccr.len() * ks.len() * n_draws * (1 + boot)) as u64;
         let bar = progress_bar(total, "pga", progress);

@@ -122,3 +122,13 @@ def test_rust_plugin_metric_shows_up():
         assert listed["participation_ratio"]["options"][0]["name"] == "normalize"
         rows = repgeom.metric("participation_ratio", acts[0], normalize=True)
         assert rows[0]["variant"] == "normalized" and 0 < rows[0]["value"] <= 1
+
+
+def test_one_null_draw_is_refused_as_on_the_command_line(monkeypatch):
+    """n_null = 1 is refused up front with the library's message (it was raised to 2 silently)."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(repgeom.InvalidInputError) as e:
+        repgeom.pga("fixtures/pga/acts.npy", "fixtures/pga/readout.npy", k=8, n_null=1, progress=False)
+    assert "n_null" in str(e.value) and "at least 2" in str(e.value)
+    cli = run_cli("pga", "--acts", "fixtures/pga/acts.npy", "--readout", "fixtures/pga/readout.npy", "-k", "8", "--n-null", "1", check=False)
+    assert cli.returncode != 0 and "at least 2" in cli.stderr

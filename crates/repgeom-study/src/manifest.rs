@@ -829,20 +829,11 @@ impl Manifest {
             }
         }
         let p = a.pga();
-        if a.pga.given("spectrum_tol") {
-            let t = p.spectrum_tol;
-            if !(t > 0.0 && t < 1.0) {
-                return Err(bad(
-                    "analysis.spectrum_tol",
-                    format!("{t} must lie strictly between 0 and 1 (a relative tolerance)"),
-                ));
-            }
-            if p.null != repgeom_null::NullKind::Spectrum {
-                return Err(bad(
-                    "analysis.spectrum_tol",
-                    "applies to the spectrum null only; set null = \"spectrum\" or drop it".into(),
-                ));
-            }
+        if a.pga.given("spectrum_tol") && p.null != repgeom_null::NullKind::Spectrum {
+            return Err(bad(
+                "analysis.spectrum_tol",
+                "applies to the spectrum null only; set null = \"spectrum\" or drop it".into(),
+            ));
         }
         if a.readout_fold_norm && self.synthetic.is_some() {
             return Err(bad(
@@ -860,38 +851,24 @@ impl Manifest {
                 format!("{f} must lie strictly between 0 and 1 (k = round(f · d))"),
             ));
         }
-        if p.bootstrap.as_ref().is_some_and(|b| b.replicates < 2) {
-            return Err(bad(
-                "analysis.bootstrap",
-                "needs at least 2 replicates for an interval (1000 or more for a stable 95% one)"
-                    .into(),
-            ));
+        // The null's and the PGA options' own rules (n_null, max_pairs, bootstrap, spectrum_tol,
+        // CCR levels) are the library's checks, the ones every front end runs, with the same
+        // messages; the manifest adds only the study's own rules.
+        repgeom_null::NullParams {
+            n_null: a.n_null,
+            seed: a.seed,
         }
-        if p.max_pairs.is_some_and(|n| n < 2) {
-            return Err(bad(
-                "analysis.max_pairs",
-                "a Spearman correlation needs at least 2 pairs".into(),
-            ));
-        }
-        if a.n_null < 2 {
-            return Err(bad(
-                "analysis.n_null",
-                format!("{} is too few (need at least 2 for a std)", a.n_null),
-            ));
-        }
-        if p.ccr.is_empty() {
-            return Err(bad(
-                "analysis.ccr",
-                "give at least one CCR level, e.g. [1, 5, 10]".into(),
-            ));
-        }
-        let distinct: BTreeSet<_> = p.ccr.iter().collect();
-        if distinct.len() != p.ccr.len() {
-            return Err(bad("analysis.ccr", format!("{:?} repeats a level", p.ccr)));
-        }
-        // Whatever else the metric checks of its options (and of options added later).
-        p.check()
-            .map_err(|e| bad("analysis", format!("pga option: {e}")))?;
+        .check()
+        .map_err(|e| bad("analysis.n_null", e.to_string()))?;
+        p.check().map_err(|e| {
+            let place = match &e {
+                repgeom_metrics::Error::InvalidOption { name, .. } => {
+                    format!("analysis.{}", name.split(' ').next().unwrap_or_default())
+                }
+                _ => "analysis".into(),
+            };
+            bad(&place, e.to_string())
+        })?;
         let known = repgeom_metrics::metric_names();
         for s in &a.spectral {
             if !known.contains(&s.as_str()) {

@@ -472,6 +472,8 @@ fn plan_hashes_of_earlier_manifests_are_pinned() {
         ),
         ("ccr = [5, 1]", "05185b03ea19d714"),
         ("max_memory = 1048576", "2758a7662aff0c9e"),
+        // Sizes are read through the one parser every front end uses (`--max-memory 1MiB`).
+        ("max_memory = \"1MiB\"", "2758a7662aff0c9e"),
     ];
     for (analysis, want) in cases {
         let got = plan_hash_with(analysis);
@@ -717,4 +719,43 @@ fn cross_aggregate_units() {
         );
         check(r.other_model == "synthetic-d256", "other model named");
     }
+}
+
+/// Options the engine would refuse are refused by the manifest's check, before any unit runs,
+/// with the library's message (one threshold per rule: `max_pairs >= 3`, `n_null >= 2`, ...).
+#[test]
+fn analysis_options_are_refused_up_front_with_the_librarys_rules() {
+    let refused = |analysis: &str| {
+        let mut m = small();
+        m.analysis = toml::from_str(analysis).unwrap();
+        m.check("t.toml").unwrap_err().to_string()
+    };
+    let cases = [
+        (
+            "max_pairs = 2",
+            "at least 3 pairs are needed for a correlation",
+        ),
+        ("bootstrap = 1", "at least 2 replicates are needed"),
+        (
+            "bootstrap = { replicates = 50, level = 1.5 }",
+            "strictly between 0 and 1",
+        ),
+        ("n_null = 1", "at least 2 draws are needed"),
+        ("ccr = []", "give at least one CCR level"),
+        ("ccr = [1, 1]", "CCR levels must be distinct"),
+        (
+            "null = \"spectrum\"\nspectrum_tol = 2.0",
+            "must lie in (0, 1)",
+        ),
+    ];
+    for (analysis, want) in cases {
+        let e = refused(analysis);
+        check(e.contains(want), &format!("{analysis:?}: {e}"));
+    }
+    let mut ok = small();
+    ok.analysis = toml::from_str("max_pairs = 3\nmax_memory = \"1MiB\"").unwrap();
+    ok.check("t.toml").unwrap();
+    assert_eq!(ok.analysis.pga().max_memory, Some(1 << 20));
+    let e = toml::from_str::<crate::Analysis>("max_memory = \"4QB\"").unwrap_err();
+    check(e.to_string().contains("bad size unit"), &e.to_string());
 }

@@ -127,6 +127,9 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
     })?;
     bar.finish_and_clear();
     out.write(&args.out)?;
+    if let Some(note) = out.metadata.get("points_per_sequence_note") {
+        ctx.note(note);
+    }
 
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report

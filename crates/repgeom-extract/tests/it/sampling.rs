@@ -126,6 +126,51 @@ fn density_beyond_the_sequence_or_the_text_is_an_error_naming_the_numbers() {
     );
 }
 
+/// The default density on a text with too few sequences for it: more positions per sequence
+/// (up to all of them), said in the metadata; the same request with the density set is an
+/// error. (`--n-points 39` on a 40-token text, `--n-points 512` on 2,048 tokens ran before the
+/// default became 16 per sequence.)
+#[test]
+fn the_default_density_rises_on_a_short_text_and_says_so() {
+    let ex = Extractor::load(&fixture("gptneox_parallel")).unwrap();
+    let text = corpus(60);
+    // seq_len 33: 32 positions per sequence (position 0 skipped), default density 16.
+    let params = |n: usize, density: Option<usize>| {
+        ExtractParams {
+            seq_len: 33,
+            n_points: Some(n),
+            points_per_sequence: density,
+            ..Default::default()
+        }
+        .check()
+        .unwrap()
+    };
+    let fits = ex.extract(&text, &params(30, None), &mut |_| {}).unwrap();
+    assert!(!fits.metadata.contains_key("points_per_sequence_note"));
+    assert_eq!(fits.metadata["points_per_sequence"], "16");
+    let n_seq: usize = fits.metadata["n_sequences"].parse().unwrap();
+    // Five points more than 16 per sequence can give: 17 per sequence, and a note saying so.
+    let n = n_seq * 16 + 5;
+    let out = ex.extract(&text, &params(n, None), &mut |_| {}).unwrap();
+    assert_eq!(out.n_points, n);
+    assert_eq!(out.metadata["points_per_sequence"], "17");
+    let note = &out.metadata["points_per_sequence_note"];
+    assert!(
+        note.contains("default 16")
+            && note.contains("took 17")
+            && note.contains("set points_per_sequence"),
+        "{note}"
+    );
+    let mut pos = out.positions.clone();
+    pos.dedup();
+    assert_eq!(pos.len(), n, "points are distinct");
+    // Set by the user, the density is theirs: too few sequences for it stays an error.
+    let Err(err) = ex.extract(&text, &params(n, Some(16)), &mut |_| {}) else {
+        panic!("an explicit density keeps its error");
+    };
+    assert!(matches!(err, Error::TooSparse { .. }), "{err}");
+}
+
 /// Per-sequence summed negative log-likelihoods from the logits, in f64.
 fn nll_from_logits(ex: &Extractor, seq: &[u32]) -> f64 {
     let f = ex.model().forward(seq, true).unwrap();

@@ -229,7 +229,7 @@ def pga(
     readout_is_basis: bool = False,
     null_bases: Any = None,
     max_pairs: Optional[int] = None,
-    max_memory: Optional[int] = None,
+    max_memory: Optional[Union[int, str]] = None,
     progress: Optional[bool] = None,
     vocab_rows: Optional[int] = None,
     readout_tensor: Optional[str] = None,
@@ -263,7 +263,8 @@ def pga(
         readout_is_basis: ``readout`` is already the ``d × k`` basis.
         null_bases: ``[n_null, d, k]`` bases (array or ``.npy`` path) instead of drawing them.
         max_pairs: estimate every Spearman correlation on this many sampled pairs.
-        max_memory: memory budget of the exact engine in bytes.
+        max_memory: memory budget of the exact engine, in bytes or as a size ("4GiB", as
+            ``--max-memory``).
         progress: ``False`` hides the progress bar (shown on terminals only by default).
         vocab_rows: keep only the first rows of ``W_U`` (padding rows past the vocabulary).
         readout_tensor: name of the readout tensor in a checkpoint, overriding the default.
