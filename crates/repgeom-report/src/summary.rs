@@ -131,7 +131,8 @@ fn duplicate_checkpoints(table: &ResultsTable) -> Vec<DuplicateCheckpoint> {
 }
 
 /// Benjamini–Hochberg q-values (adjusted p) of one family, in input order (NaN stays NaN
-/// and is left out of the family). The same definition as `repgeom_null::benjamini_hochberg`.
+/// and is left out of the family). A copy of `repgeom_null::benjamini_hochberg` (this crate
+/// does not depend on the numerical crates), pinned to it bit for bit by a test below.
 fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
     let mut order: Vec<usize> = (0..p.len()).filter(|&i| !p[i].is_nan()).collect();
     order.sort_by(|&a, &b| p[a].total_cmp(&p[b]).then(a.cmp(&b)));
@@ -469,5 +470,35 @@ impl SummaryTable {
         atomic_write(&md, self.to_markdown().as_bytes())?;
         atomic_write(&csv, self.to_csv().as_bytes())?;
         Ok((md, csv))
+    }
+}
+
+#[cfg(test)]
+mod bh_pin {
+    /// The summary's Benjamini–Hochberg equals `repgeom_null`'s, bit for bit, on families with
+    /// ties, NaN, zeros, ones and the order reversed.
+    #[test]
+    fn benjamini_hochberg_is_the_null_crates_bit_for_bit() {
+        let mut families: Vec<Vec<f64>> = vec![
+            vec![],
+            vec![0.5],
+            vec![0.05, 0.01, 0.5, 0.03, 0.02, 0.04],
+            vec![f64::NAN, 0.01, 0.01, f64::NAN, 1.0, 0.0],
+            vec![0.2; 7],
+        ];
+        // A long deterministic family, and the same reversed.
+        let long: Vec<f64> = (0..500)
+            .map(|i| ((i * 7919 % 1000) as f64 / 1000.0).powi(3))
+            .collect();
+        families.push(long.iter().rev().copied().collect());
+        families.push(long);
+        for p in families {
+            let ours = super::benjamini_hochberg(&p);
+            let theirs = repgeom_null::benjamini_hochberg(&p);
+            assert_eq!(ours.len(), theirs.len());
+            for (a, b) in ours.iter().zip(&theirs) {
+                assert_eq!(a.to_bits(), b.to_bits(), "{p:?}");
+            }
+        }
     }
 }
