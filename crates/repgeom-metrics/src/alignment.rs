@@ -13,9 +13,11 @@ use repgeom_linalg::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::calibrate::{N_PERM_OPTION, Prepared, PreparedKind, SEED_OPTION, permutation_fields};
 use crate::error::{Error, Result};
-use crate::registry::{MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric, numerical_rank};
+use crate::input::{PairInput, numerical_rank};
+use crate::permute::{N_PERM_OPTION, Prepared, PreparedKind, SEED_OPTION, permutation_fields};
+use crate::registry::PairMetric;
+use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// An orthonormal basis `U` (`N × r`) of the column space of a centred `N × d` matrix and its
 /// singular values (non-increasing), keeping the numerical rank (the `f32` rule of

@@ -15,68 +15,15 @@
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_null::{NullBases, NullParams};
 
-use crate::Pga;
 use crate::calibrate::{CompareSettings, Comparison};
 use crate::error::{Error, Result};
-use crate::pga::{PgaResult, assign_q_values, bootstrap_ci, pga_ccr_sweep_overlapped};
-use crate::registry::{LayerInput, PairMetric};
+pub use crate::input::{BASIS_TOL, NullSource, Readout, check_readout_basis};
+use crate::input::{LayerInput, ReadoutView, check_unembedding, draw_null};
+pub use crate::pga_metric::{Hooks, ModelInput, ModelLayer, ModelPga, PgaRow};
+use crate::registry::PairMetric;
 
-/// Tolerance of [`check_readout_basis`] on `max |BᵀB − I|` (and of supplied null bases):
-/// a basis saved as `f64` by `--save-readout-basis` is orthonormal to ~1e-15; one computed in
-/// `f32` elsewhere still passes.
-pub const BASIS_TOL: f64 = 1e-6;
-
-/// The readout of a model as the front end hands it over, after reading and preparing `W_U`
-/// (tensor, vocabulary rows, the final norm's gain, centring: `repgeom_io::ReadoutPrep`).
-#[derive(Debug, Clone, Copy)]
-pub enum ModelReadout<'a> {
-    /// `W_U` (`V × d`): the readout subspace is its top-`k` right singular vectors.
-    Unembedding(MatRef<'a, f32>),
-    /// A `d × k` orthonormal basis, used as given (checked by [`check_readout_basis`]).
-    Basis(MatRef<'a, f64>),
-}
-
-/// Where a run's null bases come from.
-#[derive(Debug, Clone)]
-pub enum NullSource<'a> {
-    /// `n_null` Haar-random subspaces drawn from `seed`, for each `k`.
-    Draw(NullParams),
-    /// Bases supplied (`n_null × d × k`; one `k` only).
-    Given(&'a NullBases),
-}
-
-/// A `d × k` readout basis supplied by the user (`--readout-basis`, `readout_is_basis=True`):
-/// `d` rows to match the activations and orthonormal columns to [`BASIS_TOL`]. `what` names it
-/// (a file, an argument) in the error.
-///
-/// ```
-/// use repgeom_linalg::Mat;
-/// use repgeom_metrics::analysis::check_readout_basis;
-///
-/// let axes = Mat::<f64>::from_fn(4, 2, |i, j| if i == j { 1.0 } else { 0.0 });
-/// assert!(check_readout_basis(axes.as_ref(), 4, "basis.npy").is_ok());
-/// let err = check_readout_basis(axes.as_ref(), 5, "basis.npy").unwrap_err();
-/// assert!(err.to_string().contains("expected [5, k]"));
-/// ```
-pub fn check_readout_basis(basis: MatRef<'_, f64>, d: usize, what: &str) -> Result<()> {
-    let (rows, cols) = (basis.nrows(), basis.ncols());
-    if rows != d || cols == 0 {
-        return Err(Error::ShapeMismatch {
-            what: format!("{what}: readout basis"),
-            left: format!("[{rows}, {cols}]"),
-            right: format!("expected [{d}, k] to match the activations' d = {d}"),
-        });
-    }
-    let dev = repgeom_linalg::orthonormal_basis_check(basis);
-    if dev.is_nan() || dev > BASIS_TOL {
-        return Err(Error::InvalidOption {
-            name: "readout basis".into(),
-            value: what.to_owned(),
-            reason: format!("its columns are not orthonormal (max |BᵀB − I| = {dev:.2e})"),
-        });
-    }
-    Ok(())
-}
+/// The former name of [`Readout`], kept while callers move over.
+pub use crate::input::Readout as ModelReadout;
 
 /// The `k` values of a run: the list given (sorted, each once), or `round(f·d)` for a fraction
 /// `f` of the hidden size (so that z is comparable across widths).
@@ -138,14 +85,14 @@ impl ModelContext {
     ///
     /// ```
     /// use repgeom_linalg::{Mat, Par};
-    /// use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
+    /// use repgeom_metrics::analysis::{ModelContext, NullSource, Readout};
     /// use repgeom_metrics::{Metric, RankMe};
     /// use repgeom_null::NullParams;
     ///
     /// let w_u = Mat::<f32>::from_fn(50, 6, |i, j| ((i * 13 + j * 7) % 9) as f32 - 4.0);
     /// let acts = Mat::<f32>::from_fn(30, 6, |i, j| ((i * 31 + j * 17) % 11) as f32 - 5.0);
     /// let null = NullSource::Draw(NullParams { n_null: 10, seed: 0 });
-    /// let model = ModelContext::new(6, 2, Some(ModelReadout::Unembedding(w_u.as_ref())), Some(null), "toy", Par::Seq)?;
+    /// let model = ModelContext::new(6, 2, Some(Readout::Unembedding(w_u.as_ref())), Some(null), "toy", Par::Seq)?;
     /// let layer = model.layer(acts.as_ref(), "toy layer 0")?;
     /// assert_eq!(model.basis().unwrap().ncols(), 2);
     /// assert!(!RankMe::default().compute(&layer)?.is_empty());
@@ -154,19 +101,21 @@ impl ModelContext {
     pub fn new(
         d: usize,
         k: usize,
-        readout: Option<ModelReadout<'_>>,
+        readout: Option<Readout<'_>>,
         null: Option<NullSource<'_>>,
         what: &str,
         par: Par,
     ) -> Result<Self> {
+        let (mut w_copy, mut basis_copy) = (None, None);
+        let readout = readout.map(|r| r.view(&mut w_copy, &mut basis_copy));
         let decompose = || -> Result<Option<Mat<f64>>> {
             match readout {
                 None => Ok(None),
-                Some(ModelReadout::Basis(b)) => {
+                Some(ReadoutView::Basis(b)) => {
                     check_readout_basis(b, d, what)?;
                     Ok(Some(b.to_owned()))
                 }
-                Some(ModelReadout::Unembedding(w_u)) => {
+                Some(ReadoutView::Unembedding(w_u)) => {
                     check_unembedding(w_u, d, k, what)?;
                     Ok(Some(repgeom_linalg::readout_subspace(w_u, k, Par::Seq)?))
                 }
@@ -243,7 +192,7 @@ pub struct PairModel<'a> {
     /// Dimension of the readout subspace (a supplied basis has its own: its column count).
     pub k: usize,
     /// `W_U` or a basis, when the front end has one (required only if a metric uses it).
-    pub readout: Option<ModelReadout<'a>>,
+    pub readout: Option<Readout<'a>>,
     /// The model's name in errors (a file, a label).
     pub what: &'a str,
 }
@@ -253,7 +202,7 @@ pub struct PairModel<'a> {
 /// them, model A's drawn from `seed` and model B's from `seed + 1`, independent even at the
 /// same width), and the points that are the same input twice (equal rows in every layer of
 /// both models: a repeated token in a repeated context), judged once on every layer of both.
-/// [`ModelPair::compare`] drops those and runs [`crate::calibrate::compare_all`]'s work.
+/// [`ModelPair::compare`] drops those and runs [`crate::calibrate::compare`]'s work for each metric.
 ///
 /// ```
 /// use repgeom_linalg::{Mat, MatRef, Par};
@@ -298,10 +247,10 @@ impl ModelPair {
     /// bases (`null.n_null` of them) where a metric uses them, model A's from `null.seed` and
     /// model B's from `null.seed + 1`, and the duplicated points over every layer of both.
     /// `par` is the parallelism of the layers' metrics and of the permutation draws.
-    pub fn new(
+    pub fn new<'a>(
         metrics: &[Box<dyn PairMetric>],
-        a: PairModel<'_>,
-        b: PairModel<'_>,
+        a: PairModel<'a>,
+        b: PairModel<'a>,
         null: NullParams,
         par: Par,
     ) -> Result<Self> {
@@ -348,7 +297,8 @@ impl ModelPair {
         let context = |m: &PairModel<'_>, seed: u64| {
             let readout = m.readout.filter(|_| needs_readout);
             let k = match readout {
-                Some(ModelReadout::Basis(basis)) => basis.ncols(),
+                Some(Readout::Basis(basis)) => basis.ncols(),
+                Some(Readout::NdBasis(basis)) => basis.ncols(),
                 _ => m.k,
             };
             let source = needs_null.then_some(NullSource::Draw(NullParams {
@@ -393,7 +343,7 @@ impl ModelPair {
 
     /// `metrics` over `pairs` of layers (indices into `a` and `b`, made with [`Self::a`] and
     /// [`Self::b`] from the layers given to [`Self::new`]) with their permutation nulls and
-    /// `settings.aggregates`, rows in table order, as [`crate::calibrate::compare_all`] gives
+    /// `settings.aggregates`, rows in table order, as a layer × layer table is read (each layer pair's rows metric by metric, then the aggregates)
     /// them, with [`Self::duplicates`] dropped (extra `duplicates_dropped` on every row).
     /// A cell's value does not depend on which other cells are computed, but its null is
     /// computed in the shape of the `a × b` table: pass every layer, as `repgeom compare` does,
@@ -415,285 +365,7 @@ impl ModelPair {
             });
         }
         let dups = &self.duplicates;
-        crate::calibrate::compare_all_without(metrics, a, b, pairs, settings, dups, on_metric)
-    }
-}
-
-/// `n_null` Haar bases for `(d, k)`, the error naming the model.
-fn draw_null(d: usize, k: usize, params: NullParams, what: &str) -> Result<NullBases> {
-    let params = params.check()?;
-    NullBases::draw(d, k, &params).map_err(|e| Error::NullOnLayer {
-        what: format!("hidden size d = {d} of {what}"),
-        error: e,
-    })
-}
-
-/// `W_U`'s width against the activations' `d`, `0 < k < d`, and every entry finite.
-pub(crate) fn check_unembedding(
-    w_u: MatRef<'_, f32>,
-    d: usize,
-    k: usize,
-    what: &str,
-) -> Result<()> {
-    if w_u.ncols() != d {
-        return Err(Error::ShapeMismatch {
-            what: format!("{what} against the readout"),
-            left: format!("activations d = {d}"),
-            right: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
-        });
-    }
-    if k == 0 || k >= d {
-        return Err(Error::InvalidOption {
-            name: "k".into(),
-            value: k.to_string(),
-            reason: format!("the readout subspace dimension must satisfy 0 < k < d = {d}"),
-        });
-    }
-    if let Some((row, col)) = repgeom_linalg::first_non_finite(w_u) {
-        return Err(Error::NonFinite {
-            what: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
-            row,
-            col,
-        });
-    }
-    Ok(())
-}
-
-/// One layer of a model for [`Pga::run_model`].
-#[derive(Debug, Clone)]
-pub struct ModelLayer<'a> {
-    /// The layer's index (the `layer` column).
-    pub layer: usize,
-    /// Its activations, `N × d`.
-    pub acts: MatRef<'a, f32>,
-    /// Its name in errors, e.g. `acts.safetensors: hidden_states.3 [2048, 512]`.
-    pub what: String,
-}
-
-/// The inputs of [`Pga::run_model`] besides the options.
-#[derive(Debug, Clone)]
-pub struct ModelInput<'a> {
-    /// The layers, all of one hidden size `d`.
-    pub layers: Vec<ModelLayer<'a>>,
-    /// `W_U` or a basis.
-    pub readout: ModelReadout<'a>,
-    /// The `k` values (see [`k_values`]); ignored for a supplied basis, whose column count is
-    /// `k`.
-    pub ks: Vec<usize>,
-    /// The null bases: drawn for each `k`, or supplied (one `k` only).
-    pub null: NullSource<'a>,
-    /// The sequence of each point (`positions` metadata) for the bootstrap; `None` resamples
-    /// points.
-    pub sequences: Option<&'a [usize]>,
-    /// The run's memory budget in bytes where the options' `max_memory` is unset (front ends
-    /// pass `repgeom_io::default_memory_budget()`); `None`: unlimited.
-    pub memory_budget: Option<u64>,
-}
-
-/// Callbacks of [`Pga::run_model`]; `Default` is none.
-#[derive(Default, Clone, Copy)]
-pub struct Hooks<'a> {
-    /// Called once per finished null draw, bootstrap draws included (from worker threads).
-    pub on_draw: Option<&'a (dyn Fn() + Sync)>,
-    /// Called before each layer with `(layer, k)`.
-    pub on_layer: Option<&'a (dyn Fn(usize, usize) + Sync)>,
-}
-
-impl std::fmt::Debug for Hooks<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooks")
-            .field("on_draw", &self.on_draw.is_some())
-            .field("on_layer", &self.on_layer.is_some())
-            .finish()
-    }
-}
-
-/// One row of a model's PGA run: a layer at one `k` and CCR level.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PgaRow {
-    /// The layer's index.
-    pub layer: usize,
-    /// The result, its `q_value` assigned over the whole run.
-    pub result: PgaResult,
-}
-
-/// What [`Pga::run_model`] returns.
-#[derive(Debug)]
-pub struct ModelPga {
-    /// One row per layer, `k` and CCR level, sorted by `(layer, k, ccr)`.
-    pub rows: Vec<PgaRow>,
-    /// The readout basis used, with as many columns as the largest `k` (its leading columns
-    /// serve every smaller `k`): to save and pass as a basis next time.
-    pub readout_basis: Mat<f64>,
-    /// The null bases used, one per `k` in increasing order.
-    pub null_bases: Vec<NullBases>,
-}
-
-impl Pga {
-    /// Subspace PGA over a model's layers with these options: for each `k`, the null bases
-    /// (drawn from the seed or supplied), then each layer at every CCR level (`W_U`'s readout
-    /// subspace decomposed once, for the largest `k`, beside the first layer's preparation and
-    /// null draws, and reused after), the bootstrap when asked, and Benjamini–Hochberg
-    /// q-values over all rows of the run, one family per CCR level.
-    ///
-    /// ```
-    /// use repgeom_linalg::{Mat, Par};
-    /// use repgeom_metrics::Pga;
-    /// use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource};
-    /// use repgeom_null::NullParams;
-    ///
-    /// let w_u = Mat::<f32>::from_fn(50, 6, |i, j| ((i * 13 + j * 7) % 9) as f32 - 4.0);
-    /// let layers: Vec<Mat<f32>> = (0..2)
-    ///     .map(|l| Mat::from_fn(30, 6, |i, j| ((i * 31 + j * 17 + l) % 11) as f32 - 5.0))
-    ///     .collect();
-    /// let input = ModelInput {
-    ///     layers: layers.iter().enumerate().map(|(layer, m)| ModelLayer {
-    ///         layer, acts: m.as_ref(), what: format!("toy layer {layer}"),
-    ///     }).collect(),
-    ///     readout: ModelReadout::Unembedding(w_u.as_ref()),
-    ///     ks: vec![1, 2],
-    ///     null: NullSource::Draw(NullParams { n_null: 10, seed: 0 }),
-    ///     sequences: None,
-    ///     memory_budget: None,
-    /// };
-    /// let run = Pga { ccr: vec![0, 1], ..Pga::default() }.run_model(&input, Par::Seq, &Hooks::default())?;
-    /// assert_eq!(run.rows.len(), 2 * 2 * 2); // layers × k × CCR
-    /// assert!(run.rows.iter().all(|r| r.result.q_value.is_some()));
-    /// assert_eq!(run.readout_basis.ncols(), 2);
-    /// # Ok::<(), repgeom_metrics::Error>(())
-    /// ```
-    pub fn run_model(
-        &self,
-        input: &ModelInput<'_>,
-        par: Par,
-        hooks: &Hooks<'_>,
-    ) -> Result<ModelPga> {
-        use crate::registry::Metric as _;
-        self.check()?;
-        let Some(first) = input.layers.first() else {
-            return Err(Error::InvalidOption {
-                name: "layers".into(),
-                value: "[]".into(),
-                reason: "no layers to analyse".into(),
-            });
-        };
-        let d = first.acts.ncols();
-        let ks = match input.readout {
-            ModelReadout::Basis(b) => {
-                check_readout_basis(b, d, &first.what)?;
-                vec![b.ncols()]
-            }
-            ModelReadout::Unembedding(_) => input.ks.clone(),
-        };
-        let kmax = *ks.iter().max().ok_or_else(|| Error::InvalidOption {
-            name: "k".into(),
-            value: "[]".into(),
-            reason: "give one or more k values".into(),
-        })?;
-        if ks.len() > 1 && matches!(input.null, NullSource::Given(_)) {
-            return Err(Error::InvalidOption {
-                name: "k".into(),
-                value: format!("{ks:?}"),
-                reason: "supplied null bases hold one k; give a single k with them".into(),
-            });
-        }
-        if let ModelReadout::Unembedding(w_u) = input.readout {
-            check_unembedding(w_u, d, kmax, &first.what)?;
-        }
-        let engine = self.engine_with(input.memory_budget);
-        let on_draw = hooks.on_draw.unwrap_or(&|| {});
-        let mut full_basis = match input.readout {
-            ModelReadout::Basis(b) => Some(b.to_owned()),
-            ModelReadout::Unembedding(_) => None,
-        };
-        let mut rows = Vec::new();
-        let mut null_bases = Vec::with_capacity(ks.len());
-        for &k in &ks {
-            let null = match &input.null {
-                NullSource::Given(n) => (*n).clone(),
-                NullSource::Draw(p) => draw_null(d, k, p.clone(), &first.what)?,
-            };
-            for layer in &input.layers {
-                if let Some(f) = hooks.on_layer {
-                    f(layer.layer, k);
-                }
-                let (basis, mut results) = match (&full_basis, input.readout) {
-                    (Some(full), _) => {
-                        let basis = full.as_ref().subcols(0, k.min(full.ncols())).to_owned();
-                        let results = crate::pga::pga_ccr_sweep_with(
-                            layer.acts,
-                            basis.as_ref(),
-                            &null,
-                            &self.ccr,
-                            &layer.what,
-                            par,
-                            on_draw,
-                            &engine,
-                        )?;
-                        (basis, results)
-                    }
-                    (None, ModelReadout::Unembedding(w_u)) => {
-                        // The readout subspace at the largest k, decomposed beside this layer's
-                        // preparation and null draws; its leading k columns serve this k.
-                        let decomposed = std::sync::Mutex::new(None);
-                        let readout = || {
-                            let full = repgeom_linalg::readout_subspace(w_u, kmax, par)?;
-                            let basis = full.as_ref().subcols(0, k).to_owned();
-                            *decomposed
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(full);
-                            Ok::<_, Error>(basis)
-                        };
-                        let run = pga_ccr_sweep_overlapped(
-                            layer.acts,
-                            readout,
-                            &null,
-                            &self.ccr,
-                            &layer.what,
-                            par,
-                            on_draw,
-                            &engine,
-                        )?;
-                        full_basis = decomposed
-                            .into_inner()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        run
-                    }
-                    (None, ModelReadout::Basis(_)) => unreachable!("a given basis is kept"),
-                };
-                if let Some(boot) = &self.bootstrap {
-                    let cis = bootstrap_ci(
-                        layer.acts,
-                        basis.as_ref(),
-                        &null,
-                        &self.ccr,
-                        input.sequences,
-                        &layer.what,
-                        par,
-                        &engine,
-                        boot,
-                    )?;
-                    for _ in 0..boot.replicates * self.ccr.len() * null.len() {
-                        on_draw();
-                    }
-                    for (r, ci) in results.iter_mut().zip(cis) {
-                        r.bootstrap = Some(ci);
-                    }
-                }
-                rows.extend(results.into_iter().map(|result| PgaRow {
-                    layer: layer.layer,
-                    result,
-                }));
-            }
-            null_bases.push(null);
-        }
-        assign_q_values(&mut rows.iter_mut().map(|r| &mut r.result).collect::<Vec<_>>());
-        rows.sort_by_key(|r| (r.layer, r.result.k, r.result.ccr));
-        Ok(ModelPga {
-            rows,
-            readout_basis: full_basis.expect("the readout was decomposed or given"),
-            null_bases,
-        })
+        crate::calibrate::compare_all(metrics, a, b, pairs, settings, dups, on_metric)
     }
 }
 

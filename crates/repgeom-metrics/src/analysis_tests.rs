@@ -6,6 +6,7 @@ use repgeom_null::NullParams;
 
 use super::*;
 use crate::Metric as _;
+use crate::Pga;
 use crate::pga::BootstrapOptions;
 
 /// The committed PGA fixture: layers `[N, d]` and `W_U`.
@@ -23,7 +24,7 @@ fn fixture() -> (Vec<Mat<f32>>, Mat<f32>) {
     (layers, w_u)
 }
 
-fn input<'a>(layers: &'a [Mat<f32>], readout: ModelReadout<'a>, ks: &[usize]) -> ModelInput<'a> {
+fn input<'a>(layers: &'a [Mat<f32>], readout: Readout<'a>, ks: &[usize]) -> ModelInput<'a> {
     ModelInput {
         layers: layers
             .iter()
@@ -52,7 +53,7 @@ fn check(pga: Pga, ks: &[usize]) {
     let d = w_u.ncols();
     let run = pga
         .run_model(
-            &input(&layers, ModelReadout::Unembedding(w_u.as_ref()), ks),
+            &input(&layers, Readout::Unembedding(w_u.as_ref()), ks),
             Par::rayon(2),
             &Hooks::default(),
         )
@@ -62,7 +63,7 @@ fn check(pga: Pga, ks: &[usize]) {
         let model = ModelContext::new(
             d,
             k,
-            Some(ModelReadout::Unembedding(w_u.as_ref())),
+            Some(Readout::Unembedding(w_u.as_ref())),
             Some(NullSource::Draw(NullParams {
                 n_null: 12,
                 seed: 3,
@@ -100,11 +101,7 @@ fn check(pga: Pga, ks: &[usize]) {
     let kmax = *ks.iter().max().unwrap();
     let again = pga
         .run_model(
-            &input(
-                &layers,
-                ModelReadout::Basis(run.readout_basis.as_ref()),
-                &[],
-            ),
+            &input(&layers, Readout::Basis(run.readout_basis.as_ref()), &[]),
             Par::Seq,
             &Hooks::default(),
         )
@@ -150,7 +147,7 @@ fn run_model_refuses_what_it_cannot_honour() {
         &NullParams { n_null: 4, seed: 0 }.check().unwrap(),
     )
     .unwrap();
-    let mut given = input(&layers, ModelReadout::Unembedding(w_u.as_ref()), &[4, 8]);
+    let mut given = input(&layers, Readout::Unembedding(w_u.as_ref()), &[4, 8]);
     given.null = NullSource::Given(&null);
     let err = Pga::default()
         .run_model(&given, Par::Seq, &Hooks::default())
@@ -159,7 +156,7 @@ fn run_model_refuses_what_it_cannot_honour() {
     let skewed = Mat::<f64>::from_fn(w_u.ncols(), 2, |i, j| (i + j) as f64);
     let err = Pga::default()
         .run_model(
-            &input(&layers, ModelReadout::Basis(skewed.as_ref()), &[]),
+            &input(&layers, Readout::Basis(skewed.as_ref()), &[]),
             Par::Seq,
             &Hooks::default(),
         )
@@ -196,7 +193,7 @@ fn a_model_pair_owns_its_seeds_readouts_and_duplicates() {
         Box::new(crate::DistanceSpearman::default()),
         Box::new(crate::CkaLinear::default()),
     ];
-    let wu = Some(ModelReadout::Unembedding(w_u.as_ref()));
+    let wu = Some(Readout::Unembedding(w_u.as_ref()));
     let side = |readout| PairModel {
         layers: &views,
         k: 8,

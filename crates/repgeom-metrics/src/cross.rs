@@ -9,11 +9,13 @@ use repgeom_linalg::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::calibrate::{
+use crate::error::{Error, Result};
+use crate::input::{LayerInput, PairInput};
+use crate::permute::{
     KernelMatrix, N_PERM_OPTION, Prepared, PreparedKind, SEED_OPTION, permutation_fields,
 };
-use crate::error::{Error, Result};
-use crate::registry::{LayerInput, MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
+use crate::registry::PairMetric;
+use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// Distance agreement between two models: Spearman correlation of their pairwise cosine
 /// distances over the same `N` points, in the full space (variant `full`), inside each model's

@@ -11,11 +11,13 @@ use rayon::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par, normalize_rows, project, project_f32};
 use serde::{Deserialize, Serialize};
 
-use crate::calibrate::{
-    N_PERM_OPTION, Permutations, Prepared, PreparedKind, SEED_OPTION, permutation_fields,
-};
 use crate::error::{Error, Result};
-use crate::registry::{LayerInput, MetricInfo, MetricValue, OptionDoc, PairInput, PairMetric};
+use crate::input::{LayerInput, PairInput};
+use crate::permute::{
+    N_PERM_OPTION, Permutations, Prepared, PreparedKind, Relabel, SEED_OPTION, permutation_fields,
+};
+use crate::registry::PairMetric;
+use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// Rows of the similarity matrix computed at once by the blocked searches.
 const ROW_BLOCK: usize = 256;
@@ -326,21 +328,23 @@ pub(crate) struct PreparedNeighbours {
     self_hsic: Option<f64>,
 }
 
-impl PreparedNeighbours {
-    pub(crate) fn variant(&self) -> &'static str {
+impl Relabel for PreparedNeighbours {
+    fn variant(&self) -> &str {
         ""
     }
 
-    /// The lists as if the points were relabelled by `perm` (its inverse `inv`).
-    pub(crate) fn permuted(&self, perm: &[u32], inv: &[u32]) -> Self {
-        Self {
+    fn permuted(&self, perm: &[u32], inv: &[u32]) -> Box<dyn Relabel> {
+        Box::new(Self {
             nb: permuted(&self.nb, perm, inv),
             self_hsic: self.self_hsic,
-        }
+        })
     }
 
-    /// The metric of this layer (first side) against `b`.
-    pub(crate) fn score(&self, b: &Self) -> f64 {
+    fn score(&self, b: &dyn Relabel) -> f64 {
+        let Some(b) = b.as_any().downcast_ref::<Self>() else {
+            // The driver pairs work of one metric only; another kind scores nothing.
+            return f64::NAN;
+        };
         match (self.self_hsic, b.self_hsic) {
             (Some(kk), Some(ll)) => cknna_value(&self.nb, &b.nb, (kk * ll).sqrt()),
             _ => {
@@ -348,6 +352,10 @@ impl PreparedNeighbours {
                 mutual_knn_value(&self.nb, &b.nb, &mut vec![0; n], &mut vec![0.0; n])
             }
         }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -440,12 +448,12 @@ impl PairMetric for MutualKnn {
     permutation_fields!();
 
     fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
-        Ok(Some(Prepared(PreparedKind::Neighbours(
+        Ok(Some(Prepared(PreparedKind::Neighbours(Box::new(
             PreparedNeighbours {
                 nb: cosine_neighbours(layer, self.k, self.center)?,
                 self_hsic: None,
             },
-        ))))
+        )))))
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
@@ -513,12 +521,12 @@ impl PairMetric for Cknna {
     fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
         let nb = cosine_neighbours(layer, self.k, self.center)?;
         let kk = Masked::new(&nb, &nb).hsic_unbiased();
-        Ok(Some(Prepared(PreparedKind::Neighbours(
+        Ok(Some(Prepared(PreparedKind::Neighbours(Box::new(
             PreparedNeighbours {
                 nb,
                 self_hsic: Some(kk),
             },
-        ))))
+        )))))
     }
 
     fn symmetric(&self) -> bool {

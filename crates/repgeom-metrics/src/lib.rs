@@ -43,9 +43,11 @@ pub mod calibrate;
 pub mod conformance;
 mod cross;
 mod error;
+mod input;
 mod knn;
 pub mod params;
 mod pc_share;
+mod permute;
 pub mod pga;
 mod pga_metric;
 mod pga_spectrum;
@@ -55,20 +57,20 @@ mod streaming;
 #[cfg(test)]
 mod tests;
 mod twonn;
+mod value;
 
 pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
 pub use cross::{CkaLinear, DistanceSpearman, tied_fraction};
 pub use error::{Error, Result};
+pub use input::{Acts, LayerInput, MIN_POINTS, PairInput, Readout, layer_pairs, numerical_rank};
 pub use knn::{Cknna, MutualKnn};
 pub use params::{PgaParams, ValidPgaParams};
 pub use pc_share::PcReadoutShare;
 pub use pga_metric::{Pga, parse_size};
 pub use pga_spectrum::PgaSpectrum;
 pub use registry::{
-    AnalysisParams, LayerInput, MIN_POINTS, Metric, MetricInfo, MetricValue, OptionDoc, PairInput,
-    PairMetric, all_metrics, all_pair_metrics, layer_pairs, metric, metric_from_config,
-    metric_names, numerical_rank, options_of, pair_metric, pair_metric_from_config,
-    pair_metric_names,
+    AnalysisParams, Metric, PairMetric, all_metrics, all_pair_metrics, metric, metric_from_config,
+    metric_names, options_of, pair_metric, pair_metric_from_config, pair_metric_names,
 };
 pub use spectral::{
     AlphaFit, AlphaReq, ConditionNumber, FitWeighting, Isotropy, PowerLawFit, RankMe,
@@ -76,3 +78,4 @@ pub use spectral::{
 };
 pub use streaming::{CkaAccumulator, StreamingCka};
 pub use twonn::IntrinsicDimTwoNn;
+pub use value::{MetricInfo, MetricValue, OptionDoc};

@@ -9,15 +9,15 @@
 //! through the `pga` metric); it adds no computation of its own, so a call here and
 //! `repgeom pga` on the same inputs and seeds give identical numbers.
 
-use ndarray::{Array2, ArrayView2};
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_null::{NullBases, NullParams};
 use serde::{Deserialize, Serialize};
 
-use crate::Pga;
-use crate::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource};
 use crate::error::{Error, Result};
+use crate::input::NullSource;
+pub use crate::input::{Acts, Readout};
 use crate::pga::{EngineOptions, PgaResult};
+use crate::pga_metric::{Hooks, ModelInput, ModelLayer, Pga};
 
 /// Unchecked parameters of a Subspace PGA call. `Default` is the command line's defaults:
 /// `k = 100`, CCR-1, 100 null draws from seed 0, exact (all pairs) and no memory budget.
@@ -54,115 +54,6 @@ impl Default for PgaParams {
 pub struct ValidPgaParams {
     params: PgaParams,
     par: Par,
-}
-
-/// The readout side of a PGA call, as a faer or an ndarray view.
-#[derive(Debug, Clone, Copy)]
-pub enum Readout<'a> {
-    /// The unembedding matrix `W_U` (`V × d`); the basis is its top-`k` right singular vectors.
-    Unembedding(MatRef<'a, f32>),
-    /// A `d × k` basis with orthonormal columns, used as given (`k` is its column count).
-    Basis(MatRef<'a, f64>),
-    /// `W_U` as an ndarray view (read in place when row-major contiguous, else copied once).
-    NdUnembedding(ArrayView2<'a, f32>),
-    /// A `d × k` orthonormal basis as an ndarray view.
-    NdBasis(ArrayView2<'a, f64>),
-}
-
-/// Activations (`N × d`) in `f32` (used in place) or `f64` (converted to `f32`, the engine's
-/// precision for distances), as faer or ndarray views: `.into()` from any of them.
-#[derive(Debug, Clone, Copy)]
-pub enum Acts<'a> {
-    /// `f32` values, any strides.
-    F32(MatRef<'a, f32>),
-    /// `f64` values, converted once.
-    F64(MatRef<'a, f64>),
-    /// An ndarray view of `f32` values: in place when row-major contiguous (the default
-    /// layout), else copied once.
-    NdF32(ArrayView2<'a, f32>),
-    /// An ndarray view of `f64` values, converted once.
-    NdF64(ArrayView2<'a, f64>),
-}
-
-impl<'a> Acts<'a> {
-    /// The activations as a faer `f32` view: in place for `f32` faer views and row-major
-    /// ndarray views, else converted (or copied) once into `store`.
-    pub(crate) fn as_f32<'s>(self, store: &'s mut Option<Mat<f32>>) -> MatRef<'s, f32>
-    where
-        'a: 's,
-    {
-        match self {
-            Acts::F32(m) => m,
-            Acts::F64(m) => store.insert(repgeom_linalg::to_f32(m)).as_ref(),
-            Acts::NdF32(v) => faer_f32(v, store),
-            Acts::NdF64(v) => store
-                .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)] as f32))
-                .as_ref(),
-        }
-    }
-}
-
-impl<'a> From<ArrayView2<'a, f32>> for Acts<'a> {
-    fn from(v: ArrayView2<'a, f32>) -> Self {
-        Acts::NdF32(v)
-    }
-}
-
-impl<'a> From<ArrayView2<'a, f64>> for Acts<'a> {
-    fn from(v: ArrayView2<'a, f64>) -> Self {
-        Acts::NdF64(v)
-    }
-}
-
-impl<'a> From<&'a Array2<f32>> for Acts<'a> {
-    fn from(a: &'a Array2<f32>) -> Self {
-        Acts::NdF32(a.view())
-    }
-}
-
-impl<'a> From<&'a Array2<f64>> for Acts<'a> {
-    fn from(a: &'a Array2<f64>) -> Self {
-        Acts::NdF64(a.view())
-    }
-}
-
-/// A faer view of an ndarray `f32` view: in place when row-major contiguous, else a copy
-/// kept in `store`. (ndarray views are invariant in their lifetime, hence `'v: 's`.)
-fn faer_f32<'v: 's, 's>(
-    v: ArrayView2<'v, f32>,
-    store: &'s mut Option<Mat<f32>>,
-) -> MatRef<'s, f32> {
-    match v.to_slice() {
-        Some(s) => MatRef::from_row_major_slice(s, v.nrows(), v.ncols()),
-        None => store
-            .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)]))
-            .as_ref(),
-    }
-}
-
-/// As [`faer_f32`] for `f64`.
-fn faer_f64<'v: 's, 's>(
-    v: ArrayView2<'v, f64>,
-    store: &'s mut Option<Mat<f64>>,
-) -> MatRef<'s, f64> {
-    match v.to_slice() {
-        Some(s) => MatRef::from_row_major_slice(s, v.nrows(), v.ncols()),
-        None => store
-            .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)]))
-            .as_ref(),
-    }
-}
-
-impl<'a> From<MatRef<'a, f32>> for Acts<'a> {
-    fn from(m: MatRef<'a, f32>) -> Self {
-        Acts::F32(m)
-    }
-}
-
-impl<'a> From<MatRef<'a, f64>> for Acts<'a> {
-    fn from(m: MatRef<'a, f64>) -> Self {
-        Acts::F64(m)
-    }
 }
 
 /// Optional extras of [`ValidPgaParams::run_with`]; `Default` is none of them.
@@ -353,12 +244,7 @@ impl ValidPgaParams {
         let mut converted = None;
         let acts = acts.into().as_f32(&mut converted);
         let (mut w_copy, mut basis_copy) = (None, None);
-        let readout = match readout {
-            Readout::Unembedding(w) => ModelReadout::Unembedding(w),
-            Readout::NdUnembedding(v) => ModelReadout::Unembedding(faer_f32(v, &mut w_copy)),
-            Readout::Basis(b) => ModelReadout::Basis(b),
-            Readout::NdBasis(v) => ModelReadout::Basis(faer_f64(v, &mut basis_copy)),
-        };
+        let readout = Readout::from(readout.view(&mut w_copy, &mut basis_copy));
         let levels = [self.params.ccr];
         let levels = extras.ccr_levels.unwrap_or(&levels);
         let engine = &self.params.engine;

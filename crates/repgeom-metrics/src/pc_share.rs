@@ -5,7 +5,9 @@ use repgeom_linalg::{principal_directions, project};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
+use crate::input::LayerInput;
+use crate::registry::Metric;
+use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// PC alignment: for each of the top-`m` principal directions $u_j$ of the centred layer, the
 /// share $\lVert V_k^\top u_j\rVert^2$ lying in the readout subspace (random expectation `k/d`).

@@ -21,8 +21,8 @@
 use rayon::prelude::*;
 pub use repgeom_linalg::Distance;
 use repgeom_linalg::{
-    Mat, MatRef, Par, RankScratch, RankedReference, center_columns, first_non_finite,
-    pairwise_distances, remove_directions, to_f32,
+    Mat, MatRef, Par, RankScratch, RankedReference, center_columns, pairwise_distances,
+    remove_directions, to_f32,
 };
 pub use repgeom_null::NullKind;
 use repgeom_null::{NullBases, NullSummary};
@@ -31,7 +31,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// Fewest points for which PGA is defined: the registry's one limit for every metric.
-pub use crate::registry::MIN_POINTS;
+pub use crate::input::MIN_POINTS;
+use crate::input::{
+    check_acts_values, check_basis_shape, check_basis_values, check_enough_points,
+    check_no_zero_rows,
+};
 
 /// The result of Subspace PGA on one layer at one CCR level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -212,82 +216,6 @@ pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str
     check_basis_shape(acts.nrows(), acts.ncols(), basis, what)?;
     check_acts_values(acts, what)?;
     check_basis_values(basis, what)
-}
-
-fn check_enough_points(n: usize, what: &str) -> Result<()> {
-    if n < MIN_POINTS {
-        return Err(Error::TooFewPoints {
-            what: what.into(),
-            n,
-            min: MIN_POINTS,
-        });
-    }
-    Ok(())
-}
-
-/// The basis' `d` against the activations' (`n × d`), and `0 < k < d`.
-pub(crate) fn check_basis_shape(
-    n: usize,
-    d: usize,
-    basis: MatRef<'_, f64>,
-    what: &str,
-) -> Result<()> {
-    if basis.nrows() != d {
-        return Err(Error::ShapeMismatch {
-            what: format!("{what} against the readout basis"),
-            left: format!("activations [{n}, {d}] (d = {d})"),
-            right: format!(
-                "readout basis [{}, {}] (d = {})",
-                basis.nrows(),
-                basis.ncols(),
-                basis.nrows()
-            ),
-        });
-    }
-    let k = basis.ncols();
-    if k == 0 || k >= d {
-        return Err(Error::InvalidOption {
-            name: "k".into(),
-            value: k.to_string(),
-            reason: format!("the readout subspace dimension must satisfy 0 < k < d = {d} ({what})"),
-        });
-    }
-    Ok(())
-}
-
-/// Every activation finite, and no point at the origin.
-fn check_acts_values(acts: MatRef<'_, f32>, what: &str) -> Result<()> {
-    if let Some((row, col)) = first_non_finite(acts) {
-        return Err(Error::NonFinite {
-            what: what.into(),
-            row,
-            col,
-        });
-    }
-    check_no_zero_rows(acts, what)
-}
-
-/// Every entry of the readout basis finite.
-pub(crate) fn check_basis_values(basis: MatRef<'_, f64>, what: &str) -> Result<()> {
-    if let Some((row, col)) = first_non_finite(basis) {
-        return Err(Error::NonFinite {
-            what: format!("readout basis for {what}"),
-            row,
-            col,
-        });
-    }
-    Ok(())
-}
-
-/// A point at the origin has no direction, so its cosine distances are undefined.
-fn check_no_zero_rows(acts: MatRef<'_, f32>, what: &str) -> Result<()> {
-    match (0..acts.nrows()).find(|&i| acts.row(i).iter().all(|&v| v == 0.0)) {
-        Some(row) => Err(Error::Linalg(repgeom_linalg::Error::ZeroNorm {
-            what: what.into(),
-            row,
-        })),
-        None => Ok(()),
-    }
 }
 
 /// [`pga_ccr_sweep_with`] on a [`LayerInput`](crate::LayerInput) with its readout and null

@@ -3,11 +3,20 @@
 
 use serde::{Deserialize, Serialize};
 
+use repgeom_linalg::{Mat, MatRef, Par};
+use repgeom_null::NullBases;
+
 use crate::error::{Error, Result};
-use crate::pga::{
-    BootstrapOptions, BootstrapUnit, EngineOptions, NullKind, bootstrap_ci, pga_layer,
+use crate::input::LayerInput;
+use crate::input::{
+    NullSource, Readout, ReadoutView, check_readout_basis, check_unembedding, draw_null,
 };
-use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
+use crate::pga::{
+    BootstrapOptions, BootstrapUnit, EngineOptions, NullKind, PgaResult, assign_q_values,
+    bootstrap_ci, pga_ccr_sweep_overlapped, pga_layer,
+};
+use crate::registry::Metric;
+use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// Subspace PGA (defined in docs/pga.md): z of the readout's distance preservation against
 /// random subspaces, at one or several CCR levels sharing one eigendecomposition.
@@ -301,5 +310,247 @@ fn size_or_bytes<'de, D: serde::Deserializer<'de>>(
         None => Ok(None),
         Some(Size::Bytes(n)) => Ok(Some(n)),
         Some(Size::Text(t)) => parse_size(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A model's run: every layer, every k, the bootstrap and the q-values.
+
+/// One layer of a model for [`Pga::run_model`].
+#[derive(Debug, Clone)]
+pub struct ModelLayer<'a> {
+    /// The layer's index (the `layer` column).
+    pub layer: usize,
+    /// Its activations, `N × d`.
+    pub acts: MatRef<'a, f32>,
+    /// Its name in errors, e.g. `acts.safetensors: hidden_states.3 [2048, 512]`.
+    pub what: String,
+}
+
+/// The inputs of [`Pga::run_model`] besides the options.
+#[derive(Debug, Clone)]
+pub struct ModelInput<'a> {
+    /// The layers, all of one hidden size `d`.
+    pub layers: Vec<ModelLayer<'a>>,
+    /// `W_U` or a basis.
+    pub readout: Readout<'a>,
+    /// The `k` values (see [`k_values`]); ignored for a supplied basis, whose column count is
+    /// `k`.
+    pub ks: Vec<usize>,
+    /// The null bases: drawn for each `k`, or supplied (one `k` only).
+    pub null: NullSource<'a>,
+    /// The sequence of each point (`positions` metadata) for the bootstrap; `None` resamples
+    /// points.
+    pub sequences: Option<&'a [usize]>,
+    /// The run's memory budget in bytes where the options' `max_memory` is unset (front ends
+    /// pass `repgeom_io::default_memory_budget()`); `None`: unlimited.
+    pub memory_budget: Option<u64>,
+}
+
+/// Callbacks of [`Pga::run_model`]; `Default` is none.
+#[derive(Default, Clone, Copy)]
+pub struct Hooks<'a> {
+    /// Called once per finished null draw, bootstrap draws included (from worker threads).
+    pub on_draw: Option<&'a (dyn Fn() + Sync)>,
+    /// Called before each layer with `(layer, k)`.
+    pub on_layer: Option<&'a (dyn Fn(usize, usize) + Sync)>,
+}
+
+impl std::fmt::Debug for Hooks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("on_draw", &self.on_draw.is_some())
+            .field("on_layer", &self.on_layer.is_some())
+            .finish()
+    }
+}
+
+/// One row of a model's PGA run: a layer at one `k` and CCR level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PgaRow {
+    /// The layer's index.
+    pub layer: usize,
+    /// The result, its `q_value` assigned over the whole run.
+    pub result: PgaResult,
+}
+
+/// What [`Pga::run_model`] returns.
+#[derive(Debug)]
+pub struct ModelPga {
+    /// One row per layer, `k` and CCR level, sorted by `(layer, k, ccr)`.
+    pub rows: Vec<PgaRow>,
+    /// The readout basis used, with as many columns as the largest `k` (its leading columns
+    /// serve every smaller `k`): to save and pass as a basis next time.
+    pub readout_basis: Mat<f64>,
+    /// The null bases used, one per `k` in increasing order.
+    pub null_bases: Vec<NullBases>,
+}
+
+impl Pga {
+    /// Subspace PGA over a model's layers with these options: for each `k`, the null bases
+    /// (drawn from the seed or supplied), then each layer at every CCR level (`W_U`'s readout
+    /// subspace decomposed once, for the largest `k`, beside the first layer's preparation and
+    /// null draws, and reused after), the bootstrap when asked, and Benjamini–Hochberg
+    /// q-values over all rows of the run, one family per CCR level.
+    ///
+    /// ```
+    /// use repgeom_linalg::{Mat, Par};
+    /// use repgeom_metrics::Pga;
+    /// use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, NullSource, Readout};
+    /// use repgeom_null::NullParams;
+    ///
+    /// let w_u = Mat::<f32>::from_fn(50, 6, |i, j| ((i * 13 + j * 7) % 9) as f32 - 4.0);
+    /// let layers: Vec<Mat<f32>> = (0..2)
+    ///     .map(|l| Mat::from_fn(30, 6, |i, j| ((i * 31 + j * 17 + l) % 11) as f32 - 5.0))
+    ///     .collect();
+    /// let input = ModelInput {
+    ///     layers: layers.iter().enumerate().map(|(layer, m)| ModelLayer {
+    ///         layer, acts: m.as_ref(), what: format!("toy layer {layer}"),
+    ///     }).collect(),
+    ///     readout: Readout::Unembedding(w_u.as_ref()),
+    ///     ks: vec![1, 2],
+    ///     null: NullSource::Draw(NullParams { n_null: 10, seed: 0 }),
+    ///     sequences: None,
+    ///     memory_budget: None,
+    /// };
+    /// let run = Pga { ccr: vec![0, 1], ..Pga::default() }.run_model(&input, Par::Seq, &Hooks::default())?;
+    /// assert_eq!(run.rows.len(), 2 * 2 * 2); // layers × k × CCR
+    /// assert!(run.rows.iter().all(|r| r.result.q_value.is_some()));
+    /// assert_eq!(run.readout_basis.ncols(), 2);
+    /// # Ok::<(), repgeom_metrics::Error>(())
+    /// ```
+    pub fn run_model(
+        &self,
+        input: &ModelInput<'_>,
+        par: Par,
+        hooks: &Hooks<'_>,
+    ) -> Result<ModelPga> {
+        self.check()?;
+        let Some(first) = input.layers.first() else {
+            return Err(Error::InvalidOption {
+                name: "layers".into(),
+                value: "[]".into(),
+                reason: "no layers to analyse".into(),
+            });
+        };
+        let d = first.acts.ncols();
+        let (mut w_copy, mut basis_copy) = (None, None);
+        let readout = input.readout.view(&mut w_copy, &mut basis_copy);
+        let ks = match readout {
+            ReadoutView::Basis(b) => {
+                check_readout_basis(b, d, &first.what)?;
+                vec![b.ncols()]
+            }
+            ReadoutView::Unembedding(_) => input.ks.clone(),
+        };
+        let kmax = *ks.iter().max().ok_or_else(|| Error::InvalidOption {
+            name: "k".into(),
+            value: "[]".into(),
+            reason: "give one or more k values".into(),
+        })?;
+        if ks.len() > 1 && matches!(input.null, NullSource::Given(_)) {
+            return Err(Error::InvalidOption {
+                name: "k".into(),
+                value: format!("{ks:?}"),
+                reason: "supplied null bases hold one k; give a single k with them".into(),
+            });
+        }
+        if let ReadoutView::Unembedding(w_u) = readout {
+            check_unembedding(w_u, d, kmax, &first.what)?;
+        }
+        let engine = self.engine_with(input.memory_budget);
+        let on_draw = hooks.on_draw.unwrap_or(&|| {});
+        let mut full_basis = match readout {
+            ReadoutView::Basis(b) => Some(b.to_owned()),
+            ReadoutView::Unembedding(_) => None,
+        };
+        let mut rows = Vec::new();
+        let mut null_bases = Vec::with_capacity(ks.len());
+        for &k in &ks {
+            let null = match &input.null {
+                NullSource::Given(n) => (*n).clone(),
+                NullSource::Draw(p) => draw_null(d, k, p.clone(), &first.what)?,
+            };
+            for layer in &input.layers {
+                if let Some(f) = hooks.on_layer {
+                    f(layer.layer, k);
+                }
+                let (basis, mut results) = match (&full_basis, readout) {
+                    (Some(full), _) => {
+                        let basis = full.as_ref().subcols(0, k.min(full.ncols())).to_owned();
+                        let results = crate::pga::pga_ccr_sweep_with(
+                            layer.acts,
+                            basis.as_ref(),
+                            &null,
+                            &self.ccr,
+                            &layer.what,
+                            par,
+                            on_draw,
+                            &engine,
+                        )?;
+                        (basis, results)
+                    }
+                    (None, ReadoutView::Unembedding(w_u)) => {
+                        // The readout subspace at the largest k, decomposed beside this layer's
+                        // preparation and null draws; its leading k columns serve this k.
+                        let decomposed = std::sync::Mutex::new(None);
+                        let readout = || {
+                            let full = repgeom_linalg::readout_subspace(w_u, kmax, par)?;
+                            let basis = full.as_ref().subcols(0, k).to_owned();
+                            *decomposed
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(full);
+                            Ok::<_, Error>(basis)
+                        };
+                        let run = pga_ccr_sweep_overlapped(
+                            layer.acts,
+                            readout,
+                            &null,
+                            &self.ccr,
+                            &layer.what,
+                            par,
+                            on_draw,
+                            &engine,
+                        )?;
+                        full_basis = decomposed
+                            .into_inner()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        run
+                    }
+                    (None, ReadoutView::Basis(_)) => unreachable!("a given basis is kept"),
+                };
+                if let Some(boot) = &self.bootstrap {
+                    let cis = bootstrap_ci(
+                        layer.acts,
+                        basis.as_ref(),
+                        &null,
+                        &self.ccr,
+                        input.sequences,
+                        &layer.what,
+                        par,
+                        &engine,
+                        boot,
+                    )?;
+                    for _ in 0..boot.replicates * self.ccr.len() * null.len() {
+                        on_draw();
+                    }
+                    for (r, ci) in results.iter_mut().zip(cis) {
+                        r.bootstrap = Some(ci);
+                    }
+                }
+                rows.extend(results.into_iter().map(|result| PgaRow {
+                    layer: layer.layer,
+                    result,
+                }));
+            }
+            null_bases.push(null);
+        }
+        assign_q_values(&mut rows.iter_mut().map(|r| &mut r.result).collect::<Vec<_>>());
+        rows.sort_by_key(|r| (r.layer, r.result.k, r.result.ccr));
+        Ok(ModelPga {
+            rows,
+            readout_basis: full_basis.expect("the readout was decomposed or given"),
+            null_bases,
+        })
     }
 }

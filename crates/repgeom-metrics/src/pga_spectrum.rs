@@ -3,9 +3,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::input::LayerInput;
 use crate::pga::{Distance, NullKind};
 use crate::pga_metric::Pga;
-use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
+use crate::registry::Metric;
+use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// Subspace PGA whose null subspaces capture the same share of the layer's variance (after
 /// CCR) as the readout subspace: the Haar draws of the layer input, each tilted towards the

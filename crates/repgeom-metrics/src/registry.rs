@@ -1,17 +1,17 @@
-//! The plugin surface: the [`Metric`] and [`PairMetric`] traits, their inputs and outputs, and
-//! the name registry (typetag's).
+//! The plugin surface: the [`Metric`] and [`PairMetric`] traits and the name registry
+//! (typetag's). The traits sit on the floor above the inputs and values they exchange
+//! ([`crate::input`], [`crate::value`]) and the permutation null's state ([`crate::permute`]),
+//! and below every metric and run that implements or calls them.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use repgeom_linalg::{Mat, MatRef, Par, center_columns, first_non_finite};
-use repgeom_null::{NullBases, NullSummary};
+use repgeom_linalg::Par;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-
-/// Fewest points any metric accepts (the unbiased HSIC and rank statistics need 4).
-pub const MIN_POINTS: usize = 4;
+use crate::input::{Acts, LayerInput, PairInput};
+use crate::permute::{Permutations, Prepared};
+use crate::value::{MetricInfo, MetricValue};
 
 /// A per-layer metric: one representation (`N × d`) in, tidy values out.
 ///
@@ -33,7 +33,7 @@ pub trait Metric: std::fmt::Debug + Send + Sync {
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>>;
 
     /// The metric on one layer given as a faer or ndarray view, `f32` or `f64` (anything that
-    /// is `Into<`[`Acts`](crate::params::Acts)`>`), on the current rayon pool: the library
+    /// is `Into<`[`Acts`](Acts)`>`), on the current rayon pool: the library
     /// shape of every metric is options with `Default` → [`Metric::check`] → `run(acts)`, as
     /// [`PgaParams`](crate::PgaParams) is for PGA. A metric that needs the readout or null bases
     /// says so in its error; give it a [`LayerInput`] carrying them ([`Metric::compute`]).
@@ -50,7 +50,7 @@ pub trait Metric: std::fmt::Debug + Send + Sync {
     /// assert!(values[0].value > 1.0 && values[0].value <= 6.0);
     /// # Ok::<(), repgeom_metrics::Error>(())
     /// ```
-    fn run<'a>(&self, acts: impl Into<crate::params::Acts<'a>>) -> Result<Vec<MetricValue>>
+    fn run<'a>(&self, acts: impl Into<Acts<'a>>) -> Result<Vec<MetricValue>>
     where
         Self: Sized,
     {
@@ -89,9 +89,9 @@ pub trait PairMetric: std::fmt::Debug + Send + Sync {
     }
     /// The permutation null this configured metric asks for: its `n_perm` and `seed` options,
     /// which every pair metric has (see [`crate::calibrate`]).
-    fn permutations(&self) -> crate::calibrate::Permutations;
+    fn permutations(&self) -> Permutations;
     /// Sets the permutation null (`repgeom compare --n-perm` sets it for every metric of a run).
-    fn set_permutations(&mut self, permutations: crate::calibrate::Permutations);
+    fn set_permutations(&mut self, permutations: Permutations);
     /// Whether a larger value means more alike (a similarity; the default) or less (a
     /// distance): the tail reported as `p_value`, and what "best" means in an aggregate.
     fn larger_is_closer(&self) -> bool {
@@ -100,400 +100,9 @@ pub trait PairMetric: std::fmt::Debug + Send + Sync {
     /// Per-layer work from which the values under any relabelling of the second side's points
     /// follow (the fast permutation null). The default, `None`, recomputes the metric on the
     /// relabelled rows for each draw.
-    fn prepare(&self, _layer: &LayerInput<'_>) -> Result<Option<crate::calibrate::Prepared>> {
+    fn prepare(&self, _layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
         Ok(None)
     }
-}
-
-/// One documented option of a metric (its default comes from serialising the default config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OptionDoc {
-    /// Field name in the config.
-    pub name: &'static str,
-    /// One line of meaning.
-    pub help: &'static str,
-}
-
-/// What a metric is, for `repgeom metrics --list`, the docs and the conformance suite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MetricInfo {
-    /// Registered name (equals the typetag name).
-    pub name: &'static str,
-    /// One-line meaning.
-    pub summary: &'static str,
-    /// The paper the definition follows.
-    pub source: &'static str,
-    /// The options.
-    pub options: &'static [OptionDoc],
-    /// Whether the metric needs the readout basis.
-    pub needs_readout: bool,
-    /// Whether the metric needs null bases.
-    pub needs_null: bool,
-    /// Whether the value is invariant to an orthogonal rotation of the hidden space (applied
-    /// to the activations and the readout basis together).
-    pub rotation_invariant: bool,
-}
-
-/// One tidy output value: maps onto a row of the report schema (model, layer, … are added by
-/// the caller).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MetricValue {
-    /// Metric column, e.g. `pga_z`, `rankme`.
-    pub metric: String,
-    /// Variant column, e.g. `ccr1`, `pc1`, `biased` (empty when there is only one).
-    pub variant: String,
-    /// The value.
-    pub value: f64,
-    /// Mean of the null sample, when the value has one.
-    pub null_mean: Option<f64>,
-    /// Sample standard deviation (ddof 1) of the null sample.
-    pub null_std: Option<f64>,
-    /// One-sided empirical p-value against the null.
-    pub p_value: Option<f64>,
-    /// Metric-specific columns (`r2`, `random_expectation`, `rho_readout`, …).
-    pub extra: BTreeMap<String, f64>,
-}
-
-impl MetricValue {
-    /// A value without null statistics or extras.
-    pub fn new(metric: &str, variant: &str, value: f64) -> Self {
-        Self {
-            metric: metric.into(),
-            variant: variant.into(),
-            value,
-            null_mean: None,
-            null_std: None,
-            p_value: None,
-            extra: BTreeMap::new(),
-        }
-    }
-
-    /// Adds the null statistics (mean, std, p; the z lives in `value` or `extra`).
-    pub fn with_null(mut self, s: &NullSummary) -> Self {
-        self.null_mean = Some(s.null_mean);
-        self.null_std = Some(s.null_std);
-        self.p_value = Some(s.p_value);
-        self
-    }
-
-    /// Adds one extra column.
-    pub fn with_extra(mut self, key: &str, value: f64) -> Self {
-        self.extra.insert(key.into(), value);
-        self
-    }
-}
-
-/// One layer's representation plus the shared, per-model precomputation (readout basis, null
-/// bases) and lazily cached per-layer work (centring, singular values, CCR-corrected
-/// matrices) that several metrics, and every pair the layer is part of, reuse.
-///
-/// Construction validates once for every metric: at least [`MIN_POINTS`] points, finite values,
-/// not all points identical.
-#[derive(Debug)]
-pub struct LayerInput<'a> {
-    acts: MatRef<'a, f32>,
-    readout_basis: Option<MatRef<'a, f64>>,
-    null: Option<&'a NullBases>,
-    sequences: Option<&'a [usize]>,
-    what: String,
-    par: Par,
-    memory_budget: Option<u64>,
-    centred: OnceLock<Mat<f64>>,
-    gram_sq: OnceLock<f64>,
-    sv_centred: OnceLock<Vec<f64>>,
-    sv_raw: OnceLock<Vec<f64>>,
-    ccr: Mutex<Vec<(usize, Arc<Mat<f64>>)>>,
-}
-
-impl<'a> LayerInput<'a> {
-    /// Wraps an `N × d` layer. `what` names it in messages, e.g.
-    /// `"run.safetensors: hidden_states.3 [300, 64]"`.
-    pub fn new(acts: MatRef<'a, f32>, what: impl Into<String>, par: Par) -> Result<Self> {
-        let what = what.into();
-        let (n, d) = (acts.nrows(), acts.ncols());
-        if n < MIN_POINTS {
-            return Err(Error::TooFewPoints {
-                what,
-                n,
-                min: MIN_POINTS,
-            });
-        }
-        if d == 0 {
-            return Err(Error::InvalidOption {
-                name: "d".into(),
-                value: "0".into(),
-                reason: format!("a representation needs at least one dimension ({what})"),
-            });
-        }
-        if let Some((row, col)) = first_non_finite(acts) {
-            return Err(Error::NonFinite { what, row, col });
-        }
-        let constant = (0..d).all(|j| {
-            let first = acts[(0, j)];
-            (1..n).all(|i| acts[(i, j)] == first)
-        });
-        if constant {
-            return Err(Error::ConstantInput { what, n });
-        }
-        Ok(Self {
-            acts,
-            readout_basis: None,
-            null: None,
-            sequences: None,
-            what,
-            par,
-            memory_budget: None,
-            centred: OnceLock::new(),
-            gram_sq: OnceLock::new(),
-            sv_centred: OnceLock::new(),
-            sv_raw: OnceLock::new(),
-            ccr: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// Attaches the readout basis `V_k` (`d × k`, orthonormal columns, `0 < k < d`).
-    pub fn with_readout(mut self, basis: MatRef<'a, f64>) -> Result<Self> {
-        let (n, d) = (self.acts.nrows(), self.acts.ncols());
-        crate::pga::check_basis_shape(n, d, basis, &self.what)?;
-        crate::pga::check_basis_values(basis, &self.what)?;
-        self.readout_basis = Some(basis);
-        Ok(self)
-    }
-
-    /// Attaches the null bases (`n_null` random `d × k` subspaces; `k` must match the readout
-    /// basis when both are given).
-    pub fn with_null(mut self, null: &'a NullBases) -> Result<Self> {
-        let d = self.acts.ncols();
-        let k = self.readout_basis.map_or(null.k(), |b| b.ncols());
-        if null.d() != d || null.k() != k {
-            return Err(Error::ShapeMismatch {
-                what: format!(
-                    "{}: null bases against the layer and readout basis",
-                    self.what
-                ),
-                left: format!("null bases [{}, {}, {}]", null.len(), null.d(), null.k()),
-                right: format!("d = {d}, k = {k}"),
-            });
-        }
-        self.null = Some(null);
-        Ok(self)
-    }
-
-    /// Attaches the sequence each point came from (`N` ids, e.g. from
-    /// `repgeom_io::read_sequence_ids`), so that resampling metrics resample whole sequences.
-    pub fn with_sequences(mut self, ids: &'a [usize]) -> Result<Self> {
-        if ids.len() != self.acts.nrows() {
-            return Err(Error::ShapeMismatch {
-                what: format!("{}: sequence ids", self.what),
-                left: format!("{} sequence ids", ids.len()),
-                right: format!("{} points", self.acts.nrows()),
-            });
-        }
-        self.sequences = Some(ids);
-        Ok(self)
-    }
-
-    /// Sets the memory budget (bytes) of engines that hold per-worker buffers (PGA), for
-    /// metrics whose own options leave it unset; like [`Self::par`], an execution resource
-    /// that never changes a number. Front ends pass `repgeom_io::default_memory_budget()`.
-    pub fn with_memory_budget(mut self, bytes: Option<u64>) -> Self {
-        self.memory_budget = bytes;
-        self
-    }
-
-    /// The memory budget set with [`Self::with_memory_budget`] (`None`: unlimited).
-    pub fn memory_budget(&self) -> Option<u64> {
-        self.memory_budget
-    }
-
-    /// The sequence of each point, when attached with [`Self::with_sequences`].
-    pub fn sequences(&self) -> Option<&'a [usize]> {
-        self.sequences
-    }
-
-    /// The activations (`N × d`, `f32`).
-    pub fn acts(&self) -> MatRef<'a, f32> {
-        self.acts
-    }
-    /// Number of points `N`.
-    pub fn n(&self) -> usize {
-        self.acts.nrows()
-    }
-    /// Hidden size `d`.
-    pub fn d(&self) -> usize {
-        self.acts.ncols()
-    }
-    /// The layer's name for messages.
-    pub fn what(&self) -> &str {
-        &self.what
-    }
-    /// The parallelism for GEMMs.
-    pub fn par(&self) -> Par {
-        self.par
-    }
-    /// The readout basis if supplied.
-    pub fn readout_basis_opt(&self) -> Option<MatRef<'a, f64>> {
-        self.readout_basis
-    }
-    /// The readout basis, or [`Error::MissingInput`] naming `metric`.
-    pub fn readout_basis(&self, metric: &str) -> Result<MatRef<'a, f64>> {
-        self.readout_basis.ok_or_else(|| Error::MissingInput {
-            metric: metric.into(),
-            input: "the readout basis (W_U)".into(),
-            what: self.what.clone(),
-        })
-    }
-    /// The null bases if supplied.
-    pub fn null_opt(&self) -> Option<&'a NullBases> {
-        self.null
-    }
-    /// The null bases, or [`Error::MissingInput`] naming `metric`.
-    pub fn null(&self, metric: &str) -> Result<&'a NullBases> {
-        self.null.ok_or_else(|| Error::MissingInput {
-            metric: metric.into(),
-            input: "null bases (random subspaces)".into(),
-            what: self.what.clone(),
-        })
-    }
-
-    /// The activations centred over points, in `f64` (computed once).
-    pub fn centred(&self) -> MatRef<'_, f64> {
-        self.centred
-            .get_or_init(|| center_columns(self.acts))
-            .as_ref()
-    }
-
-    /// `‖X_cᵀX_c‖²_F` of the centred layer (`tr(K²)` of its linear Gram, linear CKA's
-    /// self-similarity), computed once and shared by every pair the layer is part of.
-    pub fn centred_gram_frobenius_sq(&self) -> f64 {
-        *self.gram_sq.get_or_init(|| {
-            let c = self.centred();
-            repgeom_linalg::cross_frobenius_sq(c, c, self.par)
-        })
-    }
-
-    /// CCR-`c` of the layer (centred, its top-`c` principal directions removed, `f64`; see
-    /// [`repgeom_linalg::ccr`]), computed once per level and shared by every metric and every
-    /// pair that asks for it: `repgeom compare` over L × L layer pairs corrects each layer
-    /// once, not once per pair.
-    pub fn ccr(&self, c: usize) -> Result<Arc<Mat<f64>>> {
-        let mut cache = self.ccr.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, m)) = cache.iter().find(|(level, _)| *level == c) {
-            return Ok(Arc::clone(m));
-        }
-        // the same steps as `repgeom_linalg::ccr`, from the cached centred layer
-        let xc = self.centred();
-        let m = Arc::new(if c == 0 {
-            xc.to_owned()
-        } else {
-            let u = repgeom_linalg::top_principal_directions(xc, c, self.par)?.directions;
-            repgeom_linalg::remove_directions(xc, u.as_ref(), self.par)
-        });
-        cache.push((c, Arc::clone(&m)));
-        Ok(m)
-    }
-
-    /// All `min(N, d)` singular values of the centred (`centred = true`) or raw activations,
-    /// non-increasing (computed once each).
-    pub fn singular_values(&self, centred: bool) -> Result<&[f64]> {
-        let cell = if centred {
-            &self.sv_centred
-        } else {
-            &self.sv_raw
-        };
-        if let Some(v) = cell.get() {
-            return Ok(v);
-        }
-        let values = if centred {
-            repgeom_linalg::singular_values(self.centred(), &self.what, self.par)?
-        } else {
-            let raw = repgeom_linalg::to_f64(self.acts);
-            repgeom_linalg::singular_values(raw.as_ref(), &self.what, self.par)?
-        };
-        Ok(cell.get_or_init(|| values))
-    }
-
-    /// Eigenvalues of the covariance $X_c^\top X_c/(N-1)$, non-increasing, padded with zeros
-    /// to length `d`.
-    pub fn covariance_eigenvalues(&self) -> Result<Vec<f64>> {
-        let denom = (self.n() - 1) as f64;
-        let mut out: Vec<f64> = self
-            .singular_values(true)?
-            .iter()
-            .map(|s| s * s / denom)
-            .collect();
-        out.resize(self.d(), 0.0);
-        Ok(out)
-    }
-}
-
-/// Numerical rank of a non-increasing list of singular values of an `n × d` `f32`-sourced
-/// matrix: the count above $\sigma_1 \cdot \max(n, d) \cdot \varepsilon_{f32}$ (NumPy's
-/// `matrix_rank` rule with the input's precision).
-pub fn numerical_rank(singular_values: &[f64], n: usize, d: usize) -> usize {
-    let Some(&top) = singular_values.first() else {
-        return 0;
-    };
-    let tol = top * n.max(d) as f64 * f64::from(f32::EPSILON);
-    singular_values.iter().take_while(|&&s| s > tol).count()
-}
-
-/// Two representations of the same `N` points (e.g. one layer of each of two models),
-/// borrowed: a layer paired with many others keeps its cached work (centring, CCR, singular
-/// values) across all its pairs.
-#[derive(Debug, Clone, Copy)]
-pub struct PairInput<'a> {
-    /// The first representation (its readout and null bases, if any, travel with it).
-    pub a: &'a LayerInput<'a>,
-    /// The second representation.
-    pub b: &'a LayerInput<'a>,
-}
-
-impl<'a> PairInput<'a> {
-    /// Pairs two layers; they must hold the same number of points.
-    pub fn new(a: &'a LayerInput<'a>, b: &'a LayerInput<'a>) -> Result<Self> {
-        if a.n() != b.n() {
-            return Err(Error::ShapeMismatch {
-                what: "two representations of the same inputs".into(),
-                left: format!("{} [{}, {}]", a.what(), a.n(), a.d()),
-                right: format!("{} [{}, {}]", b.what(), b.n(), b.d()),
-            });
-        }
-        Ok(Self { a, b })
-    }
-    /// `"A vs B"` for messages.
-    pub fn what(&self) -> String {
-        format!("{} vs {}", self.a.what(), self.b.what())
-    }
-}
-
-/// Which layers of two models a comparison pairs, as index pairs into their layer lists: all
-/// `len_a × len_b` of them, or, with `diagonal`, each layer `i` of A with the layer of B at the
-/// nearest relative depth, `j = round(i (len_b − 1) / (len_a − 1))` (halves rounded away from
-/// zero). Both `repgeom compare` and the Python `compare` pair layers with this.
-///
-/// ```
-/// use repgeom_metrics::layer_pairs;
-/// assert_eq!(layer_pairs(2, 2, false), [(0, 0), (0, 1), (1, 0), (1, 1)]);
-/// // 3 layers of A against 5 of B: depths 0, 1/2, 1
-/// assert_eq!(layer_pairs(3, 5, true), [(0, 0), (1, 2), (2, 4)]);
-/// ```
-pub fn layer_pairs(len_a: usize, len_b: usize, diagonal: bool) -> Vec<(usize, usize)> {
-    if !diagonal {
-        return (0..len_a)
-            .flat_map(|i| (0..len_b).map(move |j| (i, j)))
-            .collect();
-    }
-    (0..len_a)
-        .map(|i| {
-            let j = if len_a <= 1 {
-                0
-            } else {
-                ((i as f64) * (len_b - 1) as f64 / (len_a - 1) as f64).round() as usize
-            };
-            (i, j)
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

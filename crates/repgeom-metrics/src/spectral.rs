@@ -5,7 +5,9 @@ use repgeom_linalg::normalize_rows;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc, numerical_rank};
+use crate::input::{LayerInput, numerical_rank};
+use crate::registry::Metric;
+use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 fn invalid(name: &str, value: impl ToString, reason: &str) -> Error {
     Error::InvalidOption {

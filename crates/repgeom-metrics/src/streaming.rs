@@ -21,7 +21,7 @@
 use repgeom_linalg::{Mat, MatRef, Par, matmul_atb_add_f64};
 
 use crate::error::{Error, Result};
-use crate::registry::MetricValue;
+use crate::value::MetricValue;
 
 /// Linear CKA of two representations of the same tokens, as [`CkaAccumulator::finish`] gives
 /// it.

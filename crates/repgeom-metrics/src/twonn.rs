@@ -4,8 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::input::LayerInput;
 use crate::knn::euclidean_neighbours;
-use crate::registry::{LayerInput, Metric, MetricInfo, MetricValue, OptionDoc};
+use crate::registry::Metric;
+use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// TwoNN intrinsic dimension: with `μ_i = r₂/r₁` (second over first nearest-neighbour Euclidean
 /// distance), sorted ascending, and the empirical CDF `F_i = i/N`, the slope through the origin
