@@ -98,7 +98,7 @@ pub(crate) fn read_readout(
         m.cols
     );
     anyhow::ensure!(
-        k > 0 && k < d,
+        repgeom_metrics::k_fits(k, d),
         "k = {k} must satisfy 0 < k < d = {d} ({} tensor {} [{}, {}])",
         path.display(),
         readout.tensor,

@@ -69,6 +69,13 @@ pub struct ExtractParams {
     pub memory_budget: Option<u64>,
 }
 
+/// The default `n_points`: token positions sampled per checkpoint (the study's 2,048 points).
+/// `repgeom extract`, a manifest's `[extract]` and Python's `extract` read it from here.
+pub const DEFAULT_N_POINTS: usize = 2048;
+
+/// The default `seq_len`: tokens per sequence.
+pub const DEFAULT_SEQ_LEN: usize = 256;
+
 /// The default `points_per_sequence`: chosen by measurement on trained models (how z, its
 /// bootstrap interval and the spectral metrics move with the density; `docs/extraction.md`):
 /// no density up to 64 moved them beyond their uncertainty, and 16 keeps 128 sequences for
@@ -87,8 +94,8 @@ pub const DEFAULT_BATCH_SIZE: usize = 8;
 impl Default for ExtractParams {
     fn default() -> Self {
         Self {
-            seq_len: 256,
-            n_points: Some(2048),
+            seq_len: DEFAULT_SEQ_LEN,
+            n_points: Some(DEFAULT_N_POINTS),
             seed: 0,
             points_per_sequence: None,
             skip_first: true,

@@ -34,9 +34,10 @@ mod model;
 pub use config::{Activation, Family, ModelConfig, RopeScaling};
 pub use error::{Error, Result};
 pub use extract::{
-    DEFAULT_BATCH_SIZE, DEFAULT_LOSS_TOKENS, DEFAULT_POINTS_PER_SEQUENCE, ExtractParams,
-    Extraction, Extractor, Loss, Pool, Progress, STREAM_BLOCK_BYTES, Streamed, ValidExtractParams,
-    Visit, available_memory, extract, text_blocks,
+    DEFAULT_BATCH_SIZE, DEFAULT_LOSS_TOKENS, DEFAULT_N_POINTS, DEFAULT_POINTS_PER_SEQUENCE,
+    DEFAULT_SEQ_LEN, ExtractParams, Extraction, Extractor, Loss, Pool, Progress,
+    STREAM_BLOCK_BYTES, Streamed, ValidExtractParams, Visit, available_memory, extract,
+    text_blocks,
 };
 pub use model::{Forward, Model};
 

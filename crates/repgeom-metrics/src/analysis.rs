@@ -43,8 +43,8 @@ pub fn k_values(ks: &[usize], k_frac: Option<f64>, d: usize) -> Result<Vec<usize
                 reason: "the fraction of the hidden size must lie strictly between 0 and 1".into(),
             });
         }
-        let k = (f * d as f64).round() as usize;
-        if k == 0 || k >= d {
+        let k = crate::input::k_from_fraction(f, d);
+        if !crate::input::k_fits(k, d) {
             return Err(Error::InvalidOption {
                 name: "k_frac".into(),
                 value: f.to_string(),

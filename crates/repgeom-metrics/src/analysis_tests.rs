@@ -77,7 +77,7 @@ fn check(pga: Pga, ks: &[usize]) {
                 .compute(&model.layer(m.as_ref(), format!("layer {l}")).unwrap())
                 .unwrap();
             for row in run.rows.iter().filter(|r| r.layer == l && r.result.k == k) {
-                let variant = Pga::variant(pga.null, row.result.ccr);
+                let variant = Pga::variant(pga.engine.null, row.result.ccr);
                 let z = values
                     .iter()
                     .find(|v| v.metric == "pga_z" && v.variant == variant)
@@ -125,8 +125,11 @@ fn run_model_equals_the_metric_per_layer() {
     );
     check(
         Pga {
-            distance: repgeom_linalg::Distance::Euclidean,
-            max_pairs: Some(500),
+            engine: crate::pga::EngineOptions {
+                distance: repgeom_linalg::Distance::Euclidean,
+                max_pairs: Some(500),
+                ..Default::default()
+            },
             bootstrap: Some(BootstrapOptions {
                 replicates: 5,
                 seed: 1,

@@ -19,6 +19,34 @@ use crate::error::{Error, Result};
 /// Fewest points any metric accepts (the unbiased HSIC and rank statistics need 4).
 pub const MIN_POINTS: usize = 4;
 
+/// The readout subspace dimension `k` of a run that does not choose one: `repgeom pga`,
+/// `metrics` and `compare`'s `--k`, a manifest's models, Python's `k` and [`crate::PgaParams`]
+/// all read it from here.
+pub const DEFAULT_K: usize = 100;
+
+/// Whether `k` is a readout subspace dimension of a `d`-wide model, `0 < k < d`: the one rule
+/// every check of `k` applies (a supplied basis, `W_U` and `k`, `k_frac`, the study's
+/// sensitivity `k`s, the front ends' early checks).
+///
+/// ```
+/// assert!(repgeom_metrics::k_fits(100, 512));
+/// assert!(!repgeom_metrics::k_fits(0, 512) && !repgeom_metrics::k_fits(512, 512));
+/// ```
+pub fn k_fits(k: usize, d: usize) -> bool {
+    k > 0 && k < d
+}
+
+/// The `k` of a fraction `f` of the hidden size `d`, `round(f·d)` (halves away from zero), so
+/// that z is comparable across widths: the one formula of `k_frac` and of the study's
+/// `k_sensitivity`.
+///
+/// ```
+/// assert_eq!(repgeom_metrics::k_from_fraction(0.1, 512), 51);
+/// ```
+pub fn k_from_fraction(f: f64, d: usize) -> usize {
+    (f * d as f64).round() as usize
+}
+
 /// One layer's representation plus the shared, per-model precomputation (readout basis, null
 /// bases) and lazily cached per-layer work (centring, singular values, CCR-corrected
 /// matrices) that several metrics, and every pair the layer is part of, reuse.
@@ -393,7 +421,7 @@ pub(crate) fn check_unembedding(
             right: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
         });
     }
-    if k == 0 || k >= d {
+    if !k_fits(k, d) {
         return Err(Error::InvalidOption {
             name: "k".into(),
             value: k.to_string(),
@@ -441,7 +469,7 @@ pub(crate) fn check_basis_shape(
         });
     }
     let k = basis.ncols();
-    if k == 0 || k >= d {
+    if !k_fits(k, d) {
         return Err(Error::InvalidOption {
             name: "k".into(),
             value: k.to_string(),

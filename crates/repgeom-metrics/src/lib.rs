@@ -62,11 +62,15 @@ mod value;
 pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
 pub use cross::{CkaLinear, DistanceSpearman, tied_fraction};
 pub use error::{Error, Result};
-pub use input::{Acts, LayerInput, MIN_POINTS, PairInput, Readout, layer_pairs, numerical_rank};
+pub use input::{
+    Acts, DEFAULT_K, LayerInput, MIN_POINTS, PairInput, Readout, k_fits, k_from_fraction,
+    layer_pairs, numerical_rank,
+};
 pub use knn::{Cknna, MutualKnn};
 pub use params::{PgaParams, ValidPgaParams};
 pub use pc_share::PcReadoutShare;
-pub use pga_metric::{Pga, parse_size};
+pub use pga::parse_size;
+pub use pga_metric::Pga;
 pub use pga_spectrum::PgaSpectrum;
 pub use registry::{
     AnalysisParams, Metric, PairMetric, all_metrics, all_pair_metrics, metric, metric_from_config,

@@ -16,35 +16,38 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::input::NullSource;
 pub use crate::input::{Acts, Readout};
-use crate::pga::{EngineOptions, PgaResult};
+use crate::pga::PgaResult;
 use crate::pga_metric::{Hooks, ModelInput, ModelLayer, Pga};
 
-/// Unchecked parameters of a Subspace PGA call. `Default` is the command line's defaults:
-/// `k = 100`, CCR-1, 100 null draws from seed 0, exact (all pairs) and no memory budget.
+/// Unchecked parameters of a Subspace PGA call: the readout's `k` and the null's `n_null`
+/// and `seed`, then the one set of PGA options ([`Pga`], written inline: `ccr`, `distance`,
+/// `max_pairs`, `max_memory`, `null`, `spectrum_tol`, `bootstrap`). `Default` is the command
+/// line's defaults: `k = 100` ([`crate::DEFAULT_K`]), CCR-1, 100 null draws from seed 0, exact
+/// (all pairs) and no memory budget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PgaParams {
     /// Readout subspace dimension `k` (top-`k` right singular vectors of `W_U`). Ignored when
     /// the readout is given as a basis, whose column count is `k`.
     pub k: usize,
-    /// Principal directions removed before measuring (CCR-`c`).
-    pub ccr: usize,
     /// Number of random subspaces in the null (at least 2).
     pub n_null: usize,
-    /// Seed of the null draws and of the pair sample.
+    /// Seed of the null draws and of the pair sample (the options' `pair_seed` stays 0: the
+    /// pair sample is seeded from here, as every front end does).
     pub seed: u64,
-    /// Memory budget and pair sampling of the engine.
-    pub engine: EngineOptions,
+    /// The PGA options: one result per CCR level in `pga.ccr`.
+    #[serde(flatten)]
+    pub pga: Pga,
 }
 
 impl Default for PgaParams {
     fn default() -> Self {
+        let null = NullParams::default();
         Self {
-            k: 100,
-            ccr: 1,
-            n_null: 100,
-            seed: 0,
-            engine: EngineOptions::default(),
+            k: crate::DEFAULT_K,
+            n_null: null.n_null,
+            seed: null.seed,
+            pga: Pga::default(),
         }
     }
 }
@@ -65,8 +68,6 @@ pub struct PgaExtras<'a> {
     pub label: Option<&'a str>,
     /// Called once per finished null draw (from worker threads).
     pub on_draw: Option<&'a (dyn Fn() + Sync)>,
-    /// Several CCR levels sharing one eigendecomposition, one result each, instead of `ccr`.
-    pub ccr_levels: Option<&'a [usize]>,
 }
 
 impl std::fmt::Debug for PgaExtras<'_> {
@@ -75,7 +76,6 @@ impl std::fmt::Debug for PgaExtras<'_> {
             .field("null", &self.null.map(NullBases::len))
             .field("label", &self.label)
             .field("on_draw", &self.on_draw.is_some())
-            .field("ccr_levels", &self.ccr_levels)
             .finish()
     }
 }
@@ -102,7 +102,15 @@ impl PgaParams {
             seed: self.seed,
         }
         .check()?;
-        crate::pga::check_max_pairs(self.engine.max_pairs)?;
+        crate::Metric::check(&self.pga)?;
+        if self.pga.engine.pair_seed != 0 {
+            return Err(Error::InvalidOption {
+                name: "pair_seed".into(),
+                value: self.pga.engine.pair_seed.to_string(),
+                reason: "the one-call API seeds the pair sample from `seed`; leave pair_seed at 0"
+                    .into(),
+            });
+        }
         Ok(ValidPgaParams {
             params: self,
             par: Par::rayon(0),
@@ -123,12 +131,13 @@ impl ValidPgaParams {
         self
     }
 
-    /// Subspace PGA of one layer (`N × d`) at CCR-`ccr` against `n_null` random subspaces drawn
-    /// from `seed`.
+    /// Subspace PGA of one layer (`N × d`) at the first CCR level of `pga.ccr` against
+    /// `n_null` random subspaces drawn from `seed`.
     ///
     /// ```
     /// use repgeom_linalg::Mat;
     /// use repgeom_metrics::params::{PgaParams, Readout};
+    /// use repgeom_metrics::Pga;
     ///
     /// // 40 points in 8 dimensions whose distances live in the first two coordinates.
     /// let acts = Mat::<f32>::from_fn(40, 8, |i, j| match j {
@@ -138,7 +147,7 @@ impl ValidPgaParams {
     /// });
     /// // The readout basis: the first two coordinate axes.
     /// let basis = Mat::<f64>::from_fn(8, 2, |i, j| if i == j { 1.0 } else { 0.0 });
-    /// let params = PgaParams { k: 2, ccr: 0, n_null: 20, ..PgaParams::default() }.check()?;
+    /// let params = PgaParams { k: 2, n_null: 20, pga: Pga { ccr: vec![0], ..Pga::default() }, ..PgaParams::default() }.check()?;
     /// let r = params.run(acts.as_ref(), Readout::Basis(basis.as_ref()))?;
     /// assert_eq!((r.n_points, r.d, r.k, r.null_rhos.len()), (40, 8, 2, 20));
     /// assert!(r.rho_readout > r.summary.null_mean);
@@ -150,6 +159,7 @@ impl ValidPgaParams {
     /// ```
     /// use ndarray::Array2;
     /// use repgeom_metrics::params::{PgaParams, Readout};
+    /// use repgeom_metrics::Pga;
     ///
     /// let acts = Array2::<f64>::from_shape_fn((40, 8), |(i, j)| match j {
     ///     0 => (i as f64 * 0.37).sin(),
@@ -157,7 +167,7 @@ impl ValidPgaParams {
     ///     _ => 0.01 * ((i * 7 + j * 3) % 5) as f64,
     /// });
     /// let basis = Array2::<f64>::from_shape_fn((8, 2), |(i, j)| if i == j { 1.0 } else { 0.0 });
-    /// let params = PgaParams { k: 2, ccr: 0, n_null: 20, ..PgaParams::default() }.check()?;
+    /// let params = PgaParams { k: 2, n_null: 20, pga: Pga { ccr: vec![0], ..Pga::default() }, ..PgaParams::default() }.check()?;
     /// let r = params.run(&acts, Readout::NdBasis(basis.view()))?;
     /// // A transposed (column-major) view is copied once and gives the same numbers.
     /// let t = acts.t().to_owned();
@@ -171,24 +181,26 @@ impl ValidPgaParams {
         Ok(all.remove(0))
     }
 
-    /// [`ValidPgaParams::run`] with the optional extras: one result per CCR level (`ccr`
-    /// alone unless `extras.ccr_levels` is given).
+    /// [`ValidPgaParams::run`] with the optional extras: the readout basis used and one result
+    /// per CCR level of `pga.ccr`, in that order (each with its bootstrap interval when
+    /// `pga.bootstrap` asks for one).
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// use repgeom_linalg::Mat;
     /// use repgeom_metrics::params::{PgaExtras, PgaParams, Readout};
+    /// use repgeom_metrics::Pga;
     ///
     /// let acts = Mat::<f64>::from_fn(30, 6, |i, j| ((i * 31 + j * 17) % 11) as f64 - 5.0);
     /// let w_u = Mat::<f32>::from_fn(50, 6, |i, j| ((i * 13 + j * 7) % 9) as f32 - 4.0);
-    /// let params = PgaParams { k: 2, n_null: 10, ..PgaParams::default() }.check()?;
+    /// let pga = Pga { ccr: vec![0, 1], ..Pga::default() };
+    /// let params = PgaParams { k: 2, n_null: 10, pga, ..PgaParams::default() }.check()?;
     /// let draws = AtomicUsize::new(0);
     /// let extras = PgaExtras {
     ///     label: Some("toy layer"),
     ///     on_draw: Some(&|| {
     ///         draws.fetch_add(1, Ordering::Relaxed);
     ///     }),
-    ///     ccr_levels: Some(&[0, 1]),
     ///     ..PgaExtras::default()
     /// };
     /// let rs = params.run_with(acts.as_ref(), Readout::Unembedding(w_u.as_ref()), &extras)?;
@@ -245,21 +257,9 @@ impl ValidPgaParams {
         let acts = acts.into().as_f32(&mut converted);
         let (mut w_copy, mut basis_copy) = (None, None);
         let readout = Readout::from(readout.view(&mut w_copy, &mut basis_copy));
-        let levels = [self.params.ccr];
-        let levels = extras.ccr_levels.unwrap_or(&levels);
-        let engine = &self.params.engine;
-        let pga = Pga {
-            ccr: levels.to_vec(),
-            distance: engine.distance,
-            max_pairs: engine.max_pairs,
-            pair_seed: self.params.seed,
-            max_memory: engine.max_memory,
-            bootstrap: None,
-            null: engine.null,
-            spectrum_tol: engine
-                .spectrum_tol
-                .unwrap_or(repgeom_null::DEFAULT_SPECTRUM_TOL),
-        };
+        let mut pga = self.params.pga.clone();
+        pga.engine.pair_seed = self.params.seed;
+        let levels = &self.params.pga.ccr;
         let input = ModelInput {
             layers: vec![ModelLayer {
                 layer: 0,

@@ -32,10 +32,7 @@ use crate::error::{Error, Result};
 
 /// Fewest points for which PGA is defined: the registry's one limit for every metric.
 pub use crate::input::MIN_POINTS;
-use crate::input::{
-    check_acts_values, check_basis_shape, check_basis_values, check_enough_points,
-    check_no_zero_rows,
-};
+use crate::input::{check_acts_values, check_basis_shape, check_basis_values, check_enough_points};
 
 /// The result of Subspace PGA on one layer at one CCR level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,26 +154,121 @@ pub fn assign_q_values(results: &mut [&mut PgaResult]) {
 /// How the engine may spend memory, whether it samples pairs, and which null it draws.
 /// `max_memory` changes nothing that is estimated; `max_pairs` changes the exact statistic into
 /// an estimate with a stated standard error; `distance` and `null` change the question asked.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Embedded once, in [`crate::Pga`] (its fields are written inline there); the engine's
+/// functions take them from it ([`crate::Pga::engine_with`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineOptions {
-    /// Bytes the engine may use. Null draws then run on as many workers as fit (at least one);
-    /// if not even one fits, the call fails before allocating and suggests `max_pairs`.
-    pub max_memory: Option<u64>,
-    /// Estimate every Spearman correlation on one seeded sample of this many distinct pairs,
-    /// shared by the readout and all null draws, instead of all $N(N-1)/2$ pairs.
-    pub max_pairs: Option<usize>,
-    /// Seed of the pair sample.
-    pub pair_seed: u64,
-    /// The pairwise distance (default cosine).
+    /// Pairwise distance: `cosine` (default) or `euclidean`.
     pub distance: Distance,
-    /// The null: Haar (default) or the spectrum-matched draws, matched per CCR level from the
+    /// Estimate every Spearman correlation on one seeded sample of this many distinct pairs,
+    /// shared by the readout and all null draws, instead of all $N(N-1)/2$ pairs (`None`: all;
+    /// at least [`MIN_PAIRS`]).
+    pub max_pairs: Option<usize>,
+    /// Seed of the pair sample (`repgeom pga`, the study and `repgeom.pga` set it to the
+    /// null's seed).
+    pub pair_seed: u64,
+    /// Bytes the engine may use (`None`: the run's budget, which every front end sets to half
+    /// the machine's memory, `repgeom_io::default_memory_budget`). Null draws then run on as
+    /// many workers as fit (at least one); if not even one fits, the call fails before
+    /// allocating and suggests `max_pairs`. Never changes a number. Written as bytes or as a
+    /// size (`"4GiB"`, `"512MiB"`, `"1.5GB"`: [`parse_size`], the one parser of sizes of
+    /// every front end).
+    #[serde(deserialize_with = "size_or_bytes")]
+    pub max_memory: Option<u64>,
+    /// The null: `haar` (default) or `spectrum`, the draws matched per CCR level from the
     /// Haar bases passed in (see [`repgeom_null::spectrum_matched`]).
     pub null: NullKind,
-    /// Relative tolerance of the spectrum-matched null on each draw's captured variance
-    /// (default [`repgeom_null::DEFAULT_SPECTRUM_TOL`]); ignored for the Haar null.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spectrum_tol: Option<f64>,
+    /// Relative tolerance of the spectrum-matched null on each draw's captured variance, in
+    /// (0, 1) (default [`repgeom_null::DEFAULT_SPECTRUM_TOL`]); unused under Haar.
+    pub spectrum_tol: f64,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            distance: Distance::Cosine,
+            max_pairs: None,
+            pair_seed: 0,
+            max_memory: None,
+            null: NullKind::Haar,
+            spectrum_tol: repgeom_null::DEFAULT_SPECTRUM_TOL,
+        }
+    }
+}
+
+impl EngineOptions {
+    /// The rules of these options: `max_pairs` at least [`MIN_PAIRS`], `spectrum_tol` in
+    /// (0, 1).
+    pub fn check(&self) -> Result<()> {
+        if !(self.spectrum_tol > 0.0 && self.spectrum_tol < 1.0) {
+            return Err(Error::InvalidOption {
+                name: "spectrum_tol".into(),
+                value: self.spectrum_tol.to_string(),
+                reason: "the relative tolerance must lie in (0, 1)".into(),
+            });
+        }
+        check_max_pairs(self.max_pairs)
+    }
+}
+
+/// Parses a size in bytes: a number with an optional unit, binary (`K`/`KiB`, `M`/`MiB`,
+/// `G`/`GiB`, `T`/`TiB`) or decimal (`kB`, `MB`, `GB`, `TB`), case-insensitive. The one parser
+/// of sizes: `--max-memory`, a manifest's `max_memory` and Python's `max_memory` all read
+/// through it.
+///
+/// ```
+/// use repgeom_metrics::parse_size;
+/// assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+/// assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+/// assert_eq!(parse_size("1.5GB"), Ok(1_500_000_000));
+/// assert_eq!(parse_size("1048576"), Ok(1 << 20));
+/// assert!(parse_size("4QB").is_err());
+/// ```
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: expected e.g. 4GiB"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0f64.powi(2),
+        "g" | "gib" => 1024.0f64.powi(3),
+        "t" | "tib" => 1024.0f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => {
+            return Err(format!(
+                "bad size unit {other:?} in {s:?}: use B, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    Ok((value * mult) as u64)
+}
+
+/// `max_memory` as bytes (a number) or a size ([`parse_size`]).
+pub(crate) fn size_or_bytes<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Option::<Size>::deserialize(d)? {
+        None => Ok(None),
+        Some(Size::Bytes(n)) => Ok(Some(n)),
+        Some(Size::Text(t)) => parse_size(&t).map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 /// Bytes the exact engine needs for `n` points in `d` dimensions with `k`-dimensional
@@ -216,30 +308,6 @@ pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str
     check_basis_shape(acts.nrows(), acts.ncols(), basis, what)?;
     check_acts_values(acts, what)?;
     check_basis_values(basis, what)
-}
-
-/// [`pga_ccr_sweep_with`] on a [`LayerInput`](crate::LayerInput) with its readout and null
-/// bases attached: the input was validated when it was built (points, finiteness, the basis'
-/// shape and `k`, the null's shape), so only what PGA adds is checked here (no point at the
-/// origin, the CCR level). The `pga` registry metric's way into the engine.
-pub fn pga_layer(
-    input: &crate::LayerInput<'_>,
-    ccrs: &[usize],
-    on_draw: &(dyn Fn() + Sync),
-    opts: &EngineOptions,
-) -> Result<Vec<PgaResult>> {
-    let (acts, what) = (input.acts(), input.what());
-    check_no_zero_rows(acts, what)?;
-    sweep_validated(
-        acts,
-        input.readout_basis("pga")?,
-        input.null("pga")?,
-        ccrs,
-        what,
-        input.par(),
-        on_draw,
-        opts,
-    )
 }
 
 /// Subspace PGA of one layer at each CCR level in `ccrs`, sharing the centring and one
@@ -360,7 +428,7 @@ pub fn pga_ccr_sweep_overlapped<E: From<Error> + Send>(
     }
 }
 
-/// The engine behind [`pga_ccr_sweep_with`] and [`pga_layer`], once the inputs are valid.
+/// The engine behind [`pga_ccr_sweep_with`], once the inputs are valid.
 fn sweep_validated(
     acts: MatRef<'_, f32>,
     readout_basis: MatRef<'_, f64>,
@@ -529,9 +597,7 @@ fn sweep(
             let matched32 = match opts.null {
                 NullKind::Haar => None,
                 NullKind::Spectrum => {
-                    let tol = opts
-                        .spectrum_tol
-                        .unwrap_or(repgeom_null::DEFAULT_SPECTRUM_TOL);
+                    let tol = opts.spectrum_tol;
                     let m = repgeom_null::spectrum_matched(
                         null,
                         corrected.as_ref(),

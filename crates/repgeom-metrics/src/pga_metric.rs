@@ -13,7 +13,7 @@ use crate::input::{
 };
 use crate::pga::{
     BootstrapOptions, BootstrapUnit, EngineOptions, NullKind, PgaResult, assign_q_values,
-    bootstrap_ci, pga_ccr_sweep_overlapped, pga_layer,
+    bootstrap_ci, pga_ccr_sweep_overlapped,
 };
 use crate::registry::Metric;
 use crate::value::{MetricInfo, MetricValue, OptionDoc};
@@ -21,47 +21,94 @@ use crate::value::{MetricInfo, MetricValue, OptionDoc};
 /// Subspace PGA (defined in docs/pga.md): z of the readout's distance preservation against
 /// random subspaces, at one or several CCR levels sharing one eigendecomposition.
 ///
-/// The engine's limits (`max_pairs`, `max_memory`) and the sequence bootstrap are options of the
-/// metric, so a study manifest or a Python call reaches everything `repgeom pga` does.
+/// The one set of PGA options: the CCR levels, the engine's ([`EngineOptions`], embedded
+/// once; written inline as `distance`, `max_pairs`, `pair_seed`, `max_memory`, `null`,
+/// `spectrum_tol`) and the sequence bootstrap, so `repgeom pga`'s flags, a study manifest's
+/// `[analysis]`, the `pga` metric's JSON and a Python call all fill this struct, and
+/// [`Metric::check`] on it is where their rules live. [`Pga::run_model`] runs it over a
+/// model's layers; the per-layer metric is a one-layer case of that run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(from = "PgaKeys", into = "PgaKeys")]
 pub struct Pga {
     /// CCR levels (principal directions removed first); several levels form a sweep.
     pub ccr: Vec<usize>,
-    /// Pairwise distance: `cosine` (default) or `euclidean`.
-    pub distance: crate::pga::Distance,
-    /// Estimate each Spearman correlation on a seeded sample of this many pairs (`None`: all).
-    pub max_pairs: Option<usize>,
-    /// Seed of the pair sample (`repgeom pga`, the study and `repgeom.pga` set it to the
-    /// null's seed).
-    pub pair_seed: u64,
-    /// Bytes the engine may use (`None`: the run's budget, which every front end sets to half
-    /// the machine's memory, `repgeom_io::default_memory_budget`); fewer null draws then run
-    /// at once. Never changes a number. Written as bytes or as a size (`"4GiB"`, `"512MiB"`,
-    /// `"1.5GB"`: [`parse_size`], the one parser of sizes of every front end).
-    #[serde(deserialize_with = "size_or_bytes")]
-    pub max_memory: Option<u64>,
+    /// The engine's options: distance, pair sample, memory budget, null (written inline).
+    pub engine: EngineOptions,
     /// Percentile bootstrap over sequences (points when the input has no sequence ids), with
     /// the null bases held fixed: rows `pga_z_lo`, `pga_z_hi`, `rho_readout_lo`,
     /// `rho_readout_hi`. Off when `None`.
     pub bootstrap: Option<BootstrapOptions>,
-    /// The null: `haar` (default) or `spectrum` (variants `ccrC_spectrum`).
-    pub null: NullKind,
-    /// Relative tolerance of the spectrum-matched null (default 0.01; unused under Haar).
-    pub spectrum_tol: f64,
 }
 
 impl Default for Pga {
     fn default() -> Self {
         Self {
             ccr: vec![1],
-            distance: crate::pga::Distance::Cosine,
-            max_pairs: None,
-            pair_seed: 0,
-            max_memory: None,
+            engine: EngineOptions::default(),
             bootstrap: None,
-            null: NullKind::Haar,
-            spectrum_tol: repgeom_null::DEFAULT_SPECTRUM_TOL,
+        }
+    }
+}
+
+/// [`Pga`] as it is written (JSON, TOML, a manifest's `[analysis]`): every option one flat
+/// key, in this order, an unknown key refused with the list of known ones. The conversions
+/// both ways name every field, so the compiler keeps this list and the struct in step.
+#[derive(Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct PgaKeys {
+    ccr: Vec<usize>,
+    distance: crate::pga::Distance,
+    max_pairs: Option<usize>,
+    pair_seed: u64,
+    #[serde(deserialize_with = "crate::pga::size_or_bytes")]
+    max_memory: Option<u64>,
+    bootstrap: Option<BootstrapOptions>,
+    null: NullKind,
+    spectrum_tol: f64,
+}
+
+impl Default for PgaKeys {
+    fn default() -> Self {
+        Pga::default().into()
+    }
+}
+
+impl From<Pga> for PgaKeys {
+    fn from(p: Pga) -> Self {
+        let EngineOptions {
+            distance,
+            max_pairs,
+            pair_seed,
+            max_memory,
+            null,
+            spectrum_tol,
+        } = p.engine;
+        Self {
+            ccr: p.ccr,
+            distance,
+            max_pairs,
+            pair_seed,
+            max_memory,
+            bootstrap: p.bootstrap,
+            null,
+            spectrum_tol,
+        }
+    }
+}
+
+impl From<PgaKeys> for Pga {
+    fn from(k: PgaKeys) -> Self {
+        Self {
+            ccr: k.ccr,
+            engine: EngineOptions {
+                distance: k.distance,
+                max_pairs: k.max_pairs,
+                pair_seed: k.pair_seed,
+                max_memory: k.max_memory,
+                null: k.null,
+                spectrum_tol: k.spectrum_tol,
+            },
+            bootstrap: k.bootstrap,
         }
     }
 }
@@ -71,12 +118,8 @@ impl Pga {
     /// `budget` (the run's, e.g. [`LayerInput::memory_budget`]).
     pub fn engine_with(&self, budget: Option<u64>) -> EngineOptions {
         EngineOptions {
-            max_memory: self.max_memory.or(budget),
-            max_pairs: self.max_pairs,
-            pair_seed: self.pair_seed,
-            distance: self.distance,
-            null: self.null,
-            spectrum_tol: Some(self.spectrum_tol),
+            max_memory: self.engine.max_memory.or(budget),
+            ..self.engine.clone()
         }
     }
 
@@ -138,13 +181,7 @@ impl Metric for Pga {
     }
 
     fn check(&self) -> Result<()> {
-        if !(self.spectrum_tol > 0.0 && self.spectrum_tol < 1.0) {
-            return Err(Error::InvalidOption {
-                name: "spectrum_tol".into(),
-                value: self.spectrum_tol.to_string(),
-                reason: "the relative tolerance must lie in (0, 1)".into(),
-            });
-        }
+        self.engine.check()?;
         if self.ccr.is_empty() {
             return Err(Error::InvalidOption {
                 name: "ccr".into(),
@@ -152,7 +189,6 @@ impl Metric for Pga {
                 reason: "give at least one CCR level".into(),
             });
         }
-        crate::pga::check_max_pairs(self.max_pairs)?;
         if let Some(b) = &self.bootstrap {
             b.check()?;
         }
@@ -169,36 +205,42 @@ impl Metric for Pga {
         Ok(())
     }
 
+    /// One layer through [`Pga::run_model`] (the layer's readout basis and null bases
+    /// supplied), so the metric and a model's run share one body, the bootstrap included.
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
-        self.check()?;
         let basis = input.readout_basis("pga")?;
         let null = input.null("pga")?;
-        let engine = self.engine_with(input.memory_budget());
-        let results = pga_layer(input, &self.ccr, &|| {}, &engine)?;
-        let cis = match &self.bootstrap {
-            Some(boot) => Some(bootstrap_ci(
-                input.acts(),
-                basis,
-                null,
-                &self.ccr,
-                input.sequences(),
-                input.what(),
-                input.par(),
-                &engine,
-                boot,
-            )?),
-            None => None,
-        };
+        let run = self.run_model(
+            &ModelInput {
+                layers: vec![ModelLayer {
+                    layer: 0,
+                    acts: input.acts(),
+                    what: input.what().to_owned(),
+                }],
+                readout: Readout::Basis(basis),
+                ks: vec![basis.ncols()],
+                null: NullSource::Given(null),
+                sequences: input.sequences(),
+                memory_budget: input.memory_budget(),
+            },
+            input.par(),
+            &Hooks::default(),
+        )?;
+        // Rows in the order the levels were asked for (the run sorts them by level).
+        let results: Vec<&PgaResult> = (self.ccr.iter())
+            .filter_map(|&c| run.rows.iter().find(|r| r.result.ccr == c))
+            .map(|r| &r.result)
+            .collect();
         let mut out = Vec::with_capacity(10 * results.len());
-        for r in &results {
-            let variant = Self::variant(self.null, r.ccr);
+        for &r in &results {
+            let variant = Self::variant(self.engine.null, r.ccr);
             let summary = r.summary;
             let mut z = MetricValue::new("pga_z", &variant, summary.z)
                 .with_null(&summary)
                 .with_extra("rho_readout", r.rho_readout)
                 .with_extra("k", r.k as f64)
                 .with_extra("n_null", r.null_rhos.len() as f64);
-            if self.null != NullKind::Haar {
+            if self.engine.null != NullKind::Haar {
                 z = z
                     .with_extra("captured_variance_readout", r.captured_variance_readout)
                     .with_extra("captured_variance_null_mean", r.captured_variance_null_mean)
@@ -216,7 +258,7 @@ impl Metric for Pga {
             out.push(MetricValue::new("pga_p_two_sided", &variant, r.p_two_sided));
             out.push(MetricValue::new("pga_p_lower", &variant, r.p_lower));
             out.push(MetricValue::new("pga_z_se", &variant, r.z_se));
-            if let Some(ci) = cis.as_ref().map(|c| c[out_index(&self.ccr, r.ccr)]) {
+            if let Some(ci) = r.bootstrap {
                 let by_sequence = f64::from(u8::from(ci.unit == BootstrapUnit::Sequences));
                 for (name, v) in [
                     ("pga_z_lo", ci.z_lo),
@@ -235,7 +277,7 @@ impl Metric for Pga {
             // What the spectrum null matched: the readout's share of the layer's variance, with
             // the null draws' mean and sd in the null columns. Left out under the Haar null so
             // that existing tables keep their rows (the CLI reports it for both nulls).
-            if self.null != NullKind::Haar {
+            if self.engine.null != NullKind::Haar {
                 let mut v = MetricValue::new(
                     "pga_captured_variance",
                     &variant,
@@ -247,69 +289,6 @@ impl Metric for Pga {
             }
         }
         Ok(out)
-    }
-}
-
-/// Position of CCR level `ccr` in `levels` (the sweep returns one result per level, in order).
-fn out_index(levels: &[usize], ccr: usize) -> usize {
-    levels.iter().position(|&c| c == ccr).unwrap_or(0)
-}
-
-/// Parses a size in bytes: a number with an optional unit, binary (`K`/`KiB`, `M`/`MiB`,
-/// `G`/`GiB`, `T`/`TiB`) or decimal (`kB`, `MB`, `GB`, `TB`), case-insensitive. The one parser
-/// of sizes: `--max-memory`, a manifest's `max_memory` and Python's `max_memory` all read
-/// through it.
-///
-/// ```
-/// use repgeom_metrics::parse_size;
-/// assert_eq!(parse_size("1MiB"), Ok(1 << 20));
-/// assert_eq!(parse_size("4GiB"), Ok(4 << 30));
-/// assert_eq!(parse_size("1.5GB"), Ok(1_500_000_000));
-/// assert_eq!(parse_size("1048576"), Ok(1 << 20));
-/// assert!(parse_size("4QB").is_err());
-/// ```
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("bad size {s:?}: expected e.g. 4GiB"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0f64.powi(2),
-        "g" | "gib" => 1024.0f64.powi(3),
-        "t" | "tib" => 1024.0f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => {
-            return Err(format!(
-                "bad size unit {other:?} in {s:?}: use B, KiB, MiB, GiB or TiB"
-            ));
-        }
-    };
-    Ok((value * mult) as u64)
-}
-
-/// `max_memory` as bytes (a number) or a size ([`parse_size`]).
-fn size_or_bytes<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Size {
-        Bytes(u64),
-        Text(String),
-    }
-    match Option::<Size>::deserialize(d)? {
-        None => Ok(None),
-        Some(Size::Bytes(n)) => Ok(Some(n)),
-        Some(Size::Text(t)) => parse_size(&t).map(Some).map_err(serde::de::Error::custom),
     }
 }
 

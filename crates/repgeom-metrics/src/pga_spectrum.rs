@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::input::LayerInput;
-use crate::pga::{Distance, NullKind};
+use crate::pga::{Distance, EngineOptions, NullKind};
 use crate::pga_metric::Pga;
 use crate::registry::Metric;
 use crate::value::{MetricInfo, MetricValue, OptionDoc};
@@ -41,9 +41,12 @@ impl PgaSpectrum {
     fn as_pga(&self) -> Pga {
         Pga {
             ccr: self.ccr.clone(),
-            distance: Distance::Cosine,
-            null: NullKind::Spectrum,
-            spectrum_tol: self.spectrum_tol,
+            engine: EngineOptions {
+                distance: Distance::Cosine,
+                null: NullKind::Spectrum,
+                spectrum_tol: self.spectrum_tol,
+                ..EngineOptions::default()
+            },
             ..Pga::default()
         }
     }

@@ -316,7 +316,7 @@ pub struct AnalysisParams {
 impl Default for AnalysisParams {
     fn default() -> Self {
         Self {
-            k: 100,
+            k: crate::DEFAULT_K,
             null: repgeom_null::NullParams::default(),
             metrics: Vec::new(),
             pair_metrics: Vec::new(),

@@ -473,3 +473,33 @@ fn layer_input_computes_each_ccr_level_once() {
         assert!(*first == want, "CCR-{c} differs from repgeom_linalg::ccr");
     }
 }
+
+/// The one-call API's parameters are written with the same flat keys as the `pga` metric and
+/// a manifest's `[analysis]`; an unknown key is refused.
+#[test]
+fn pga_params_read_the_pga_options_inline() {
+    let p: crate::PgaParams =
+        serde_json::from_str(r#"{"k": 5, "n_null": 20, "ccr": [0, 2], "max_pairs": 400}"#)
+            .unwrap();
+    assert_eq!((p.k, p.n_null, p.pga.ccr.clone()), (5, 20, vec![0, 2]));
+    assert_eq!(p.pga.engine.max_pairs, Some(400));
+    let back: crate::PgaParams =
+        serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+    assert_eq!(back, p);
+    let err = serde_json::from_str::<crate::PgaParams>(r#"{"k": 5, "max_pair": 400}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_pair"), "{err}");
+    assert!(p.clone().check().is_ok());
+    let seeded = crate::PgaParams {
+        pga: crate::Pga {
+            engine: crate::pga::EngineOptions {
+                pair_seed: 3,
+                ..Default::default()
+            },
+            ..crate::Pga::default()
+        },
+        ..p
+    };
+    assert!(seeded.check().is_err());
+}

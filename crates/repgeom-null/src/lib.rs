@@ -104,10 +104,14 @@ pub struct NullParams {
     pub seed: u64,
 }
 
+/// The null's size where a run does not choose one: every front end (`--n-null`, a manifest's
+/// `n_null`, Python's `n_null`) reads it from here.
+pub const DEFAULT_N_NULL: usize = 100;
+
 impl Default for NullParams {
     fn default() -> Self {
         Self {
-            n_null: 100,
+            n_null: DEFAULT_N_NULL,
             seed: 0,
         }
     }

@@ -83,10 +83,10 @@ pub struct ExtractSpec {
 }
 
 fn default_n_points() -> usize {
-    2048
+    repgeom_extract::DEFAULT_N_POINTS
 }
 fn default_seq_len() -> usize {
-    256
+    repgeom_extract::DEFAULT_SEQ_LEN
 }
 fn default_batch_size() -> usize {
     repgeom_extract::DEFAULT_BATCH_SIZE
@@ -476,7 +476,7 @@ impl Analysis {
     pub fn pga(&self) -> Pga {
         let mut p = self.pga.options.clone();
         if !self.pga.given("pair_seed") {
-            p.pair_seed = self.seed;
+            p.engine.pair_seed = self.seed;
         }
         let boot_seed_given = self
             .pga
@@ -493,7 +493,7 @@ impl Analysis {
     /// `k_frac` is set, else `k`.
     pub fn k_for(&self, d: u32) -> usize {
         match self.k_frac {
-            Some(f) => (f * f64::from(d)).round() as usize,
+            Some(f) => repgeom_metrics::k_from_fraction(f, d as usize),
             None => self.k,
         }
     }
@@ -541,8 +541,8 @@ impl Analysis {
 impl Default for Analysis {
     fn default() -> Self {
         Self {
-            k: 100,
-            n_null: 100,
+            k: repgeom_metrics::DEFAULT_K,
+            n_null: repgeom_null::DEFAULT_N_NULL,
             seed: 0,
             spectral: vec![
                 "rankme".into(),
@@ -829,7 +829,7 @@ impl Manifest {
             }
         }
         let p = a.pga();
-        if a.pga.given("spectrum_tol") && p.null != repgeom_null::NullKind::Spectrum {
+        if a.pga.given("spectrum_tol") && p.engine.null != repgeom_null::NullKind::Spectrum {
             return Err(bad(
                 "analysis.spectrum_tol",
                 "applies to the spectrum null only; set null = \"spectrum\" or drop it".into(),

@@ -171,8 +171,8 @@ impl ModelInfo {
         let d = self.d as usize;
         let mut ks: Vec<usize> = fractions
             .iter()
-            .map(|f| (f * self.d as f64).round() as usize)
-            .filter(|&k| k > 0 && k < d && k != self.k)
+            .map(|&f| repgeom_metrics::k_from_fraction(f, d))
+            .filter(|&k| repgeom_metrics::k_fits(k, d) && k != self.k)
             .collect();
         ks.sort_unstable();
         ks.dedup();
@@ -544,11 +544,11 @@ impl Study {
             n_null: a.n_null,
             seed: a.seed,
             models,
-            distance: p.distance,
+            distance: p.engine.distance,
             readout_fold_norm: a.readout_fold_norm,
             readout_center: a.readout_center,
             // Pair sampling changes the numbers; the bootstrap adds rows.
-            max_pairs: p.max_pairs,
+            max_pairs: p.engine.max_pairs,
             bootstrap: p.bootstrap.as_ref().map(|b| {
                 if b.seed == a.seed && b.level == BootstrapOptions::default().level {
                     b.replicates.into()
@@ -561,11 +561,11 @@ impl Study {
             } else {
                 None
             },
-            null: p.null,
-            spectrum_tol: match p.null {
+            null: p.engine.null,
+            spectrum_tol: match p.engine.null {
                 repgeom_null::NullKind::Haar => None,
                 repgeom_null::NullKind::Spectrum => {
-                    a.pga.given("spectrum_tol").then_some(p.spectrum_tol)
+                    a.pga.given("spectrum_tol").then_some(p.engine.spectrum_tol)
                 }
             },
             pga: other_pga_options(&p, a.seed),
@@ -631,7 +631,7 @@ fn other_pga_options(p: &Pga, seed: u64) -> serde_json::Map<String, serde_json::
         .filter(|(k, v)| {
             !NAMED.contains(&k.as_str())
                 && defaults.get(k) != Some(v)
-                && !(k == "pair_seed" && p.pair_seed == seed)
+                && !(k == "pair_seed" && p.engine.pair_seed == seed)
         })
         .collect()
 }

@@ -426,11 +426,11 @@ fn planted_pga(push: &mut dyn FnMut(Check)) -> Result<()> {
                 sequences: None,
                 memory_budget: Some(repgeom_io::default_memory_budget()),
             };
-            let pga = Pga {
+            let mut pga = Pga {
                 ccr: vec![c],
-                null: kind,
                 ..Pga::default()
             };
+            pga.engine.null = kind;
             let r = pga
                 .run_model(&input, Par::Seq, &Hooks::default())?
                 .rows

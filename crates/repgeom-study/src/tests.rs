@@ -504,7 +504,7 @@ fn analysis_takes_the_pga_metrics_own_options() {
     let a = parse("seed = 3\npair_seed = 9\nbootstrap = { replicates = 50, seed = 4 }").unwrap();
     let p = a.pga();
     check(
-        p.pair_seed == 9 && p.bootstrap.unwrap().seed == 4,
+        p.engine.pair_seed == 9 && p.bootstrap.unwrap().seed == 4,
         "given seeds are kept",
     );
     assert_eq!(p.ccr, crate::STUDY_CCR.to_vec());
@@ -755,7 +755,7 @@ fn analysis_options_are_refused_up_front_with_the_librarys_rules() {
     let mut ok = small();
     ok.analysis = toml::from_str("max_pairs = 3\nmax_memory = \"1MiB\"").unwrap();
     ok.check("t.toml").unwrap();
-    assert_eq!(ok.analysis.pga().max_memory, Some(1 << 20));
+    assert_eq!(ok.analysis.pga().engine.max_memory, Some(1 << 20));
     let e = toml::from_str::<crate::Analysis>("max_memory = \"4QB\"").unwrap_err();
     check(e.to_string().contains("bad size unit"), &e.to_string());
 }

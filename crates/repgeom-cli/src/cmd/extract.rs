@@ -35,7 +35,7 @@ pub(crate) struct ExtractArgs {
     #[arg(long)]
     n_points: Option<usize>,
     /// Tokens per sequence (with --pool mean: the most tokens kept of one line).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = repgeom_extract::DEFAULT_SEQ_LEN)]
     seq_len: usize,
     /// Seed of the position sampler (and of the loss's sequence sample).
     #[arg(long, default_value_t = 0)]
@@ -86,7 +86,7 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
         PoolArg::Mean => Pool::Mean,
     };
     let n_points = match pool {
-        Pool::Tokens => Some(args.n_points.unwrap_or(2048)),
+        Pool::Tokens => Some(args.n_points.unwrap_or(repgeom_extract::DEFAULT_N_POINTS)),
         _ => args.n_points,
     };
     let params = ExtractParams {

@@ -8,7 +8,7 @@ use repgeom_metrics::analysis::{
     BASIS_TOL, Hooks, ModelInput, ModelLayer, ModelReadout, NullSource, PgaRow,
     check_readout_basis, k_values,
 };
-use repgeom_metrics::pga::{BootstrapOptions, BootstrapUnit, Distance, PgaResult};
+use repgeom_metrics::pga::{BootstrapOptions, BootstrapUnit, Distance, EngineOptions, PgaResult};
 use repgeom_metrics::{Metric as _, Pga};
 use repgeom_null::{NullBases, NullKind, NullParams};
 
@@ -37,7 +37,7 @@ pub(crate) struct PgaArgs {
     #[arg(long, conflicts_with = "readout_basis")]
     pub(crate) save_readout_basis: Option<PathBuf>,
     /// Readout subspace dimension; a list runs one row per k: -k 25,50,100,200.
-    #[arg(short = 'k', long, default_value = "100", value_delimiter = ',')]
+    #[arg(short = 'k', long, default_values_t = [repgeom_metrics::DEFAULT_K], value_delimiter = ',')]
     pub(crate) k: Vec<usize>,
     /// Readout subspace dimension as a fraction of the hidden size: k = round(f·d) (instead
     /// of -k), so that z is comparable across widths.
@@ -135,18 +135,20 @@ impl PgaArgs {
     fn options(&self) -> Pga {
         Pga {
             ccr: self.ccr.clone(),
-            distance: self.distance,
-            max_pairs: self.max_pairs,
-            // One seed for the null draws and the pair sample, as documented on --seed.
-            pair_seed: self.null_args.over(NullParams::default()).seed,
-            max_memory: self.max_memory,
+            engine: EngineOptions {
+                distance: self.distance,
+                max_pairs: self.max_pairs,
+                // One seed for the null draws and the pair sample, as documented on --seed.
+                pair_seed: self.null_args.over(NullParams::default()).seed,
+                max_memory: self.max_memory,
+                null: self.null,
+                spectrum_tol: self.spectrum_tol,
+            },
             bootstrap: self.bootstrap.map(|replicates| BootstrapOptions {
                 replicates,
                 seed: self.bootstrap_seed,
-                level: 0.95,
+                ..BootstrapOptions::default()
             }),
-            null: self.null,
-            spectrum_tol: self.spectrum_tol,
         }
     }
 }

@@ -3,5 +3,6 @@
 
 mod conformance;
 mod golden;
+mod layers;
 mod proptests;
 mod registry;
