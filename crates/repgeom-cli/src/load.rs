@@ -88,22 +88,13 @@ pub(crate) fn read_readout(
         ctx.note(note);
     }
     let m = &readout.matrix;
-    anyhow::ensure!(
-        m.cols == d,
-        "shape mismatch: activations {} have d = {d}, but readout {} tensor {} is [{}, {}]",
-        acts_path.display(),
-        path.display(),
-        readout.tensor,
-        m.rows,
-        m.cols
-    );
-    anyhow::ensure!(
-        repgeom_metrics::k_fits(k, d),
-        "k = {k} must satisfy 0 < k < d = {d} ({} tensor {} [{}, {}])",
-        path.display(),
-        readout.tensor,
-        m.rows,
-        m.cols
-    );
+    repgeom_metrics::check_readout_for(
+        repgeom_linalg::MatRef::from_row_major_slice(&m.data, m.rows, m.cols),
+        d,
+        k,
+        &acts_path.display().to_string(),
+        &path.display().to_string(),
+        &readout.tensor,
+    )?;
     Ok(readout.matrix)
 }

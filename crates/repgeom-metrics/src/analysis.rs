@@ -17,7 +17,7 @@ use repgeom_null::{NullBases, NullParams};
 
 use crate::calibrate::{CompareSettings, Comparison};
 use crate::error::{Error, Result};
-pub use crate::input::{BASIS_TOL, NullSource, Readout, check_readout_basis};
+pub use crate::input::{BASIS_TOL, NullSource, Readout, basis_from_array, check_readout_basis};
 use crate::input::{LayerInput, ReadoutView, check_unembedding, draw_null};
 pub use crate::pga_metric::{Hooks, ModelInput, ModelLayer, ModelPga, PgaRow};
 use crate::registry::PairMetric;

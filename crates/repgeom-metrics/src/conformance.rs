@@ -190,7 +190,7 @@ fn assert_close_values(a: &[MetricValue], b: &[MetricValue], name: &str) {
         for (field, vx, vy) in pairs {
             let tol = ROTATION_TOL * vx.abs().max(1.0);
             assert!(
-                (vx - vy).abs() <= tol,
+                repgeom_testkit::within(vx, vy, tol),
                 "{name} {} {field}: {vx} vs {vy} after rotation",
                 x.variant
             );

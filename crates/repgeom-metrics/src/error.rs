@@ -16,6 +16,41 @@ pub enum Error {
         /// Column of the first non-finite value.
         col: usize,
     },
+    /// A readout `W_U` whose width is not the activations' `d` (named as a front end loaded
+    /// them: [`crate::check_readout_for`]).
+    #[error(
+        "shape mismatch: activations {acts} have d = {d}, but readout {readout} tensor {tensor} is [{rows}, {cols}]"
+    )]
+    ReadoutWidth {
+        /// The activations (a file, an argument).
+        acts: String,
+        /// Their hidden size.
+        d: usize,
+        /// The readout (a file, a hub snapshot, an argument).
+        readout: String,
+        /// Its tensor's name.
+        tensor: String,
+        /// `W_U`'s rows.
+        rows: usize,
+        /// `W_U`'s columns.
+        cols: usize,
+    },
+    /// A readout dimension `k` outside `0 < k < d` ([`crate::check_readout_for`]).
+    #[error("k = {k} must satisfy 0 < k < d = {d} ({readout} tensor {tensor} [{rows}, {cols}])")]
+    ReadoutK {
+        /// The `k` asked for.
+        k: usize,
+        /// The hidden size.
+        d: usize,
+        /// The readout.
+        readout: String,
+        /// Its tensor's name.
+        tensor: String,
+        /// `W_U`'s rows.
+        rows: usize,
+        /// `W_U`'s columns.
+        cols: usize,
+    },
     /// Two inputs disagree in shape.
     #[error("{what}: shape mismatch: {left} vs {right}")]
     ShapeMismatch {

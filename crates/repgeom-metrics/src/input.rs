@@ -36,6 +36,88 @@ pub fn k_fits(k: usize, d: usize) -> bool {
     k > 0 && k < d
 }
 
+/// A `d × k` readout basis from an array read from a file or passed in (`shape`, row-major
+/// `data`): two-dimensional, `d` rows, orthonormal columns ([`check_readout_basis`]). The one
+/// reader of a supplied basis for the command line's `--readout-basis` and Python's
+/// `readout_is_basis`; `what` names the file or argument in the error.
+///
+/// ```
+/// use repgeom_metrics::analysis::basis_from_array;
+/// let axes = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]; // [3, 2]: the first two axes
+/// assert_eq!(basis_from_array(&[3, 2], &axes, 3, "basis.npy").unwrap().ncols(), 2);
+/// let err = basis_from_array(&[6], &axes, 3, "basis.npy").unwrap_err().to_string();
+/// assert!(err.contains("expected [3, k]"), "{err}");
+/// ```
+pub fn basis_from_array(shape: &[usize], data: &[f64], d: usize, what: &str) -> Result<Mat<f64>> {
+    let (rows, cols) = match shape {
+        &[rows, cols] if rows * cols == data.len() => (rows, cols),
+        _ => {
+            return Err(Error::ShapeMismatch {
+                what: format!("{what}: readout basis"),
+                left: format!("{shape:?}"),
+                right: format!("expected [{d}, k] to match the activations' d = {d}"),
+            });
+        }
+    };
+    let basis = Mat::<f64>::from_fn(rows, cols, |i, j| data[i * cols + j]);
+    check_readout_basis(basis.as_ref(), d, what)?;
+    Ok(basis)
+}
+
+/// A readout `W_U` as a front end loaded it, checked before any decomposition against the
+/// activations' `d` and the `k` asked for, every entry finite: the one check of the command
+/// line, Python and the study, its errors naming both inputs, the tensor and its shape
+/// ([`Error::ReadoutWidth`], [`Error::ReadoutK`], [`Error::NonFinite`]).
+///
+/// ```
+/// use repgeom_linalg::Mat;
+/// let w_u = Mat::<f32>::from_fn(50, 6, |i, j| (i + j) as f32);
+/// assert!(repgeom_metrics::check_readout_for(w_u.as_ref(), 6, 2, "acts.npy", "ckpt", "W_U").is_ok());
+/// let err = repgeom_metrics::check_readout_for(w_u.as_ref(), 8, 2, "acts.npy", "ckpt", "W_U");
+/// assert!(err.unwrap_err().to_string().starts_with("shape mismatch: activations acts.npy have d = 8"));
+/// ```
+pub fn check_readout_for(
+    w_u: MatRef<'_, f32>,
+    d: usize,
+    k: usize,
+    acts: &str,
+    readout: &str,
+    tensor: &str,
+) -> Result<()> {
+    let (rows, cols) = (w_u.nrows(), w_u.ncols());
+    let named = || (readout.to_owned(), tensor.to_owned());
+    if cols != d {
+        let (readout, tensor) = named();
+        return Err(Error::ReadoutWidth {
+            acts: acts.to_owned(),
+            d,
+            readout,
+            tensor,
+            rows,
+            cols,
+        });
+    }
+    if !k_fits(k, d) {
+        let (readout, tensor) = named();
+        return Err(Error::ReadoutK {
+            k,
+            d,
+            readout,
+            tensor,
+            rows,
+            cols,
+        });
+    }
+    if let Some((row, col)) = first_non_finite(w_u) {
+        return Err(Error::NonFinite {
+            what: format!("{readout} tensor {tensor} [{rows}, {cols}]"),
+            row,
+            col,
+        });
+    }
+    Ok(())
+}
+
 /// The `k` of a fraction `f` of the hidden size `d`, `round(f·d)` (halves away from zero), so
 /// that z is comparable across widths: the one formula of `k_frac` and of the study's
 /// `k_sensitivity`.

@@ -366,6 +366,39 @@ pub struct ModelPga {
 }
 
 impl Pga {
+    /// How many times [`Pga::run_model`] calls `hooks.on_draw` on `input` (null draws and
+    /// bootstrap draws): the length of a progress bar over the run, for every front end.
+    ///
+    /// ```
+    /// use repgeom_linalg::Mat;
+    /// use repgeom_metrics::Pga;
+    /// use repgeom_metrics::analysis::{ModelInput, ModelLayer, NullSource, Readout};
+    /// use repgeom_null::NullParams;
+    ///
+    /// let (w_u, x) = (Mat::<f32>::zeros(50, 6), Mat::<f32>::zeros(30, 6));
+    /// let input = ModelInput {
+    ///     layers: vec![ModelLayer { layer: 0, acts: x.as_ref(), what: "toy".into() }],
+    ///     readout: Readout::Unembedding(w_u.as_ref()),
+    ///     ks: vec![1, 2],
+    ///     null: NullSource::Draw(NullParams { n_null: 10, seed: 0 }),
+    ///     sequences: None,
+    ///     memory_budget: None,
+    /// };
+    /// assert_eq!(Pga { ccr: vec![0, 1], ..Pga::default() }.draws(&input), 2 * 2 * 10);
+    /// ```
+    pub fn draws(&self, input: &ModelInput<'_>) -> u64 {
+        let n_null = match &input.null {
+            NullSource::Given(n) => n.len(),
+            NullSource::Draw(p) => p.n_null,
+        };
+        let ks = match input.readout {
+            Readout::Basis(_) | Readout::NdBasis(_) => 1,
+            Readout::Unembedding(_) | Readout::NdUnembedding(_) => input.ks.len(),
+        };
+        let boot = self.bootstrap.as_ref().map_or(0, |b| b.replicates);
+        (input.layers.len() * ks * self.ccr.len() * n_null * (1 + boot)) as u64
+    }
+
     /// Subspace PGA over a model's layers with these options: for each `k`, the null bases
     /// (drawn from the seed or supplied), then each layer at every CCR level (`W_U`'s readout
     /// subspace decomposed once, for the largest `k`, beside the first layer's preparation and

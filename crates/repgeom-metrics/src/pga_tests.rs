@@ -51,12 +51,8 @@ fn load() -> Reference {
     }
 }
 
-fn close(got: f64, expect: f64, tol: f64, what: &str) {
-    assert!(
-        (got - expect).abs() <= tol,
-        "{what}: got {got}, SciPy reference {expect} (tol {tol})"
-    );
-}
+/// The workspace's one tolerance rule; `what` names the SciPy or NumPy reference compared.
+use repgeom_testkit::assert_close as close;
 
 #[test]
 fn matches_scipy_reference() {

@@ -39,12 +39,7 @@ fn check(metric: &dyn Metric, acts: &Mat<f32>, readout: Option<&Mat<f64>>) -> Ve
     metric.compute(&input).expect("metric computes")
 }
 
-fn assert_close(found: f64, expected: f64, tol: f64, what: &str) {
-    assert!(
-        (found - expected).abs() <= tol,
-        "{what}: found {found}, expected {expected} (tol {tol})"
-    );
-}
+use repgeom_testkit::assert_close;
 
 #[test]
 fn rankme_by_hand() {
@@ -479,12 +474,10 @@ fn layer_input_computes_each_ccr_level_once() {
 #[test]
 fn pga_params_read_the_pga_options_inline() {
     let p: crate::PgaParams =
-        serde_json::from_str(r#"{"k": 5, "n_null": 20, "ccr": [0, 2], "max_pairs": 400}"#)
-            .unwrap();
+        serde_json::from_str(r#"{"k": 5, "n_null": 20, "ccr": [0, 2], "max_pairs": 400}"#).unwrap();
     assert_eq!((p.k, p.n_null, p.pga.ccr.clone()), (5, 20, vec![0, 2]));
     assert_eq!(p.pga.engine.max_pairs, Some(400));
-    let back: crate::PgaParams =
-        serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+    let back: crate::PgaParams = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
     assert_eq!(back, p);
     let err = serde_json::from_str::<crate::PgaParams>(r#"{"k": 5, "max_pair": 400}"#)
         .unwrap_err()

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use repgeom_linalg::{Mat, MatRef};
 use repgeom_metrics::analysis::{
-    BASIS_TOL, Hooks, ModelInput, ModelLayer, ModelReadout, NullSource, PgaRow,
-    check_readout_basis, k_values,
+    BASIS_TOL, Hooks, ModelInput, ModelLayer, ModelReadout, NullSource, PgaRow, basis_from_array,
+    k_values,
 };
 use repgeom_metrics::pga::{BootstrapOptions, BootstrapUnit, Distance, EngineOptions, PgaResult};
 use repgeom_metrics::{Metric as _, Pga};
@@ -243,12 +243,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         sequences: sequences.as_deref(),
         memory_budget: Some(repgeom_io::default_memory_budget()),
     };
-    let boot_draws = args.bootstrap.unwrap_or(0) as u64;
-    let n_null = given_null
-        .as_ref()
-        .map_or(null_params.n_null, NullBases::len) as u64;
-    let total = (acts.layers.len() * args.ccr.len() * ks.len()) as u64 * n_null * (1 + boot_draws);
-    let bar = ctx.progress(total, "pga");
+    let bar = ctx.progress(pga.draws(&input), "pga");
     let run = pga.run_model(
         &input,
         ctx.par(),
@@ -388,17 +383,9 @@ fn save_basis(path: &std::path::Path, basis: MatRef<'_, f64>) -> anyhow::Result<
 }
 
 /// `--readout-basis`: a `d × k` basis from a file (checked against the activations by the
-/// library's [`repgeom_metrics::analysis::check_readout_basis`], naming this file).
+/// library's [`repgeom_metrics::analysis::basis_from_array`], naming this file).
 fn read_given_basis(path: &std::path::Path, d: usize) -> anyhow::Result<Mat<f64>> {
     let arr = repgeom_io::read_array_f64(path)?;
-    anyhow::ensure!(
-        arr.shape.len() == 2,
-        "{}: readout basis has shape {:?}, expected a 2-D [d, k] array",
-        path.display(),
-        arr.shape
-    );
-    let (rows, cols) = (arr.shape[0], arr.shape[1]);
-    let basis = Mat::<f64>::from_fn(rows, cols, |i, j| arr.data[i * cols + j]);
-    check_readout_basis(basis.as_ref(), d, &path.display().to_string())?;
+    let basis = basis_from_array(&arr.shape, &arr.data, d, &path.display().to_string())?;
     Ok(basis)
 }

@@ -4,43 +4,12 @@
 //! and nothing new anywhere around the cache.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use repgeom_hub::test_server::{TestHub, TestRepo};
 use repgeom_hub::{DatasetRef, Error, Files, Hub, HubConfig, RetryPolicy};
 
-use crate::{files_of, root};
-
-/// The hostile names (one table for the checkpoint reader, the hub client and the CLI).
-fn hostile_names() -> Vec<String> {
-    let path = root().join("fixtures/hub/hostile-names.json");
-    let js: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    js["names"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
-/// Every path under `dir` (files, folders and links), relative.
-fn everything(dir: &Path) -> BTreeSet<PathBuf> {
-    fn walk(base: &Path, dir: &Path, out: &mut BTreeSet<PathBuf>) {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in rd {
-            let p = e.unwrap().path();
-            out.insert(p.strip_prefix(base).unwrap().to_path_buf());
-            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
-                walk(base, &p, out);
-            }
-        }
-    }
-    let mut out = BTreeSet::new();
-    walk(dir, dir, &mut out);
-    out
-}
+use crate::files_of;
 
 /// The sharded GPT-NeoX fixture with its index's readout shard renamed to `shard` (the
 /// listing stays clean: only the index is hostile).
@@ -91,7 +60,7 @@ impl World {
 
     /// What appeared outside the cache since `before`.
     fn new_outside(&self, before: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
-        everything(self.root.path())
+        repgeom_testkit::everything(self.root.path())
             .difference(before)
             .filter(|p| !p.starts_with("w/x/y/z/cache"))
             .cloned()
@@ -121,14 +90,14 @@ fn refused(r: repgeom_hub::Result<impl std::fmt::Debug>, name: &str, origin: &st
 
 #[test]
 fn a_hostile_shard_name_in_an_index_file_is_refused_and_nothing_is_written_outside() {
-    let names = hostile_names();
+    let names = repgeom_testkit::hostile_names();
     assert!(names.len() >= 20);
     let mut repo = TestRepo::new("evil/model");
     for (i, n) in names.iter().enumerate() {
         repo.branch(&format!("b{i}"), index_naming(n));
     }
     let w = World::new(vec![repo]);
-    let before = everything(w.root.path());
+    let before = repgeom_testkit::everything(w.root.path());
     let hub = w.client();
     for (i, n) in names.iter().enumerate() {
         for need in [Files::Full, Files::Readout, Files::Weights] {
@@ -138,7 +107,7 @@ fn a_hostile_shard_name_in_an_index_file_is_refused_and_nothing_is_written_outsi
     }
     assert_eq!(w.new_outside(&before), Vec::<PathBuf>::new());
     // Nothing of the refused shard reached the cache: no blob or pointer but the metadata's.
-    let cached = everything(&w.cache());
+    let cached = repgeom_testkit::everything(&w.cache());
     assert!(
         cached
             .iter()
@@ -169,7 +138,7 @@ fn the_issue_s_shard_and_revision_messages() {
 
 #[test]
 fn a_hostile_name_in_a_file_listing_is_refused() {
-    let names = hostile_names();
+    let names = repgeom_testkit::hostile_names();
     let mut repo = TestRepo::new("evil/model");
     let mut data = TestRepo::dataset("evil/data");
     for (i, n) in names.iter().enumerate() {
@@ -185,7 +154,7 @@ fn a_hostile_name_in_a_file_listing_is_refused() {
         );
     }
     let w = World::new(vec![repo, data]);
-    let before = everything(w.root.path());
+    let before = repgeom_testkit::everything(w.root.path());
     let hub = w.client();
     for (i, n) in names.iter().enumerate() {
         let rev = format!("b{i}");
@@ -225,12 +194,12 @@ fn hub_commit(hub: &Hub, rev: &str) -> String {
 
 #[test]
 fn a_hostile_revision_is_refused_before_any_request() {
-    let names = hostile_names();
+    let names = repgeom_testkit::hostile_names();
     let w = World::new(vec![
         TestRepo::new("evil/model"),
         TestRepo::dataset("evil/data"),
     ]);
-    let before = everything(w.root.path());
+    let before = repgeom_testkit::everything(w.root.path());
     let hub = w.client();
     for n in &names {
         refused(
@@ -271,7 +240,7 @@ fn a_hostile_revision_is_refused_before_any_request() {
     }
     assert!(w.hub.requests().is_empty(), "{:?}", w.hub.requests());
     assert_eq!(w.new_outside(&before), Vec::<PathBuf>::new());
-    assert_eq!(everything(&w.cache()), BTreeSet::new());
+    assert_eq!(repgeom_testkit::everything(&w.cache()), BTreeSet::new());
 }
 
 /// A file asked for by name goes through the same check.
@@ -281,7 +250,7 @@ fn a_hostile_file_asked_for_is_refused() {
     repo.branch("main", files_of("fixtures/extract/gptneox_parallel"));
     let w = World::new(vec![repo]);
     let hub = w.client();
-    for n in hostile_names() {
+    for n in repgeom_testkit::hostile_names() {
         refused(
             hub.download("evil/model", "main", &n, &mut |_| {}),
             &n,

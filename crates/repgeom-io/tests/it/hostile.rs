@@ -11,18 +11,6 @@ use crate::fixture;
 /// One reader of a checkpoint folder, its result reduced to success or the error.
 type Reader<'a> = Box<dyn Fn() -> repgeom_io::Result<()> + 'a>;
 
-/// The hostile names (one table for the checkpoint reader, the hub client and the CLI).
-pub(crate) fn hostile_names() -> Vec<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hub/hostile-names.json");
-    let js: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    js["names"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// `tiny_neox` copied to `<tmp>/a/b/ckpt`, its index naming `shard` for the readout tensor, and
 /// the real shard's bytes placed at every path above the folder that `shard` could reach
 /// (`<tmp>/a/b/x`, `<tmp>/a/x`, ...), so that a reader that followed the name would succeed.
@@ -60,7 +48,7 @@ fn checkpoint_naming(tmp: &Path, shard: &str) -> PathBuf {
 
 #[test]
 fn a_checkpoint_index_naming_a_file_outside_its_folder_is_refused() {
-    let names = hostile_names();
+    let names = repgeom_testkit::hostile_names();
     assert!(names.len() >= 20, "the table has {} names", names.len());
     for name in &names {
         let e = repgeom_io::RelPath::new(name).expect_err(name);

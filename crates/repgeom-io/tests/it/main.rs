@@ -32,16 +32,16 @@ pub(crate) fn redact(msg: &str, tmp: Option<&Path>) -> String {
     s.replace(&fx.display().to_string(), "<fixtures>")
 }
 
-/// Asserts `|a - b| <= tol` elementwise with a readable failure.
+/// The workspace's one tolerance rule ([`repgeom_testkit::assert_all_close`]) on a tensor's
+/// values.
 #[track_caller]
 pub(crate) fn assert_close(found: &[f32], expected: &[f64], tol: f64) {
-    assert_eq!(found.len(), expected.len(), "length");
-    for (i, (&f, &e)) in found.iter().zip(expected).enumerate() {
-        assert!(
-            (f64::from(f) - e).abs() <= tol,
-            "element {i}: found {f}, expected {e} (tol {tol})"
-        );
-    }
+    repgeom_testkit::assert_all_close(
+        found.iter().copied(),
+        expected.iter().copied(),
+        tol,
+        "tensor",
+    );
 }
 
 /// Builds an `.npy` image by hand (any descr, C or Fortran order).

@@ -28,7 +28,9 @@ fn named_modules(src: &str) -> BTreeSet<String> {
     while let Some(at) = rest.find("crate::") {
         rest = &rest[at + "crate::".len()..];
         let segment = |s: &str| -> String {
-            s.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect()
+            s.chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect()
         };
         if let Some(list) = rest.strip_prefix('{') {
             let end = list.find("};").unwrap_or(list.len());
@@ -68,7 +70,13 @@ fn modules_use_only_lower_floors() {
     let mut problems = Vec::new();
     for path in files {
         let rel = path.strip_prefix(&src).unwrap();
-        let module = rel.iter().next().unwrap().to_string_lossy().trim_end_matches(".rs").to_owned();
+        let module = rel
+            .iter()
+            .next()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
         let name = rel.file_name().unwrap().to_string_lossy();
         if module == "lib" || name.ends_with("tests.rs") || module == "tests" {
             continue; // the root re-exports everything; tests may use anything
@@ -83,7 +91,10 @@ fn modules_use_only_lower_floors() {
         for used in named_modules(text) {
             match floor.get(used.as_str()) {
                 Some(&f) if f < own || used == module => {}
-                Some(_) => problems.push(format!("{}: {module} uses {used}, not below it", rel.display())),
+                Some(_) => problems.push(format!(
+                    "{}: {module} uses {used}, not below it",
+                    rel.display()
+                )),
                 None => {} // a re-export at the root (crate::Pga) or a macro path
             }
         }
