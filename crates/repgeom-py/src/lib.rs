@@ -216,6 +216,7 @@ struct ReadoutSpec<'py> {
 /// an existing local path is used as it is; otherwise a hub model id `org/name` is resolved in
 /// the HuggingFace cache at `revision` (default `main`), downloading only the files `need`
 /// names.
+#[cfg(feature = "extract")]
 fn resolve_model(
     reference: &std::path::Path,
     revision: Option<&str>,
@@ -231,6 +232,41 @@ fn resolve_model(
     })?;
     bar.finish_and_clear();
     Ok(dir)
+}
+
+/// The progress bar of a hub model's downloads: one bar, set to each file in turn, drawn from
+/// the first report on (nothing shows for a local path or a complete cache).
+struct DownloadBar {
+    progress: Option<bool>,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl DownloadBar {
+    fn new(progress: Option<bool>) -> Self {
+        DownloadBar {
+            progress,
+            bar: None,
+        }
+    }
+
+    fn report(&mut self, p: &repgeom_hub::DownloadProgress<'_>) {
+        let progress = self.progress;
+        let bar = (self.bar).get_or_insert_with(|| progress_bar(0, "download", progress));
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+        bar.set_message(p.file.to_owned());
+    }
+
+    /// Clears the bar once the files are there (whether or not the readout then reads); a
+    /// failed download leaves it standing where it stopped.
+    fn finish<T>(self, result: repgeom_hub::Result<T>) -> repgeom_hub::Result<T> {
+        if let Some(bar) = self.bar
+            && matches!(result, Ok(_) | Err(repgeom_hub::Error::Readout { .. }))
+        {
+            bar.finish_and_clear();
+        }
+        result
+    }
 }
 
 /// A model's readout subspace and null bases prepared once for its layers (the library's
@@ -337,17 +373,20 @@ fn load_readout(spec: &ReadoutSpec<'_>, d: usize, acts: &str) -> Result<Loaded, 
                 fold_norm: spec.fold_norm,
                 center: spec.center,
             };
-            // The final norm's gain lives outside the readout's shard.
-            let need = if spec.fold_norm {
-                repgeom_hub::Files::Full
-            } else {
-                repgeom_hub::Files::Readout
-            };
-            let path = &resolve_model(path, spec.revision.as_deref(), &need, spec.progress)?;
-            let r = repgeom_io::read_readout_prepared(path, &prep)?;
-            let m = &r.matrix;
+            // The libraries' one resolver: a local path, or a hub id's files downloaded first
+            // (the whole checkpoint only when the final norm's gain is folded).
+            let mut bar = DownloadBar::new(spec.progress);
+            let resolved = repgeom_hub::read_readout(
+                &path.to_string_lossy(),
+                spec.revision.as_deref(),
+                &prep,
+                &repgeom_hub::Hub::from_env(),
+                &mut |p| bar.report(p),
+            );
+            let r = bar.finish(resolved)?;
+            let m = &r.readout.matrix;
             let view = MatRef::from_row_major_slice(&m.data, m.rows, m.cols);
-            wu_checked(view, &path.display().to_string(), &r.tensor)
+            wu_checked(view, &r.path.display().to_string(), &r.readout.tensor)
         }
         (ReadoutArg::Array(raw), false) => {
             if spec.fold_norm {
