@@ -1,7 +1,7 @@
-//! Loading a model's data for analysis on the command line: the readout `W_U` (hub ids
-//! resolved with progress bars, then [`repgeom_io::read_readout_prepared`], the library's one
-//! readout loader, then the width and `k` checks naming both files), analysis files and metric
-//! specs. Shared by `pga`, `metrics` and `compare`, so no command module imports another.
+//! Loading a model's data for analysis on the command line: the readout `W_U` (through
+//! [`repgeom_hub::read_readout`], the libraries' one resolver and loader, with progress bars,
+//! then the width and `k` checks naming both files), analysis files and metric specs. Shared
+//! by `pga`, `metrics` and `compare`, so no command module imports another.
 
 use std::path::Path;
 
@@ -57,9 +57,10 @@ pub(crate) struct ReadoutChoice {
     pub(crate) revision: Option<String>,
 }
 
-/// The readout `W_U` of a model (downloaded first for a hub id),
-/// prepared as `choice` says and checked against the activations' `d` and the requested `k`:
-/// every error of the file shows here, before any decomposition starts.
+/// The readout `W_U` of a model (downloaded first for a hub id, by the libraries' one
+/// resolver, [`repgeom_hub::read_readout`]), prepared as `choice` says and checked against the
+/// activations' `d` and the requested `k`: every error of the file shows here, before any
+/// decomposition starts.
 pub(crate) fn read_readout(
     path: &Path,
     choice: &ReadoutChoice,
@@ -68,22 +69,19 @@ pub(crate) fn read_readout(
     acts_path: &Path,
     ctx: &Context,
 ) -> anyhow::Result<repgeom_io::Matrix> {
-    // A hub id downloads only the readout's shard, unless the final norm's gain is needed too.
-    let need = if choice.prep.fold_norm {
-        repgeom_hub::Files::Full
-    } else {
-        repgeom_hub::Files::Readout
-    };
-    let resolved = crate::hub::model_path(
-        &path.to_string_lossy(),
-        choice.revision.as_deref(),
-        &need,
-        ctx,
-    )?;
-    let path = resolved.as_path();
     // The loader's messages name the file, tensor and shape (and, for --readout-fold-norm,
     // the final norm's gain it looked for).
-    let readout = repgeom_io::read_readout_prepared(path, &choice.prep)?;
+    let repgeom_hub::ResolvedReadout {
+        path: resolved,
+        readout,
+    } = repgeom_hub::read_readout(
+        &path.to_string_lossy(),
+        choice.revision.as_deref(),
+        &choice.prep,
+        &repgeom_hub::Hub::from_env(),
+        &mut crate::hub::download_bar(ctx),
+    )?;
+    let path = resolved.as_path();
     if let Some(note) = &readout.note {
         ctx.note(note);
     }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Everything that can go wrong resolving or downloading a model. Every variant names the
-/// model, and where it applies the revision and the file.
+/// Everything that can go wrong resolving or downloading a model, or reading its readout.
+/// Every variant names the model, and where it applies the revision and the file.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -300,6 +300,14 @@ pub enum Error {
         path: PathBuf,
         /// What is wrong.
         reason: String,
+    },
+    /// The readout could not be read or prepared from the resolved file or folder
+    /// ([`crate::read_readout`]); the message is the loader's, which names the file, the
+    /// tensor and its shape.
+    #[error(transparent)]
+    Readout {
+        /// The loader's error (boxed: it is larger than this enum's other variants).
+        source: Box<repgeom_io::Error>,
     },
     /// A file system operation failed (for instance a full disk mid-download).
     #[error("{}: {source}", path.display())]

@@ -6,7 +6,9 @@
 //! The main type is [`Hub`] (configured from the environment by [`HubConfig::from_env`]:
 //! `HF_ENDPOINT`, `HF_HUB_CACHE`/`HF_HOME`, `HF_TOKEN`, `HF_HUB_OFFLINE`); its
 //! [`Hub::snapshot`] returns a [`Snapshot`] folder that opens as a checkpoint directory.
-//! [`weights_hash`] is the content hash of a checkpoint's tensors.
+//! [`weights_hash`] is the content hash of a checkpoint's tensors. [`read_readout`] is the one
+//! loader of a model's readout `W_U` for analysis by reference (a local path or a hub id at a
+//! revision: resolve, download what is missing, then `repgeom-io`'s prepared readout).
 //!
 //! Key design decisions. The cache is the one Python's `huggingface_hub` writes
 //! (`models--org--name/{refs,blobs,snapshots}`, blobs named by ETag, relative symlinks,
@@ -51,6 +53,7 @@ mod client;
 mod dataset;
 mod error;
 mod model_ref;
+mod readout;
 mod retry;
 #[cfg(feature = "test-server")]
 pub mod test_server;
@@ -66,5 +69,6 @@ pub use client::{
 pub use dataset::{DataConfig, DatasetFiles, DatasetRef, dataset_configs};
 pub use error::{Error, Result};
 pub use model_ref::ModelRef;
+pub use readout::{ResolvedReadout, read_readout};
 pub use repgeom_io::{BadName, RelPath};
 pub use retry::{MAX_RETRY_WAIT_VAR, RetryPolicy};

@@ -109,6 +109,11 @@ impl From<repgeom_extract::Error> for Failure {
 impl From<repgeom_hub::Error> for Failure {
     fn from(e: repgeom_hub::Error) -> Self {
         use repgeom_hub::Error as E;
+        // The readout loader's error, classed as when the loader is called directly.
+        let e = match e {
+            E::Readout { source } => return Failure::from(*source),
+            e => e,
+        };
         let msg = e.to_string();
         match &e {
             E::NoSuchModel { .. }

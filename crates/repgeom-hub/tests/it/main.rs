@@ -1,10 +1,11 @@
 //! repgeom-hub against the test hub on 127.0.0.1: downloads, the cache layout, reuse,
-//! offline mode, resume, and the errors a user meets.
+//! offline mode, resume, the readout resolver, and the errors a user meets.
 
 mod audit;
 mod dataset;
 mod download;
 mod hostile;
+mod readout;
 mod retry;
 
 use std::path::{Path, PathBuf};
