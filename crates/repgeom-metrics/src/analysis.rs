@@ -22,9 +22,6 @@ use crate::input::{LayerInput, ReadoutView, check_unembedding, draw_null};
 pub use crate::pga_metric::{Hooks, ModelInput, ModelLayer, ModelPga, PgaRow};
 use crate::registry::PairMetric;
 
-/// The former name of [`Readout`], kept while callers move over.
-pub use crate::input::Readout as ModelReadout;
-
 /// The `k` values of a run: the list given (sorted, each once), or `round(f·d)` for a fraction
 /// `f` of the hidden size (so that z is comparable across widths).
 ///

@@ -45,6 +45,26 @@ mod run;
 mod test_plugin;
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// The libraries' defaults that the Python signatures read (`k`, `n_null`, and with extraction
+/// `n_points`, `seq_len`, `points_per_sequence`), so that they are the command line's and the
+/// study's by construction.
+fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("k", repgeom_metrics::DEFAULT_K)?;
+    d.set_item("n_null", repgeom_null::DEFAULT_N_NULL)?;
+    #[cfg(feature = "extract")]
+    {
+        d.set_item("n_points", repgeom_extract::DEFAULT_N_POINTS)?;
+        d.set_item("seq_len", repgeom_extract::DEFAULT_SEQ_LEN)?;
+        d.set_item(
+            "points_per_sequence",
+            repgeom_extract::DEFAULT_POINTS_PER_SEQUENCE,
+        )?;
+    }
+    Ok(d)
+}
 
 /// The `repgeom._native` extension module.
 #[pymodule]
@@ -63,5 +83,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(diagnostics::_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(diagnostics::build_features, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULTS", defaults(m.py())?)?;
     Ok(())
 }

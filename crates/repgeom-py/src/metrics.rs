@@ -3,7 +3,7 @@
 
 use pyo3::prelude::*;
 use repgeom_linalg::Par;
-use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
+use repgeom_metrics::analysis::{ModelContext, NullSource, Readout};
 
 use crate::errors::Failure;
 use crate::input::Keep;
@@ -25,8 +25,8 @@ fn model_context(
     let loaded = spec.map(|s| load_readout(s, d, acts)).transpose()?;
     let (readout, k) = match &loaded {
         None => (None, k),
-        Some(Loaded::Basis(b)) => (Some(ModelReadout::Basis(b.as_ref())), b.ncols()),
-        Some(Loaded::Unembedding(w)) => (Some(ModelReadout::Unembedding(w.as_ref())), k),
+        Some(Loaded::Basis(b)) => (Some(Readout::Basis(b.as_ref())), b.ncols()),
+        Some(Loaded::Unembedding(w)) => (Some(Readout::Unembedding(w.as_ref())), k),
     };
     Ok(ModelContext::new(
         d,

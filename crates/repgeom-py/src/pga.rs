@@ -3,8 +3,7 @@
 
 use pyo3::prelude::*;
 use repgeom_linalg::Par;
-use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource};
-use repgeom_null::NullBases;
+use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, NullSource, Readout};
 
 use crate::errors::Failure;
 use crate::input::{Keep, Matrix32};
@@ -90,8 +89,8 @@ pub(crate) fn pga<'py>(
                 })
                 .collect(),
             readout: match &loaded {
-                Loaded::Basis(b) => ModelReadout::Basis(b.as_ref()),
-                Loaded::Unembedding(w) => ModelReadout::Unembedding(w.as_ref()),
+                Loaded::Basis(b) => Readout::Basis(b.as_ref()),
+                Loaded::Unembedding(w) => Readout::Unembedding(w.as_ref()),
             },
             ks: ks.clone(),
             null: match &given_null {
@@ -101,10 +100,7 @@ pub(crate) fn pga<'py>(
             sequences: None,
             memory_budget: Some(repgeom_io::default_memory_budget()),
         };
-        let n_draws = given_null.as_ref().map_or(n_null, NullBases::len);
-        let boot = pga.bootstrap.as_ref().map_or(0, |b| b.replicates);
-        let total = (layers.len() * pga.ccr.len() * ks.len() * n_draws * (1 + boot)) as u64;
-        let bar = progress_bar(total, "pga", progress);
+        let bar = progress_bar(pga.draws(&input), "pga", progress);
         let on_draw = || {
             check_cancel(cancel);
             bar.inc(1);

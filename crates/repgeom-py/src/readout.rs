@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use repgeom_linalg::{Mat, MatRef};
-use repgeom_metrics::analysis::ModelReadout;
+use repgeom_metrics::analysis::Readout;
 use repgeom_null::NullBases;
 
 use crate::errors::Failure;
@@ -64,10 +64,10 @@ pub(crate) enum Loaded {
 
 impl Loaded {
     /// The readout as the library takes it.
-    pub(crate) fn view(&self) -> ModelReadout<'_> {
+    pub(crate) fn view(&self) -> Readout<'_> {
         match self {
-            Loaded::Basis(b) => ModelReadout::Basis(b.as_ref()),
-            Loaded::Unembedding(w) => ModelReadout::Unembedding(w.as_ref()),
+            Loaded::Basis(b) => Readout::Basis(b.as_ref()),
+            Loaded::Unembedding(w) => Readout::Unembedding(w.as_ref()),
         }
     }
 }
@@ -97,16 +97,10 @@ pub(crate) fn load_readout(
     match (&spec.arg, spec.is_basis) {
         (ReadoutArg::Path(path), true) => {
             let arr = repgeom_io::read_array_f64(path)?;
-            if arr.shape.len() != 2 {
-                return Err(Failure::Invalid(format!(
-                    "{}: readout basis has shape {:?}, expected [{d}, k] to match the activations' d = {d}",
-                    path.display(),
-                    arr.shape
-                )));
-            }
-            let (rows, cols) = (arr.shape[0], arr.shape[1]);
-            let b = Mat::<f64>::from_fn(rows, cols, |i, j| arr.data[i * cols + j]);
-            check_basis(b, &path.display().to_string()).map(Loaded::Basis)
+            let what = path.display().to_string();
+            Ok(Loaded::Basis(repgeom_metrics::analysis::basis_from_array(
+                &arr.shape, &arr.data, d, &what,
+            )?))
         }
         (ReadoutArg::Array(raw), true) => check_basis(raw.to_f64(), "readout").map(Loaded::Basis),
         (ReadoutArg::Path(path), false) => {
@@ -184,22 +178,7 @@ fn check_unembedding(
     d: usize,
     acts: &str,
 ) -> Result<Loaded, Failure> {
-    let (rows, cols) = (view.nrows(), view.ncols());
-    if cols != d {
-        return Err(Failure::Invalid(format!(
-            "shape mismatch: activations {acts} have d = {d}, but readout {name} tensor {tensor} is [{rows}, {cols}]"
-        )));
-    }
-    if !(k > 0 && k < d) {
-        return Err(Failure::Invalid(format!(
-            "k = {k} must satisfy 0 < k < d = {d} ({name} tensor {tensor} [{rows}, {cols}])"
-        )));
-    }
-    if let Some((row, col)) = repgeom_linalg::first_non_finite(view) {
-        return Err(Failure::Invalid(format!(
-            "{name} tensor {tensor} [{rows}, {cols}]: non-finite value (NaN or Inf) at row {row}, column {col}"
-        )));
-    }
+    repgeom_metrics::check_readout_for(view, d, k, acts, name, tensor)?;
     Ok(Loaded::Unembedding(view.to_owned()))
 }
 

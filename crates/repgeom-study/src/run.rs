@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
-use repgeom_metrics::analysis::{ModelContext, ModelPair, ModelReadout, NullSource, PairModel};
+use repgeom_metrics::analysis::{ModelContext, ModelPair, NullSource, PairModel, Readout};
 use repgeom_metrics::calibrate::{CompareSettings, Comparison};
 use repgeom_metrics::{LayerInput, Metric, MetricValue, PcReadoutShare, Pga};
 use repgeom_null::NullParams;
@@ -315,7 +315,7 @@ impl<'s> Loader<'s> {
         let model = ModelContext::new(
             d,
             m.k,
-            Some(ModelReadout::Unembedding(readout)),
+            Some(Readout::Unembedding(readout)),
             Some(NullSource::Draw(null.clone())),
             &what,
             Par::Seq,
@@ -327,14 +327,14 @@ impl<'s> Loader<'s> {
             let wide = ModelContext::new(
                 d,
                 kmax,
-                Some(ModelReadout::Unembedding(readout)),
+                Some(Readout::Unembedding(readout)),
                 None,
                 &what,
                 Par::Seq,
             )?;
             let wide = wide.basis().expect("a readout was given");
             for &k in &ks {
-                let basis = ModelReadout::Basis(wide.subcols(0, k));
+                let basis = Readout::Basis(wide.subcols(0, k));
                 let null = Some(NullSource::Draw(null.clone()));
                 let budget = Some(repgeom_io::default_memory_budget());
                 sensitivity.insert(
@@ -619,13 +619,13 @@ fn cross_pair(
         PairModel {
             layers: &va,
             k: m.k,
-            readout: ctx.model.basis().map(ModelReadout::Basis),
+            readout: ctx.model.basis().map(Readout::Basis),
             what: &what_a,
         },
         PairModel {
             layers: &vb,
             k: o.k,
-            readout: octx.model.basis().map(ModelReadout::Basis),
+            readout: octx.model.basis().map(Readout::Basis),
             what: &what_b,
         },
         NullParams {

@@ -19,7 +19,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use repgeom_linalg::{Mat, MatRef, Par};
-use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource};
+use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, NullSource, Readout};
 use repgeom_metrics::pga::NullKind;
 use repgeom_metrics::{LayerInput, PairInput, PairMetric, Pga};
 use repgeom_null::NullParams;
@@ -420,7 +420,7 @@ fn planted_pga(push: &mut dyn FnMut(Check)) -> Result<()> {
                     acts: layer.as_ref(),
                     what: format!("planted {name} layer"),
                 }],
-                readout: ModelReadout::Basis(space.readout_basis.as_ref()),
+                readout: Readout::Basis(space.readout_basis.as_ref()),
                 ks: Vec::new(),
                 null: NullSource::Draw(null.clone()),
                 sequences: None,

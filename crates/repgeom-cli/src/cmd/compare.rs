@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use repgeom_linalg::MatRef;
-use repgeom_metrics::analysis::{ModelContext, ModelPair, ModelReadout, PairModel, pair_needs};
+use repgeom_metrics::analysis::{ModelContext, ModelPair, PairModel, Readout, pair_needs};
 use repgeom_metrics::calibrate::{Aggregate, CompareSettings};
 use repgeom_metrics::{LayerInput, PairMetric, layer_pairs};
 use repgeom_report::Cell;
@@ -116,7 +116,7 @@ impl Side {
             layers,
             k,
             readout: (self.w_u.as_ref()).map(|w| {
-                ModelReadout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
+                Readout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
             }),
             what,
         }

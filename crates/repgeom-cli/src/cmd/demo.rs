@@ -1,7 +1,7 @@
 //! `repgeom demo`: PGA on the built-in synthetic model zoo (clearly labelled synthetic).
 
 use repgeom_metrics::Pga;
-use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, ModelReadout, NullSource, PgaRow};
+use repgeom_metrics::analysis::{Hooks, ModelInput, ModelLayer, NullSource, PgaRow, Readout};
 use repgeom_null::NullParams;
 
 use crate::context::Context;
@@ -71,7 +71,7 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
                     what: format!("{} layer {layer} (synthetic)", model.label),
                 })
                 .collect(),
-            readout: ModelReadout::Unembedding(model.readout.as_ref()),
+            readout: Readout::Unembedding(model.readout.as_ref()),
             ks: vec![model.k],
             null: NullSource::Draw(null_params.clone()),
             sequences: None,

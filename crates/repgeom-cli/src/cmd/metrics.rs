@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use repgeom_linalg::MatRef;
-use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource, k_values};
+use repgeom_metrics::analysis::{ModelContext, NullSource, Readout, k_values};
 use repgeom_metrics::{AnalysisParams, Metric, MetricInfo, options_of};
 
 use crate::args::{ActsArgs, NullArgs, ReadoutArgs};
@@ -109,9 +109,8 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
     let model_ctx = ModelContext::new(
         d,
         k,
-        w_u.as_ref().map(|w| {
-            ModelReadout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
-        }),
+        w_u.as_ref()
+            .map(|w| Readout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))),
         needs_null.then_some(NullSource::Draw(analysis.null.clone())),
         &acts_path.display().to_string(),
         ctx.par(),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use repgeom_linalg::{Mat, MatRef};
 use repgeom_metrics::analysis::{
-    BASIS_TOL, Hooks, ModelInput, ModelLayer, ModelReadout, NullSource, PgaRow, basis_from_array,
+    BASIS_TOL, Hooks, ModelInput, ModelLayer, NullSource, PgaRow, Readout, basis_from_array,
     k_values,
 };
 use repgeom_metrics::pga::{BootstrapOptions, BootstrapUnit, Distance, EngineOptions, PgaResult};
@@ -198,9 +198,9 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         _ => None,
     };
     let readout = match (&given_basis, &w_u) {
-        (Some(b), _) => ModelReadout::Basis(b.as_ref()),
+        (Some(b), _) => Readout::Basis(b.as_ref()),
         (None, Some(w)) => {
-            ModelReadout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
+            Readout::Unembedding(MatRef::from_row_major_slice(&w.data, w.rows, w.cols))
         }
         (None, None) => unreachable!("--readout or --readout-basis is required"),
     };

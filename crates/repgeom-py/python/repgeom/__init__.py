@@ -29,6 +29,10 @@ from ._errors import Error, FileNotFoundError, InternalError, InvalidInputError,
 
 __version__ = _native.__version__
 
+# The libraries' defaults (k, n_null, and the extraction's n_points, seq_len,
+# points_per_sequence): the signatures below read them, so they are the command line's.
+_DEFAULTS: Mapping[str, int] = _native.DEFAULTS
+
 __all__ = [
     "Error",
     "FileNotFoundError",
@@ -221,9 +225,9 @@ def pga(
     acts: Any,
     readout: Any,
     *,
-    k: Union[int, Sequence[int]] = 100,
+    k: Union[int, Sequence[int]] = _DEFAULTS["k"],
     k_frac: Optional[float] = None,
-    n_null: int = 100,
+    n_null: int = _DEFAULTS["n_null"],
     ccr: Union[int, Sequence[int]] = 1,
     seed: int = 0,
     readout_is_basis: bool = False,
@@ -349,8 +353,8 @@ def metrics(
     readout: Any = None,
     names: Optional[Sequence[Any]] = None,
     *,
-    k: int = 100,
-    n_null: int = 100,
+    k: int = _DEFAULTS["k"],
+    n_null: int = _DEFAULTS["n_null"],
     seed: int = 0,
     readout_is_basis: bool = False,
     progress: Optional[bool] = None,
@@ -392,7 +396,7 @@ def metrics(
     )
 
 
-def metric(name: str, acts: Any, readout: Any = None, *, k: int = 100, n_null: int = 100, seed: int = 0,
+def metric(name: str, acts: Any, readout: Any = None, *, k: int = _DEFAULTS["k"], n_null: int = _DEFAULTS["n_null"], seed: int = 0,
            readout_is_basis: bool = False, progress: Optional[bool] = None,
            revision: Optional[str] = None, **options: Any) -> Rows:
     """One registered metric with its options as keyword arguments, e.g.
@@ -408,8 +412,8 @@ def compare(
     readout_b: Any = None,
     metrics: Optional[Sequence[Any]] = None,
     *,
-    k: int = 100,
-    n_null: int = 100,
+    k: int = _DEFAULTS["k"],
+    n_null: int = _DEFAULTS["n_null"],
     seed: int = 0,
     diagonal: bool = False,
     progress: Optional[bool] = None,
@@ -498,8 +502,8 @@ def extract(
     texts: Union[str, Sequence[str]],
     *,
     revision: Optional[str] = None,
-    n_points: Optional[int] = 2048,
-    seq_len: int = 256,
+    n_points: Optional[int] = _DEFAULTS.get("n_points"),
+    seq_len: int = _DEFAULTS.get("seq_len", 0),
     seed: int = 0,
     pool: str = "tokens",
     points_per_sequence: Optional[int] = None,
@@ -512,7 +516,8 @@ def extract(
     Gemma-2). Returns ``{"hidden_states.{i}": float32 [N, d]}`` and ``"positions"`` (``[N, 2]``:
     sequence, token) on ``texts``. ``pool="mean"`` gives one mean per line.
     ``points_per_sequence`` (``repgeom extract --points-per-sequence``): positions taken from
-    each sampled sequence, 1 drawing every point uniformly from all positions; default 16, or
+    each sampled sequence, 1 drawing every point uniformly from all positions; default
+    ``_DEFAULTS["points_per_sequence"]`` (16), or
     every position of shorter sequences."""
     text = texts if isinstance(texts, str) else "\n".join(texts)
     arrays, positions, _metadata = _native.extract(
