@@ -18,6 +18,7 @@
 //! nothing (that is `repgeom-report`); it never prints: progress goes through a callback.
 #![deny(missing_docs)]
 
+mod checks;
 mod error;
 pub mod field_bench;
 mod manifest;
