@@ -1,5 +1,8 @@
 //! Computing units: loading each model's data once per (model, checkpoint) group and running
 //! the group's units in parallel, each written as its own part file as soon as it finishes.
+//! What one unit computes, kind by kind, is `units.rs`.
+
+mod units;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,14 +11,14 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
+use repgeom_metrics::LayerInput;
 use repgeom_metrics::analysis::{ModelContext, ModelPair, ModelReadout, NullSource, PairModel};
 use repgeom_metrics::calibrate::{CompareSettings, Comparison};
-use repgeom_metrics::{LayerInput, Metric, MetricValue, PcReadoutShare, Pga};
 use repgeom_null::NullParams;
-use repgeom_report::Row;
 
+use self::units::{UnitInputs, compute_unit};
 use crate::parts::write_part;
-use crate::plan::{ModelInfo, ModelSource, PlannedUnit, Study, Unit, UnitKind};
+use crate::plan::{ModelInfo, ModelSource, PlannedUnit, Study, UnitKind};
 use crate::stage::{self, CheckpointRecord, Extracted};
 use crate::{Error, Result};
 
@@ -516,21 +519,21 @@ pub fn run_units(
             let probe = probe_layers
                 .as_ref()
                 .map(|(l, labels)| (&l[&u.unit.layer], labels.as_slice()));
-            let val_loss = ext
+            let computed_loss = ext
                 .as_ref()
                 .and_then(|e| e.val_loss.map(|l| (l, e.val_loss_se)));
-            let rows = compute_unit(
+            let inputs = UnitInputs {
                 study,
-                &loader,
+                loader: &loader,
                 m,
-                &ctx,
+                ctx: &ctx,
                 acts,
-                sequences.as_deref(),
-                &u.unit,
+                sequences: sequences.as_deref(),
                 probe,
-                val_loss,
-                &cross,
-            )?;
+                computed_loss,
+                cross: &cross,
+            };
+            let rows = compute_unit(&inputs, &u.unit)?;
             write_part(dir, u, &rows)?;
             on_done(&UnitDone {
                 unit: u,
@@ -541,39 +544,6 @@ pub fn run_units(
         })?;
     }
     Ok(())
-}
-
-/// A unit's value as a row of the study's table: the schema's columns only (a metric's extra
-/// numbers stay out, so the study's files keep their fixed columns).
-fn to_row(m: &ModelInfo, u: &Unit, v: MetricValue) -> Row {
-    let c = m.checkpoint(&u.checkpoint).expect("planned checkpoint");
-    let mut r = Row::new(
-        &m.label,
-        &m.family,
-        m.d,
-        u.layer as u32,
-        m.n_layers,
-        v.metric,
-        v.variant,
-        v.value,
-    )
-    .with_checkpoint(&c.name, c.step)
-    .with_synthetic(m.synthetic);
-    r.null_mean = v.null_mean;
-    r.null_std = v.null_std;
-    r.p_value = v.p_value;
-    r
-}
-
-/// The PGA metric with the manifest's analysis settings at CCR levels `ccr` (the bootstrap only
-/// where asked).
-fn pga_metric(a: &crate::Analysis, ccr: Vec<usize>, bootstrap: bool) -> Pga {
-    let mut p = a.pga();
-    p.ccr = ccr;
-    if !bootstrap {
-        p.bootstrap = None;
-    }
-    p
 }
 
 /// One model pair's comparison, shared by its `cross` and `cross_table` units.
@@ -688,155 +658,4 @@ fn cross_cell(
     let ol = o.nearest_layer(repgeom_report::relative_depth(layer as u32, m.n_layers));
     let at = |ls: &[usize], l: usize| ls.iter().position(|&x| x == l).expect("analysed layer");
     (at(la, layer), at(lb, ol))
-}
-
-fn compute_unit(
-    study: &Study,
-    loader: &Loader<'_>,
-    m: &ModelInfo,
-    ctx: &ModelCtx,
-    acts: &Mat<f32>,
-    sequences: Option<&[usize]>,
-    u: &Unit,
-    probe: Option<(&Mat<f32>, &[usize])>,
-    computed_loss: Option<(f64, Option<f64>)>,
-    cross: &BTreeMap<String, CrossPair>,
-) -> Result<Vec<Row>> {
-    let a = &study.manifest.analysis;
-    let synth = if m.synthetic { " (synthetic)" } else { "" };
-    let what = format!("{} {} layer {}{synth}", m.label, u.checkpoint, u.layer);
-    let input = || -> Result<LayerInput<'_>> { Ok(ctx.model.layer(acts.as_ref(), what.clone())?) };
-    let values = match &u.kind {
-        UnitKind::Pga { ccr } => {
-            let mut layer = input()?;
-            if let Some(ids) = sequences {
-                layer = layer.with_sequences(ids)?;
-            }
-            pga_metric(a, ccr.clone(), true).compute(&layer)?
-        }
-        UnitKind::PgaK { ccr, k } => {
-            let layer = ctx.sensitivity[k].layer(acts.as_ref(), what.clone())?;
-            let mut values = pga_metric(a, vec![*ccr], false).compute(&layer)?;
-            // `ccrC` → `ccrC_kK` (`ccrC_kK_spectrum` under the spectrum null: the null stays last).
-            for v in &mut values {
-                v.variant = v
-                    .variant
-                    .replacen(&format!("ccr{ccr}"), &format!("ccr{ccr}_k{k}"), 1);
-            }
-            values
-        }
-        UnitKind::PcShare { m } => PcReadoutShare { m: *m }.compute(&input()?)?,
-        UnitKind::Spectral { metric } => repgeom_metrics::metric(metric)?.compute(&input()?)?,
-        UnitKind::ValLoss => {
-            let c = m.checkpoint(&u.checkpoint).expect("planned checkpoint");
-            // A loss typed into the manifest, else the computed one with its standard error
-            // over the held-out sequences (row `val_loss_se` beside it).
-            match (c.val_loss, computed_loss) {
-                (Some(v), _) => vec![MetricValue::new("val_loss", "", v)],
-                (None, Some((v, se))) => std::iter::once(MetricValue::new("val_loss", "", v))
-                    .chain(se.map(|se| MetricValue::new("val_loss_se", "", se)))
-                    .collect(),
-                (None, None) => Vec::new(),
-            }
-        }
-        UnitKind::Weights => loader
-            .audit(m, &u.checkpoint)?
-            .map(|r| MetricValue::new("weights_sha256", &r.weights_sha256, r.parameters as f64))
-            .into_iter()
-            .collect(),
-        UnitKind::Probe => {
-            let (acts, labels) = match probe {
-                Some((features, labels)) => (features, labels.to_vec()),
-                None => (
-                    acts,
-                    ctx.labels.clone().ok_or_else(|| Error::DataMismatch {
-                        model: m.label.clone(),
-                        what: "probe labels".into(),
-                        expected: "a labels file".into(),
-                        found: "none".into(),
-                    })?,
-                ),
-            };
-            let (n, d) = (acts.nrows(), acts.ncols());
-            if labels.len() != n {
-                return Err(Error::DataMismatch {
-                    model: m.label.clone(),
-                    what: format!("labels per point, layer {}", u.layer),
-                    expected: format!("{n} (points in the activations)"),
-                    found: labels.len().to_string(),
-                });
-            }
-            let params = repgeom_probe::ProbeParams {
-                seed: a.seed,
-                parallel: false,
-                ..Default::default()
-            }
-            .check()?;
-            let plan = params.plan(
-                repgeom_probe::Labels::unnamed(labels)?,
-                &repgeom_probe::Split::Stratified,
-            )?;
-            let mut data = Vec::with_capacity(n * d);
-            for i in 0..n {
-                for j in 0..d {
-                    data.push(acts[(i, j)]);
-                }
-            }
-            let p =
-                plan.probe_layer(u.layer, repgeom_probe::Features::new(u.layer, n, d, &data)?)?;
-            // Tidy rows: the Wilson interval, whether the fit converged, and the random-label
-            // control task (Hewitt & Liang 2019) with the selectivity over it.
-            let flag = |b: bool| f64::from(u8::from(b));
-            let mut v = vec![
-                MetricValue::new("probe_accuracy", "", p.accuracy),
-                MetricValue::new("majority_baseline", "", p.majority_baseline),
-                MetricValue::new("probe_accuracy_lo", "", p.accuracy_ci.0),
-                MetricValue::new("probe_accuracy_hi", "", p.accuracy_ci.1),
-                MetricValue::new("probe_converged", "", flag(p.converged)),
-            ];
-            if let (Some(c), Some(sel)) = (&p.control, p.selectivity()) {
-                v.push(MetricValue::new("probe_control_accuracy", "", c.accuracy));
-                v.push(MetricValue::new("probe_selectivity", "", sel));
-                v.push(MetricValue::new(
-                    "probe_control_converged",
-                    "",
-                    flag(c.converged),
-                ));
-            }
-            v
-        }
-        UnitKind::CrossTable { other } => {
-            // Every cell of the pair's table (figure 10), at its own pair of layers, then the
-            // aggregates, each with the null that recomputes the table under every draw.
-            let (p, o) = (&cross[other], study.model(other).expect("checked pair"));
-            let mut rows: Vec<Row> = (p.table.pairs.iter())
-                .map(|r| {
-                    let mut row = to_row(m, u, r.value.clone())
-                        .with_other_model(&o.label)
-                        .with_extra("other_layer", p.layers_b[r.b] as f64);
-                    row.layer = p.layers_a[r.a] as u32;
-                    row.relative_depth = repgeom_report::relative_depth(row.layer, m.n_layers);
-                    row
-                })
-                .collect();
-            rows.extend(p.table.aggregates.iter().map(|r| {
-                let mut value = r.value.clone();
-                value.metric = format!("{}_{}", value.metric, r.aggregate.name());
-                to_row(m, u, value).with_other_model(&o.label)
-            }));
-            return Ok(rows);
-        }
-        UnitKind::Cross { other } => {
-            // This layer against the other model's layer nearest in relative depth: its cell
-            // of the pair's table, each metric's rows with its permutation null where its
-            // options ask for one.
-            let (p, o) = (&cross[other], study.model(other).expect("checked pair"));
-            let cell = cross_cell(m, o, u.layer, &p.layers_a, &p.layers_b);
-            return Ok((p.table.pairs.iter())
-                .filter(|r| (r.a, r.b) == cell)
-                .map(|r| to_row(m, u, r.value.clone()).with_other_model(&o.label))
-                .collect());
-        }
-    };
-    Ok(values.into_iter().map(|v| to_row(m, u, v)).collect())
 }
