@@ -22,6 +22,7 @@ mod checks;
 mod error;
 pub mod field_bench;
 mod manifest;
+mod memo;
 mod parts;
 mod plan;
 mod report;

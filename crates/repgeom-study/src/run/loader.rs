@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::analysis::{ModelContext, ModelReadout, NullSource};
 use repgeom_null::NullParams;
 
+use crate::memo::Memo;
 use crate::plan::{ModelInfo, ModelSource, Study, UnitKind};
 use crate::stage::{self, CheckpointRecord, Extracted};
 use crate::{Error, Result};
@@ -39,20 +40,28 @@ fn hub_checkpoint<'m>(
 
 /// Loads and caches model data. Nothing cached changes a number: every unit's rows depend only
 /// on its inputs, whether they were loaded for it or reused.
+///
+/// Every cache is a [`Memo`]: a value is computed once per key under that key's lock (a second
+/// caller for the same key waits for it; other keys are computed beside it), and an error is
+/// not kept, except the synthetic study's, kept as its message.
 pub struct Loader<'s> {
     study: &'s Study,
-    synthetic: OnceLock<std::result::Result<repgeom_synth::SyntheticStudy, String>>,
-    models: Mutex<BTreeMap<String, Arc<ModelCtx>>>,
     /// The sweep directory (extraction cache, checkpoint records).
     work_dir: PathBuf,
-    hub: OnceLock<repgeom_hub::Hub>,
+    /// The built-in synthetic study, generated once (or why it cannot be).
+    synthetic: Memo<(), std::result::Result<Arc<repgeom_synth::SyntheticStudy>, String>>,
+    /// Model label -> its readout contexts.
+    models: Memo<String, Arc<ModelCtx>>,
+    /// The hub client, made from the environment once.
+    hub: Memo<(), Arc<repgeom_hub::Hub>>,
     /// (model, checkpoint) -> audited hub checkpoint and its snapshot folder.
-    audited: Mutex<BTreeMap<(String, String), (CheckpointRecord, PathBuf)>>,
-    extracted: Mutex<BTreeMap<(String, String), Arc<Extracted>>>,
+    audited: Memo<(String, String), (CheckpointRecord, PathBuf)>,
+    /// (model, checkpoint) -> the hub checkpoint's extraction.
+    extracted: Memo<(String, String), Arc<Extracted>>,
     /// The `[extract]` corpus, read (or downloaded) once.
-    corpus: Mutex<Option<Arc<stage::Corpus>>>,
+    corpus: Memo<(), Arc<stage::Corpus>>,
     /// The `[probe]` texts and labels, read (or downloaded) once.
-    probe_texts: Mutex<Option<Arc<stage::ProbeTexts>>>,
+    probe_texts: Memo<(), Arc<stage::ProbeTexts>>,
 }
 
 impl std::fmt::Debug for Loader<'_> {
@@ -73,41 +82,34 @@ impl<'s> Loader<'s> {
     pub fn with_dir(study: &'s Study, dir: &Path) -> Self {
         Self {
             study,
-            synthetic: OnceLock::new(),
-            models: Mutex::new(BTreeMap::new()),
             work_dir: dir.to_path_buf(),
-            hub: OnceLock::new(),
-            audited: Mutex::new(BTreeMap::new()),
-            extracted: Mutex::new(BTreeMap::new()),
-            corpus: Mutex::new(None),
-            probe_texts: Mutex::new(None),
+            synthetic: Memo::new(),
+            models: Memo::new(),
+            hub: Memo::new(),
+            audited: Memo::new(),
+            extracted: Memo::new(),
+            corpus: Memo::new(),
+            probe_texts: Memo::new(),
         }
     }
 
     /// The `[extract]` corpus (the lock is held while it is read, so it is read once).
     fn corpus(&self, e: &crate::ExtractSpec) -> Result<Arc<stage::Corpus>> {
-        let mut c = self.corpus.lock().expect("no panics while locked");
-        if let Some(c) = &*c {
-            return Ok(c.clone());
-        }
-        let read = Arc::new(stage::read_corpus(self.hub(), &e.text)?);
-        *c = Some(read.clone());
-        Ok(read)
+        self.corpus.get_or_try_insert_with((), || {
+            Ok(Arc::new(stage::read_corpus(&self.hub(), &e.text)?))
+        })
     }
 
     /// The `[probe]` texts and labels (read once).
     pub(crate) fn probe_texts(&self, p: &crate::ProbeSpec) -> Result<Arc<stage::ProbeTexts>> {
-        let mut c = self.probe_texts.lock().expect("no panics while locked");
-        if let Some(c) = &*c {
-            return Ok(c.clone());
-        }
-        let read = Arc::new(stage::probe_texts(self.hub(), p)?);
-        *c = Some(read.clone());
-        Ok(read)
+        self.probe_texts
+            .get_or_try_insert_with((), || Ok(Arc::new(stage::probe_texts(&self.hub(), p)?)))
     }
 
-    fn hub(&self) -> &repgeom_hub::Hub {
-        self.hub.get_or_init(repgeom_hub::Hub::from_env)
+    /// The hub client (its cache folder and token from the environment, read once).
+    fn hub(&self) -> Arc<repgeom_hub::Hub> {
+        self.hub
+            .get_or_insert_with((), || Arc::new(repgeom_hub::Hub::from_env()))
     }
 
     /// Resolves, downloads and hashes hub checkpoint `ckpt` of `m` (once per loader).
@@ -116,51 +118,41 @@ impl<'s> Loader<'s> {
             return Ok(None);
         };
         let key = (m.label.clone(), ckpt.to_string());
-        if let Some((r, _)) = self
+        let (r, _) = self
             .audited
-            .lock()
-            .expect("no panics while locked")
-            .get(&key)
-        {
-            return Ok(Some(r.clone()));
-        }
-        let r = stage::audit(self.hub(), &self.work_dir, spec, c)?;
-        self.audited
-            .lock()
-            .expect("no panics while locked")
-            .insert(key, r.clone());
-        Ok(Some(r.0))
+            .get_or_try_insert_with(key, || stage::audit(&self.hub(), &self.work_dir, spec, c))?;
+        Ok(Some(r))
     }
 
     /// The extraction of hub checkpoint `ckpt` of `m`, with its probe features when the plan
     /// probes it (cached on disk and in the loader). A checkpoint not audited yet is hashed
     /// while its weights load for the extraction: one read of the weights for both.
     pub(crate) fn extracted(&self, m: &ModelInfo, ckpt: &str) -> Result<Option<Arc<Extracted>>> {
-        let key = (m.label.clone(), ckpt.to_string());
-        if let Some(e) = self
-            .extracted
-            .lock()
-            .expect("no panics while locked")
-            .get(&key)
-        {
-            return Ok(Some(e.clone()));
-        }
         let Some((spec, c)) = hub_checkpoint(m, ckpt) else {
             return Ok(None);
         };
-        let audited = self
-            .audited
-            .lock()
-            .expect("no panics while locked")
-            .get(&key)
-            .cloned();
-        let resolved = match audited {
+        let key = (m.label.clone(), ckpt.to_string());
+        self.extracted
+            .get_or_try_insert_with(key.clone(), || self.extract(m, ckpt, spec, c, key))
+            .map(Some)
+    }
+
+    /// Extracts hub checkpoint `ckpt` (`c` of `spec`, model `m`) and records it as audited.
+    fn extract(
+        &self,
+        m: &ModelInfo,
+        ckpt: &str,
+        spec: &crate::ModelSpec,
+        c: &crate::CheckpointSpec,
+        key: (String, String),
+    ) -> Result<Arc<Extracted>> {
+        let resolved = match self.audited.get(&key) {
             Some((rec, dir)) => stage::Resolved {
                 dir,
                 commit: rec.commit.clone(),
                 record: Some(rec),
             },
-            None => stage::resolve(self.hub(), &self.work_dir, spec, c)?,
+            None => stage::resolve(&self.hub(), &self.work_dir, spec, c)?,
         };
         let manifest = &self.study.manifest;
         let corpus = self.corpus(
@@ -183,50 +175,44 @@ impl<'s> Loader<'s> {
         });
         let snap = resolved.dir.clone();
         let (rec, e) = stage::extract(manifest, &corpus, job, &self.work_dir, spec, c, resolved)?;
-        self.audited
-            .lock()
-            .expect("no panics while locked")
-            .insert(key.clone(), (rec, snap));
-        let e = Arc::new(e);
-        self.extracted
-            .lock()
-            .expect("no panics while locked")
-            .insert(key, e.clone());
-        Ok(Some(e))
+        self.audited.insert(key, (rec, snap));
+        Ok(Arc::new(e))
     }
 
-    fn synth(&self) -> Result<&repgeom_synth::SyntheticStudy> {
+    /// The built-in synthetic study (generated once; its error, if any, kept as its message).
+    fn synth(&self) -> Result<Arc<repgeom_synth::SyntheticStudy>> {
         let spec = self
             .study
             .manifest
             .synthetic
             .as_ref()
             .expect("synthetic models need a [synthetic] table");
-        let s = self.synthetic.get_or_init(|| {
+        let s = self.synthetic.get_or_insert_with((), || {
             spec.zoo_params()
                 .check()
                 .and_then(|z| repgeom_synth::generate_study(&z))
+                .map(Arc::new)
                 .map_err(|e| e.to_string())
         });
-        s.as_ref().map_err(|e| Error::InvalidManifest {
+        s.map_err(|e| Error::InvalidManifest {
             manifest: self.study.origin.clone(),
             place: "synthetic".into(),
-            reason: e.clone(),
+            reason: e,
         })
     }
 
+    /// The readout contexts of model `m` (made once per loader).
     pub(super) fn model_ctx(&self, m: &ModelInfo) -> Result<Arc<ModelCtx>> {
-        if let Some(c) = self
-            .models
-            .lock()
-            .expect("no panics while locked")
-            .get(&m.label)
-        {
-            return Ok(c.clone());
-        }
+        self.models
+            .get_or_try_insert_with(m.label.clone(), || Ok(Arc::new(self.load_model(m)?)))
+    }
+
+    /// Reads model `m`'s readout (and labels) and prepares its readout contexts.
+    fn load_model(&self, m: &ModelInfo) -> Result<ModelCtx> {
         let (readout, labels) = match &m.source {
             ModelSource::Synthetic { index, .. } => {
-                let run = &self.synth()?.runs[*index];
+                let synth = self.synth()?;
+                let run = &synth.runs[*index];
                 let w = &run.space.readout;
                 let (rows, cols) = (w.nrows(), w.ncols());
                 let mut readout = repgeom_io::Matrix {
@@ -329,16 +315,11 @@ impl<'s> Loader<'s> {
                 );
             }
         }
-        let ctx = Arc::new(ModelCtx {
+        Ok(ModelCtx {
             model,
             labels,
             sensitivity,
-        });
-        self.models
-            .lock()
-            .expect("no panics while locked")
-            .insert(m.label.clone(), ctx.clone());
-        Ok(ctx)
+        })
     }
 
     /// The sequence of each of the `n` points of model `m` at checkpoint `ckpt`, when its
@@ -393,7 +374,8 @@ impl<'s> Loader<'s> {
         let mut out = BTreeMap::new();
         match &m.source {
             ModelSource::Synthetic { index, .. } => {
-                let run = &self.synth()?.runs[*index];
+                let synth = self.synth()?;
+                let run = &synth.runs[*index];
                 let ci = m
                     .checkpoints
                     .iter()
