@@ -1,7 +1,8 @@
 //! One unit's rows: [`compute_unit`] hands the unit to its kind's function (PGA, PGA at a
 //! sensitivity `k`, PC share, a spectral metric, validation loss, weights hash, probe, a cross
 //! pair's cell, a cross pair's table), each reading what its group shares ([`UnitInputs`]).
-//! Nothing here loads data or writes files: the group's data come loaded, its rows go back.
+//! Nothing here opens a file: the group's data come loaded, a weights hash comes from the
+//! loader, and the rows go back to `run_units`, which writes them.
 
 use std::collections::BTreeMap;
 
