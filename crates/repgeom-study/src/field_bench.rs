@@ -34,7 +34,7 @@ use repgeom_metrics::calibrate::{Aggregate, CompareSettings, Permutations, compa
 use repgeom_metrics::{CkaLinear, LayerInput, PairInput, PairMetric, layer_pairs};
 
 use crate::Result;
-use crate::selftest::{Check, CheckGroup, pair_metrics};
+use crate::checks::{Check, CheckGroup, pair_metrics};
 
 /// Width of the independence test's inputs (MONAI's figures were reported without theirs).
 pub const INDEPENDENCE_WIDTH: usize = 32;

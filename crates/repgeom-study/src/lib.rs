@@ -18,9 +18,11 @@
 //! nothing (that is `repgeom-report`); it never prints: progress goes through a callback.
 #![deny(missing_docs)]
 
+mod checks;
 mod error;
 pub mod field_bench;
 mod manifest;
+mod memo;
 mod parts;
 mod plan;
 mod report;

@@ -11,6 +11,9 @@
 //! 3. **Planted PGA regimes** (`direct`, `detour`, `noise`, `variance-only`) come out with the
 //!    expected signs under the Haar and the spectrum-matched null.
 //!
+//! [`selftest_bench`] runs the field's benchmarks ([`crate::field_bench`]) after these three;
+//! the [`Check`] line and the pair metrics both check come from the `checks` module below them.
+//!
 //! Everything is seeded: the figures are the same on every machine and at any thread count.
 
 use std::collections::BTreeMap;
@@ -26,83 +29,8 @@ use repgeom_null::NullParams;
 use repgeom_synth::{ModelParams, Regime, SyntheticSpace, ZooParams};
 
 use crate::Result;
-
-/// Which of the three checks a [`Check`] belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckGroup {
-    /// Layer identification across seeds.
-    LayerIdentification,
-    /// Rotation invariance and the fall to chance on shuffled points.
-    Specificity,
-    /// Planted PGA regimes under both nulls.
-    PlantedPga,
-    /// `--bench`: E[CKA] of independent inputs, biased and debiased.
-    Independence,
-    /// `--bench`: Ding et al.'s deletion of low-variance principal directions.
-    PcaDeletion,
-    /// `--bench`: ReSi test 6, similarity falling with layer distance.
-    LayerMonotonicity,
-    /// `--bench`: raw and calibrated maxima of unrelated networks against width and depth.
-    ScaleConfound,
-}
-
-impl CheckGroup {
-    /// Short stable name.
-    pub fn name(self) -> &'static str {
-        match self {
-            CheckGroup::LayerIdentification => "layer identification",
-            CheckGroup::Specificity => "specificity",
-            CheckGroup::PlantedPga => "planted PGA",
-            CheckGroup::Independence => "independence",
-            CheckGroup::PcaDeletion => "PCA deletion",
-            CheckGroup::LayerMonotonicity => "layer monotonicity",
-            CheckGroup::ScaleConfound => "scale confound",
-        }
-    }
-
-    /// Where the test comes from.
-    pub fn source(self) -> &'static str {
-        match self {
-            CheckGroup::LayerIdentification => {
-                "Kornblith, Norouzi, Lee & Hinton (2019), ICML, section 6.1"
-            }
-            CheckGroup::Specificity => "repgeom: invariances every metric documents",
-            CheckGroup::PlantedPga => "repgeom: planted regimes of the synthetic zoo",
-            CheckGroup::Independence => {
-                "MONAI PR #9129 (biased vs debiased CKA of independent inputs); Song et al. (2012), JMLR"
-            }
-            CheckGroup::PcaDeletion => {
-                "Ding, Denain & Steinhardt (2021), Grounding representation similarity with statistical testing, NeurIPS"
-            }
-            CheckGroup::LayerMonotonicity => {
-                "Klabunde et al. (2025), ReSi: a comprehensive benchmark for representational similarity measures, ICLR, test 6"
-            }
-            CheckGroup::ScaleConfound => {
-                "Groeger, Wen & Brbic (2026), Revisiting the Platonic Representation Hypothesis: an Aristotelian view, ICML"
-            }
-        }
-    }
-}
-
-/// One pass/fail line with its figure.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Check {
-    /// The check it belongs to.
-    pub group: CheckGroup,
-    /// What was checked, e.g. `cka_linear` or `variance-only, spectrum null, CCR-1`.
-    pub subject: String,
-    /// The figure, e.g. `8/8 layers (1.00)` or `z = 12.3`.
-    pub figure: String,
-    /// The rule it was held to, e.g. `accuracy ≥ 0.75` or `z > 4`.
-    pub rule: String,
-    /// Whether it held.
-    pub passed: bool,
-    /// Whether a failure fails the selftest (`false`: reported, e.g. a known failure of a
-    /// metric in the literature).
-    pub held: bool,
-    /// The figure's numbers by name (for `selftest.json`).
-    pub values: BTreeMap<String, f64>,
-}
+use crate::checks::pair_metrics;
+pub use crate::checks::{Check, CheckGroup};
 
 /// All checks, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,26 +46,6 @@ impl SelftestReport {
     }
 }
 
-/// Pair metrics checked (configuration, name), whether lower means more similar (a
-/// distance), and whether layer identification is held to [`MIN_ACCURACY`]. SVCCA is
-/// reported, not held: like every CCA variant without PWCCA's weighting it is invariant to
-/// invertible linear maps of either side, and Kornblith et al. (2019, Table 2) find such
-/// metrics fail exactly this test; on the synthetic zoo it picks the right layer 2 times in 8.
-const PAIR_METRICS: &[(&str, &str, bool, bool)] = &[
-    (r#"{"metric":"cka_linear"}"#, "cka_linear", false, true),
-    (
-        r#"{"metric":"mutual_knn","n_perm":0}"#,
-        "mutual_knn",
-        false,
-        true,
-    ),
-    (r#"{"metric":"cknna","n_perm":0}"#, "cknna", false, true),
-    (r#"{"metric":"svcca"}"#, "svcca", false, false),
-    (r#"{"metric":"pwcca"}"#, "pwcca", false, true),
-    (r#"{"metric":"procrustes"}"#, "procrustes", true, true),
-    (r#"{"metric":"rsa"}"#, "rsa", false, true),
-];
-
 /// Least accuracy of layer identification (chance is `1 / n_layers`).
 const MIN_ACCURACY: f64 = 0.75;
 /// Rotation invariance, relative to `max(1, |value|)` (the rotated layer is rounded to `f32`).
@@ -150,19 +58,6 @@ const IDENTITY_SDS: f64 = 10.0;
 const N_SHUFFLES: usize = 6;
 /// Null draws of the planted PGA checks.
 const PGA_N_NULL: usize = 30;
-
-pub(crate) type PairMetricCase = (Box<dyn PairMetric>, &'static str, bool, bool);
-
-pub(crate) fn pair_metrics() -> Vec<PairMetricCase> {
-    PAIR_METRICS
-        .iter()
-        .map(|(json, name, lower, held)| {
-            let m: Box<dyn PairMetric> =
-                serde_json::from_str(json).expect("built-in metric configurations parse");
-            (m, *name, *lower, *held)
-        })
-        .collect()
-}
 
 /// The headline value of a pair metric on two layers (its first row).
 fn pair_value(

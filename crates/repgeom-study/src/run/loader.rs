@@ -1,0 +1,410 @@
+//! [`Loader`]: each model's data, loaded once and shared by its units: the synthetic study, the
+//! readout contexts, hub checkpoints (audited, extracted), and the `[extract]` corpus and
+//! `[probe]` texts. It computes no unit.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use repgeom_linalg::{Mat, MatRef, Par};
+use repgeom_metrics::analysis::{ModelContext, NullSource, Readout};
+use repgeom_null::NullParams;
+
+use crate::memo::Memo;
+use crate::plan::{ModelInfo, ModelSource, Study, UnitKind};
+use crate::stage::{self, CheckpointRecord, Extracted};
+use crate::{Error, Result};
+
+/// Per-model data shared by all its units.
+pub(super) struct ModelCtx {
+    /// The readout subspace at the model's `k` and its null bases.
+    pub(super) model: ModelContext,
+    /// The model's probe labels, one per point (from its labels file or the synthetic zoo).
+    pub(super) labels: Option<Vec<usize>>,
+    /// One context per k-sensitivity `k`: the leading `k` columns of the readout basis
+    /// decomposed once at the largest such `k`, and a null per `k`. Empty without k-sensitivity.
+    pub(super) sensitivity: BTreeMap<usize, ModelContext>,
+}
+
+/// The model spec and checkpoint `ckpt` of `m` when it is a hub checkpoint (has a revision).
+fn hub_checkpoint<'m>(
+    m: &'m ModelInfo,
+    ckpt: &str,
+) -> Option<(&'m crate::ModelSpec, &'m crate::CheckpointSpec)> {
+    let ModelSource::Files(spec) = &m.source else {
+        return None;
+    };
+    let c = spec.checkpoints.iter().find(|c| c.name == ckpt)?;
+    c.revision.is_some().then_some((spec, c))
+}
+
+/// Loads and caches model data. Nothing cached changes a number: every unit's rows depend only
+/// on its inputs, whether they were loaded for it or reused.
+///
+/// Every cache is a [`Memo`]: a value is computed once per key under that key's lock (a second
+/// caller for the same key waits for it; other keys are computed beside it), and an error is
+/// not kept, except the synthetic study's, kept as its message.
+pub struct Loader<'s> {
+    study: &'s Study,
+    /// The sweep directory (extraction cache, checkpoint records).
+    work_dir: PathBuf,
+    /// The built-in synthetic study, generated once (or why it cannot be).
+    synthetic: Memo<(), std::result::Result<Arc<repgeom_synth::SyntheticStudy>, String>>,
+    /// Model label -> its readout contexts.
+    models: Memo<String, Arc<ModelCtx>>,
+    /// The hub client, made from the environment once.
+    hub: Memo<(), Arc<repgeom_hub::Hub>>,
+    /// (model, checkpoint) -> audited hub checkpoint and its snapshot folder.
+    audited: Memo<(String, String), (CheckpointRecord, PathBuf)>,
+    /// (model, checkpoint) -> the hub checkpoint's extraction.
+    extracted: Memo<(String, String), Arc<Extracted>>,
+    /// The `[extract]` corpus, read (or downloaded) once.
+    corpus: Memo<(), Arc<stage::Corpus>>,
+    /// The `[probe]` texts and labels, read (or downloaded) once.
+    probe_texts: Memo<(), Arc<stage::ProbeTexts>>,
+}
+
+impl std::fmt::Debug for Loader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("origin", &self.study.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'s> Loader<'s> {
+    /// A loader for `study` (loads nothing yet).
+    pub fn new(study: &'s Study) -> Self {
+        Self::with_dir(study, Path::new("."))
+    }
+
+    /// A loader whose hub checkpoints are extracted into the cache under sweep directory `dir`.
+    pub fn with_dir(study: &'s Study, dir: &Path) -> Self {
+        Self {
+            study,
+            work_dir: dir.to_path_buf(),
+            synthetic: Memo::new(),
+            models: Memo::new(),
+            hub: Memo::new(),
+            audited: Memo::new(),
+            extracted: Memo::new(),
+            corpus: Memo::new(),
+            probe_texts: Memo::new(),
+        }
+    }
+
+    /// The `[extract]` corpus (the lock is held while it is read, so it is read once).
+    fn corpus(&self, e: &crate::ExtractSpec) -> Result<Arc<stage::Corpus>> {
+        self.corpus.get_or_try_insert_with((), || {
+            Ok(Arc::new(stage::read_corpus(&self.hub(), &e.text)?))
+        })
+    }
+
+    /// The `[probe]` texts and labels (read once).
+    pub(crate) fn probe_texts(&self, p: &crate::ProbeSpec) -> Result<Arc<stage::ProbeTexts>> {
+        self.probe_texts
+            .get_or_try_insert_with((), || Ok(Arc::new(stage::probe_texts(&self.hub(), p)?)))
+    }
+
+    /// The hub client (its cache folder and token from the environment, read once).
+    fn hub(&self) -> Arc<repgeom_hub::Hub> {
+        self.hub
+            .get_or_insert_with((), || Arc::new(repgeom_hub::Hub::from_env()))
+    }
+
+    /// Resolves, downloads and hashes hub checkpoint `ckpt` of `m` (once per loader).
+    pub fn audit(&self, m: &ModelInfo, ckpt: &str) -> Result<Option<CheckpointRecord>> {
+        let Some((spec, c)) = hub_checkpoint(m, ckpt) else {
+            return Ok(None);
+        };
+        let key = (m.label.clone(), ckpt.to_string());
+        let (r, _) = self
+            .audited
+            .get_or_try_insert_with(key, || stage::audit(&self.hub(), &self.work_dir, spec, c))?;
+        Ok(Some(r))
+    }
+
+    /// The extraction of hub checkpoint `ckpt` of `m`, with its probe features when the plan
+    /// probes it (cached on disk and in the loader). A checkpoint not audited yet is hashed
+    /// while its weights load for the extraction: one read of the weights for both.
+    pub(crate) fn extracted(&self, m: &ModelInfo, ckpt: &str) -> Result<Option<Arc<Extracted>>> {
+        let Some((spec, c)) = hub_checkpoint(m, ckpt) else {
+            return Ok(None);
+        };
+        let key = (m.label.clone(), ckpt.to_string());
+        self.extracted
+            .get_or_try_insert_with(key.clone(), || self.extract(m, ckpt, spec, c, key))
+            .map(Some)
+    }
+
+    /// Extracts hub checkpoint `ckpt` (`c` of `spec`, model `m`) and records it as audited.
+    fn extract(
+        &self,
+        m: &ModelInfo,
+        ckpt: &str,
+        spec: &crate::ModelSpec,
+        c: &crate::CheckpointSpec,
+        key: (String, String),
+    ) -> Result<Arc<Extracted>> {
+        let resolved = match self.audited.get(&key) {
+            Some((rec, dir)) => stage::Resolved {
+                dir,
+                commit: rec.commit.clone(),
+                record: Some(rec),
+            },
+            None => stage::resolve(&self.hub(), &self.work_dir, spec, c)?,
+        };
+        let manifest = &self.study.manifest;
+        let corpus = self.corpus(
+            manifest
+                .extract
+                .as_ref()
+                .expect("checked: [extract] with revisions"),
+        )?;
+        let probes = self.study.units.iter().any(|u| {
+            u.unit.kind == UnitKind::Probe && u.unit.model == m.label && u.unit.checkpoint == ckpt
+        });
+        let texts = match (&manifest.probe, probes) {
+            (Some(p), true) => Some((p, self.probe_texts(p)?)),
+            _ => None,
+        };
+        let job = texts.as_ref().map(|(p, t)| stage::ProbeJob {
+            spec: p,
+            texts: &t.texts,
+            n_labels: t.labels.len(),
+        });
+        let snap = resolved.dir.clone();
+        let (rec, e) = stage::extract(manifest, &corpus, job, &self.work_dir, spec, c, resolved)?;
+        self.audited.insert(key, (rec, snap));
+        Ok(Arc::new(e))
+    }
+
+    /// The built-in synthetic study (generated once; its error, if any, kept as its message).
+    fn synth(&self) -> Result<Arc<repgeom_synth::SyntheticStudy>> {
+        let spec = self
+            .study
+            .manifest
+            .synthetic
+            .as_ref()
+            .expect("synthetic models need a [synthetic] table");
+        let s = self.synthetic.get_or_insert_with((), || {
+            spec.zoo_params()
+                .check()
+                .and_then(|z| repgeom_synth::generate_study(&z))
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        });
+        s.map_err(|e| Error::InvalidManifest {
+            manifest: self.study.origin.clone(),
+            place: "synthetic".into(),
+            reason: e,
+        })
+    }
+
+    /// The readout contexts of model `m` (made once per loader).
+    pub(super) fn model_ctx(&self, m: &ModelInfo) -> Result<Arc<ModelCtx>> {
+        self.models
+            .get_or_try_insert_with(m.label.clone(), || Ok(Arc::new(self.load_model(m)?)))
+    }
+
+    /// Reads model `m`'s readout (and labels) and prepares its readout contexts.
+    fn load_model(&self, m: &ModelInfo) -> Result<ModelCtx> {
+        let (readout, labels) = match &m.source {
+            ModelSource::Synthetic { index, .. } => {
+                let synth = self.synth()?;
+                let run = &synth.runs[*index];
+                let w = &run.space.readout;
+                let (rows, cols) = (w.nrows(), w.ncols());
+                let mut readout = repgeom_io::Matrix {
+                    rows,
+                    cols,
+                    data: (0..rows * cols).map(|x| w[(x / cols, x % cols)]).collect(),
+                };
+                // File readouts are centred by `read_readout_prepared`; the same code here.
+                if self.study.manifest.analysis.readout_center {
+                    readout.center_rows();
+                }
+                (readout, Some(run.space.labels.clone()))
+            }
+            ModelSource::Files(spec) => {
+                let readout_path = match (&spec.readout, &spec.hub) {
+                    (Some(p), _) => p.clone(),
+                    (None, Some(id)) => {
+                        // The readout of the final checkpoint's revision (else `main`).
+                        let fin = m.final_checkpoint();
+                        let rev = fin.revision.as_deref().unwrap_or("main");
+                        // Folding the final norm's gain needs its shard too.
+                        let need = if self.study.manifest.analysis.readout_fold_norm {
+                            repgeom_hub::Files::Full
+                        } else {
+                            repgeom_hub::Files::Readout
+                        };
+                        self.hub().snapshot(id, rev, &need, &mut |_| {})?.dir
+                    }
+                    (None, None) => unreachable!("checked: hub or readout"),
+                };
+                let a = &self.study.manifest.analysis;
+                let r = repgeom_io::read_readout_prepared(
+                    &readout_path,
+                    &repgeom_io::ReadoutPrep {
+                        options: repgeom_io::ReadoutOptions {
+                            vocab_rows: spec.vocab_rows,
+                            tensor: spec.readout_tensor.clone(),
+                        },
+                        fold_norm: a.readout_fold_norm,
+                        center: a.readout_center,
+                    },
+                )?;
+                let mx = r.matrix;
+                if mx.cols != m.d as usize {
+                    return Err(Error::DataMismatch {
+                        model: m.label.clone(),
+                        what: format!("readout width ({}: {})", readout_path.display(), r.tensor),
+                        expected: format!("d = {}", m.d),
+                        found: format!("[{}, {}]", mx.rows, mx.cols),
+                    });
+                }
+                let labels = match &spec.labels {
+                    Some(p) => {
+                        Some(repgeom_io::read_labels(p, spec.labels_column.as_deref())?.values)
+                    }
+                    None => None,
+                };
+                (mx, labels)
+            }
+        };
+        let readout = MatRef::from_row_major_slice(&readout.data, readout.rows, readout.cols);
+        // Decompositions single-threaded: bit-identical bases at any thread count. The null
+        // draws (parallel) run beside the sequential decomposition, on the idle cores.
+        let a = &self.study.manifest.analysis;
+        let null = NullParams {
+            n_null: a.n_null,
+            seed: a.seed,
+        };
+        let what = format!("model {}", m.label);
+        let d = m.d as usize;
+        let model = ModelContext::new(
+            d,
+            m.k,
+            Some(Readout::Unembedding(readout)),
+            Some(NullSource::Draw(null.clone())),
+            &what,
+            Par::Seq,
+        )?
+        .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+        let ks = m.sensitivity_ks(&a.k_sensitivity);
+        let mut sensitivity = BTreeMap::new();
+        if let Some(&kmax) = ks.last() {
+            let wide = ModelContext::new(
+                d,
+                kmax,
+                Some(Readout::Unembedding(readout)),
+                None,
+                &what,
+                Par::Seq,
+            )?;
+            let wide = wide.basis().expect("a readout was given");
+            for &k in &ks {
+                let basis = Readout::Basis(wide.subcols(0, k));
+                let null = Some(NullSource::Draw(null.clone()));
+                let budget = Some(repgeom_io::default_memory_budget());
+                sensitivity.insert(
+                    k,
+                    ModelContext::new(d, k, Some(basis), null, &what, Par::Seq)?
+                        .with_memory_budget(budget),
+                );
+            }
+        }
+        Ok(ModelCtx {
+            model,
+            labels,
+            sensitivity,
+        })
+    }
+
+    /// The sequence of each of the `n` points of model `m` at checkpoint `ckpt`, when its
+    /// activation file records them (`None` for synthetic models, whose points are independent
+    /// draws, and for files without `positions` metadata).
+    pub(super) fn sequences(
+        &self,
+        m: &ModelInfo,
+        ckpt: &str,
+        n: usize,
+    ) -> Result<Option<Vec<usize>>> {
+        match &m.source {
+            ModelSource::Synthetic { .. } => Ok(None),
+            // An extracted checkpoint's file records its sequence ids like `repgeom extract`'s.
+            ModelSource::Files(spec) => Ok(repgeom_io::read_sequence_ids(
+                &self.activations_path(m, spec, ckpt)?,
+                n,
+            )?),
+        }
+    }
+
+    /// The activation file of file model `m` at checkpoint `ckpt`: the manifest's
+    /// `activations`, or the extraction stage's cached file for a hub revision.
+    fn activations_path(
+        &self,
+        m: &ModelInfo,
+        spec: &crate::manifest::ModelSpec,
+        ckpt: &str,
+    ) -> Result<std::path::PathBuf> {
+        let c = spec
+            .checkpoints
+            .iter()
+            .find(|c| c.name == ckpt)
+            .expect("planned checkpoint");
+        Ok(match &c.activations {
+            Some(p) => p.clone(),
+            None => self
+                .extracted(m, ckpt)?
+                .expect("checked: revision without activations")
+                .acts
+                .clone(),
+        })
+    }
+
+    /// The given layers of model `m` at checkpoint `ckpt`, as `N × d` matrices.
+    pub(super) fn layers(
+        &self,
+        m: &ModelInfo,
+        ckpt: &str,
+        layers: &[usize],
+    ) -> Result<BTreeMap<usize, Mat<f32>>> {
+        let mut out = BTreeMap::new();
+        match &m.source {
+            ModelSource::Synthetic { index, .. } => {
+                let synth = self.synth()?;
+                let run = &synth.runs[*index];
+                let ci = m
+                    .checkpoints
+                    .iter()
+                    .position(|c| c.name == ckpt)
+                    .expect("planned checkpoint");
+                for &l in layers {
+                    out.insert(l, run.checkpoints[ci].layers[l].clone());
+                }
+            }
+            ModelSource::Files(spec) => {
+                let path = self.activations_path(m, spec, ckpt)?;
+                let acts = repgeom_io::read_activations(&path, Some(layers))?;
+                for la in acts.layers {
+                    let mx = la.acts;
+                    if mx.cols != m.d as usize {
+                        return Err(Error::DataMismatch {
+                            model: m.label.clone(),
+                            what: format!("width of {} in {}", la.tensor, path.display()),
+                            expected: format!("d = {}", m.d),
+                            found: format!("[{}, {}]", mx.rows, mx.cols),
+                        });
+                    }
+                    out.insert(
+                        la.layer,
+                        Mat::from_fn(mx.rows, mx.cols, |i, j| mx.data[i * mx.cols + j]),
+                    );
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,256 @@
+//! Computing units: loading each model's data once per (model, checkpoint) group and running
+//! the group's units in parallel, each written as its own part file as soon as it finishes.
+//! Loading and caching a model's data is `loader.rs`; what one unit computes, kind by kind, is
+//! `units.rs`.
+
+mod loader;
+mod units;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use repgeom_linalg::{Mat, MatRef, Par};
+use repgeom_metrics::LayerInput;
+use repgeom_metrics::analysis::{ModelPair, PairModel, Readout};
+use repgeom_metrics::calibrate::{CompareSettings, Comparison};
+use repgeom_null::NullParams;
+
+pub use self::loader::Loader;
+use self::loader::ModelCtx;
+use self::units::{UnitInputs, compute_unit};
+use crate::parts::write_part;
+use crate::plan::{ModelInfo, PlannedUnit, Study, UnitKind};
+use crate::{Error, Result};
+
+/// What the progress callback learns about each finished unit.
+#[derive(Debug, Clone)]
+pub struct UnitDone<'a> {
+    /// The unit.
+    pub unit: &'a PlannedUnit,
+    /// Rows it produced.
+    pub rows: usize,
+    /// Wall time of its computation.
+    pub elapsed: Duration,
+}
+
+/// Computes `todo` (units of `study`) and writes each one's part file under `dir` as soon as it
+/// is done; `on_done` is called once per unit, from worker threads.
+///
+/// Units are grouped by (model, checkpoint) in plan order; a group's units run in parallel on
+/// the current rayon pool, each single-threaded inside (results do not depend on the thread
+/// count). A group's `cross` and `cross_table` units take their rows from one comparison per
+/// model pair (`cross_pair`), computed first with the pool's threads.
+pub fn run_units(
+    study: &Study,
+    todo: &[PlannedUnit],
+    dir: &Path,
+    on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
+) -> Result<()> {
+    let loader = Loader::with_dir(study, dir);
+    let mut groups: Vec<((String, String), Vec<&PlannedUnit>)> = Vec::new();
+    for u in todo {
+        let key = (u.unit.model.clone(), u.unit.checkpoint.clone());
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(u),
+            None => groups.push((key, vec![u])),
+        }
+    }
+    for ((model, ckpt), units) in groups {
+        let m = study.model(&model).expect("planned model");
+        let ctx = loader.model_ctx(m)?;
+        let mut needed: Vec<usize> = units.iter().map(|u| u.unit.layer).collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let layers = loader.layers(m, &ckpt, &needed)?;
+        let sequences = match (
+            &study.manifest.analysis.pga.options().bootstrap,
+            layers.values().next(),
+        ) {
+            (Some(_), Some(first)) => loader.sequences(m, &ckpt, first.nrows())?,
+            _ => None,
+        };
+        let ext = loader.extracted(m, &ckpt)?;
+        // Probe features of a hub checkpoint: mean-pooled over the [probe] texts, computed
+        // with its extraction.
+        let wants_probe = units.iter().any(|u| u.unit.kind == UnitKind::Probe);
+        let probe_layers = match (&study.manifest.probe, &ext, wants_probe) {
+            (Some(p), Some(ext), true) => {
+                let Some(path) = &ext.probe else {
+                    return Err(Error::DataMismatch {
+                        model: m.label.clone(),
+                        what: format!("probe features of checkpoint {ckpt}"),
+                        expected: "features extracted with the activations".into(),
+                        found: "none".into(),
+                    });
+                };
+                let labels = loader.probe_texts(p)?.labels.clone();
+                let mut out = BTreeMap::new();
+                for la in repgeom_io::read_activations(path, Some(&needed))?.layers {
+                    let mx = la.acts;
+                    out.insert(
+                        la.layer,
+                        Mat::from_fn(mx.rows, mx.cols, |i, j| mx.data[i * mx.cols + j]),
+                    );
+                }
+                Some((out, labels))
+            }
+            _ => None,
+        };
+        // Each pair's comparison once, for all its cross and cross_table units.
+        let mut cross: BTreeMap<String, CrossPair> = BTreeMap::new();
+        for u in &units {
+            if let UnitKind::Cross { other } | UnitKind::CrossTable { other } = &u.unit.kind
+                && !cross.contains_key(other)
+            {
+                let pair = cross_pair(study, &loader, m, &ckpt, &ctx, other, &units)?;
+                cross.insert(other.clone(), pair);
+            }
+        }
+        units.par_iter().try_for_each(|u| -> Result<()> {
+            let t = Instant::now();
+            let acts = &layers[&u.unit.layer];
+            let probe = probe_layers
+                .as_ref()
+                .map(|(l, labels)| (&l[&u.unit.layer], labels.as_slice()));
+            let computed_loss = ext
+                .as_ref()
+                .and_then(|e| e.val_loss.map(|l| (l, e.val_loss_se)));
+            let inputs = UnitInputs {
+                study,
+                loader: &loader,
+                m,
+                ctx: &ctx,
+                acts,
+                sequences: sequences.as_deref(),
+                probe,
+                computed_loss,
+                cross: &cross,
+            };
+            let rows = compute_unit(&inputs, &u.unit)?;
+            write_part(dir, u, &rows)?;
+            on_done(&UnitDone {
+                unit: u,
+                rows: rows.len(),
+                elapsed: t.elapsed(),
+            });
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// One model pair's comparison, shared by its `cross` and `cross_table` units.
+struct CrossPair {
+    /// The analysed layers of this model and of the other, in the table's order.
+    layers_a: Vec<usize>,
+    layers_b: Vec<usize>,
+    /// The cells the units asked for (every cell, and the aggregates, with a `cross_table`
+    /// unit among them).
+    table: Comparison,
+}
+
+/// The comparison of model `m` at `ckpt` (its final checkpoint) with `other` at its final
+/// checkpoint, as `repgeom compare --layers-a … --layers-b …` runs it over every analysed layer
+/// of both with the same options: [`ModelPair`] prepares both models (the readout bases the
+/// models' own units use; model B's null bases from `seed + 1`) and judges the points that are
+/// the same input twice on all those layers. Only the cells `units` need are computed (the
+/// whole table when one of them is a `cross_table` unit), each in the whole table's shape, so a
+/// cell is the same whichever others are computed with it: a `cross` unit's rows are its cell
+/// of the `cross_table` unit's table and of `repgeom compare`'s, bit for bit. The draws run on
+/// the current pool's threads (the library's results do not depend on their number).
+fn cross_pair(
+    study: &Study,
+    loader: &Loader<'_>,
+    m: &ModelInfo,
+    ckpt: &str,
+    ctx: &ModelCtx,
+    other: &str,
+    units: &[&PlannedUnit],
+) -> Result<CrossPair> {
+    let a = &study.manifest.analysis;
+    let o = study.model(other).expect("checked pair");
+    let octx = loader.model_ctx(o)?;
+    let ockpt = o.final_checkpoint().name.clone();
+    let mine = loader.layers(m, ckpt, &m.layers)?;
+    let theirs = loader.layers(o, &ockpt, &o.layers)?;
+    let va: Vec<MatRef<'_, f32>> = mine.values().map(Mat::as_ref).collect();
+    let vb: Vec<MatRef<'_, f32>> = theirs.values().map(Mat::as_ref).collect();
+    let (what_a, what_b) = (format!("model {}", m.label), format!("model {}", o.label));
+    let metrics = a.cross_metrics()?;
+    let pair = ModelPair::new(
+        &metrics,
+        PairModel {
+            layers: &va,
+            k: m.k,
+            readout: ctx.model.basis().map(Readout::Basis),
+            what: &what_a,
+        },
+        PairModel {
+            layers: &vb,
+            k: o.k,
+            readout: octx.model.basis().map(Readout::Basis),
+            what: &what_b,
+        },
+        NullParams {
+            n_null: a.n_null,
+            seed: a.seed,
+        },
+        Par::rayon(0),
+    )?
+    .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+    let synth = |x: &ModelInfo| if x.synthetic { " (synthetic)" } else { "" };
+    let mut ia = Vec::with_capacity(mine.len());
+    for (l, x) in &mine {
+        let what = format!("{} {ckpt} layer {l}{}", m.label, synth(m));
+        ia.push(pair.a().layer(x.as_ref(), what)?);
+    }
+    let mut ib = Vec::with_capacity(theirs.len());
+    for (l, x) in &theirs {
+        let what = format!("{} {ockpt} layer {l}{}", o.label, synth(o));
+        ib.push(pair.b().layer(x.as_ref(), what)?);
+    }
+    let (ra, rb): (Vec<&LayerInput<'_>>, Vec<&LayerInput<'_>>) =
+        (ia.iter().collect(), ib.iter().collect());
+    let layers_a: Vec<usize> = mine.keys().copied().collect();
+    let layers_b: Vec<usize> = theirs.keys().copied().collect();
+    let whole = (units.iter())
+        .any(|u| matches!(&u.unit.kind, UnitKind::CrossTable { other: x } if x == other));
+    let cells: Vec<(usize, usize)> = if whole {
+        repgeom_metrics::layer_pairs(layers_a.len(), layers_b.len(), false)
+    } else {
+        (units.iter())
+            .filter(|u| matches!(&u.unit.kind, UnitKind::Cross { other: x } if x == other))
+            .map(|u| cross_cell(m, o, u.unit.layer, &layers_a, &layers_b))
+            .collect()
+    };
+    let settings = CompareSettings {
+        aggregates: if whole {
+            a.cross_aggregate.clone()
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    };
+    let table = pair.compare(&metrics, &ra, &rb, &cells, &settings, &mut |_| {})?;
+    Ok(CrossPair {
+        layers_a,
+        layers_b,
+        table,
+    })
+}
+
+/// The cell of the `cross` unit at `layer` of `m` in its pair's table: that layer against the
+/// analysed layer of `o` nearest in relative depth (indices into `la` and `lb`).
+fn cross_cell(
+    m: &ModelInfo,
+    o: &ModelInfo,
+    layer: usize,
+    la: &[usize],
+    lb: &[usize],
+) -> (usize, usize) {
+    let ol = o.nearest_layer(repgeom_report::relative_depth(layer as u32, m.n_layers));
+    let at = |ls: &[usize], l: usize| ls.iter().position(|&x| x == l).expect("analysed layer");
+    (at(la, layer), at(lb, ol))
+}
