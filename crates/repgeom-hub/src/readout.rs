@@ -68,16 +68,29 @@ pub fn read_readout(
     hub: &Hub,
     progress: &mut dyn FnMut(&DownloadProgress<'_>),
 ) -> Result<ResolvedReadout> {
-    let model = ModelRef::parse(reference, revision)?;
-    // A hub id downloads only the readout's shard, unless the final norm's gain is needed too.
-    let need = if prep.fold_norm {
-        Files::Full
-    } else {
-        Files::Readout
-    };
-    let path = model.resolve(hub, &need, progress)?;
-    let readout = repgeom_io::read_readout_prepared(&path, prep).map_err(|e| Error::Readout {
-        source: Box::new(e),
-    })?;
-    Ok(ResolvedReadout { path, readout })
+    ModelRef::parse(reference, revision)?.read_readout(prep, hub, progress)
+}
+
+impl ModelRef {
+    /// [`read_readout`] for a reference already parsed (a manifest that says which it is: a
+    /// `readout` path, or a `hub` id at a revision): the same resolver.
+    pub fn read_readout(
+        &self,
+        prep: &repgeom_io::ReadoutPrep,
+        hub: &Hub,
+        progress: &mut dyn FnMut(&DownloadProgress<'_>),
+    ) -> Result<ResolvedReadout> {
+        // A hub id downloads only the readout's shard, unless the final norm's gain is needed too.
+        let need = if prep.fold_norm {
+            Files::Full
+        } else {
+            Files::Readout
+        };
+        let path = self.resolve(hub, &need, progress)?;
+        let readout =
+            repgeom_io::read_readout_prepared(&path, prep).map_err(|e| Error::Readout {
+                source: Box::new(e),
+            })?;
+        Ok(ResolvedReadout { path, readout })
+    }
 }

@@ -196,7 +196,12 @@ impl From<repgeom_report::Error> for Error {
 
 impl From<repgeom_hub::Error> for Error {
     fn from(e: repgeom_hub::Error) -> Self {
-        Self::Hub(Box::new(e))
+        match e {
+            // A readout that was found but cannot be read is an input error, as before the
+            // hub's resolver read it.
+            repgeom_hub::Error::Readout { source } => Self::Input(source),
+            e => Self::Hub(Box::new(e)),
+        }
     }
 }
 

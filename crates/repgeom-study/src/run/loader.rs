@@ -227,34 +227,29 @@ impl<'s> Loader<'s> {
                 (readout, Some(run.space.labels.clone()))
             }
             ModelSource::Files(spec) => {
-                let readout_path = match (&spec.readout, &spec.hub) {
-                    (Some(p), _) => p.clone(),
-                    (None, Some(id)) => {
-                        // The readout of the final checkpoint's revision (else `main`).
-                        let fin = m.final_checkpoint();
-                        let rev = fin.revision.as_deref().unwrap_or("main");
-                        // Folding the final norm's gain needs its shard too.
-                        let need = if self.study.manifest.analysis.readout_fold_norm {
-                            repgeom_hub::Files::Full
-                        } else {
-                            repgeom_hub::Files::Readout
-                        };
-                        self.hub().snapshot(id, rev, &need, &mut |_| {})?.dir
-                    }
+                // The one readout resolver of every front end: a path where it is, a hub id
+                // at the final checkpoint's revision (else `main`), downloading only what the
+                // analysis reads (the final norm's shard too when folding its gain).
+                let source = match (&spec.readout, &spec.hub) {
+                    (Some(p), _) => repgeom_hub::ModelRef::Local(p.clone()),
+                    (None, Some(id)) => repgeom_hub::ModelRef::Hub {
+                        id: id.clone(),
+                        revision: (m.final_checkpoint().revision.clone())
+                            .unwrap_or_else(|| "main".into()),
+                    },
                     (None, None) => unreachable!("checked: hub or readout"),
                 };
                 let a = &self.study.manifest.analysis;
-                let r = repgeom_io::read_readout_prepared(
-                    &readout_path,
-                    &repgeom_io::ReadoutPrep {
-                        options: repgeom_io::ReadoutOptions {
-                            vocab_rows: spec.vocab_rows,
-                            tensor: spec.readout_tensor.clone(),
-                        },
-                        fold_norm: a.readout_fold_norm,
-                        center: a.readout_center,
+                let prep = repgeom_io::ReadoutPrep {
+                    options: repgeom_io::ReadoutOptions {
+                        vocab_rows: spec.vocab_rows,
+                        tensor: spec.readout_tensor.clone(),
                     },
-                )?;
+                    fold_norm: a.readout_fold_norm,
+                    center: a.readout_center,
+                };
+                let resolved = source.read_readout(&prep, &self.hub(), &mut |_| {})?;
+                let (readout_path, r) = (resolved.path, resolved.readout);
                 let mx = r.matrix;
                 if mx.cols != m.d as usize {
                     return Err(Error::DataMismatch {
