@@ -279,3 +279,20 @@ def test_k_list_k_frac_and_bootstrap_match_the_cli(acts, readout):
     assert [(r.bootstrap["z_lo"], r.bootstrap["z_hi"]) for r in py] == [(row["z_lo"], row["z_hi"]) for row in cli]
     with pytest.raises(repgeom.InvalidInputError, match="readout_fold_norm"):
         repgeom.pga(acts, readout, k=8, readout_fold_norm=True, progress=False)
+
+
+def test_defaults_are_the_libraries_and_the_cli():
+    """The signatures' defaults come from the libraries (``_native.DEFAULTS``), which the
+    command line's flags read too."""
+    import inspect
+
+    d = repgeom._native.DEFAULTS
+    for fn in (repgeom.pga, repgeom.metrics, repgeom.compare):
+        params = inspect.signature(fn).parameters
+        assert params["k"].default == d["k"], fn.__name__
+        assert params["n_null"].default == d["n_null"], fn.__name__
+    assert f"[default: {d['k']}]" in run_cli("pga", "--help").stdout
+    if "n_points" in d:  # built with extraction
+        params = inspect.signature(repgeom.extract).parameters
+        assert (params["n_points"].default, params["seq_len"].default) == (d["n_points"], d["seq_len"])
+        assert f"[default: {d['seq_len']}]" in run_cli("extract", "--help").stdout
