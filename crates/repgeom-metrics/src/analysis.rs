@@ -33,13 +33,7 @@ use crate::registry::PairMetric;
 /// ```
 pub fn k_values(ks: &[usize], k_frac: Option<f64>, d: usize) -> Result<Vec<usize>> {
     if let Some(f) = k_frac {
-        if !(f.is_finite() && f > 0.0 && f < 1.0) {
-            return Err(Error::InvalidOption {
-                name: "k_frac".into(),
-                value: f.to_string(),
-                reason: "the fraction of the hidden size must lie strictly between 0 and 1".into(),
-            });
-        }
+        crate::input::check_k_frac(f)?;
         let k = crate::input::k_from_fraction(f, d);
         if !crate::input::k_fits(k, d) {
             return Err(Error::InvalidOption {

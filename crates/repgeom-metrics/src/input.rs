@@ -118,6 +118,24 @@ pub fn check_readout_for(
     Ok(())
 }
 
+/// A fraction `f` of the hidden size for `k` (`k_frac`): finite and strictly between 0 and 1.
+/// The one check of `--k-frac`, Python's `k_frac` and a manifest's `analysis.k_frac`.
+///
+/// ```
+/// assert!(repgeom_metrics::check_k_frac(0.1).is_ok());
+/// assert!(repgeom_metrics::check_k_frac(1.0).is_err() && repgeom_metrics::check_k_frac(f64::NAN).is_err());
+/// ```
+pub fn check_k_frac(f: f64) -> Result<()> {
+    if f.is_finite() && f > 0.0 && f < 1.0 {
+        return Ok(());
+    }
+    Err(Error::InvalidOption {
+        name: "k_frac".into(),
+        value: f.to_string(),
+        reason: "the fraction of the hidden size must lie strictly between 0 and 1".into(),
+    })
+}
+
 /// The `k` of a fraction `f` of the hidden size `d`, `round(f·d)` (halves away from zero), so
 /// that z is comparable across widths: the one formula of `k_frac` and of the study's
 /// `k_sensitivity`.

@@ -63,8 +63,8 @@ pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
 pub use cross::{CkaLinear, DistanceSpearman, tied_fraction};
 pub use error::{Error, Result};
 pub use input::{
-    Acts, DEFAULT_K, LayerInput, MIN_POINTS, PairInput, Readout, check_readout_for, k_fits,
-    k_from_fraction, layer_pairs, numerical_rank,
+    Acts, DEFAULT_K, LayerInput, MIN_POINTS, PairInput, Readout, check_k_frac, check_readout_for,
+    k_fits, k_from_fraction, layer_pairs, numerical_rank,
 };
 pub use knn::{Cknna, MutualKnn};
 pub use params::{PgaParams, ValidPgaParams};

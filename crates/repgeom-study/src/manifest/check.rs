@@ -103,11 +103,8 @@ fn k_choice(a: &Analysis, bad: Bad<'_>) -> Result<()> {
         return Err(bad.at("analysis.k", "must be at least 1".into()));
     }
     if let Some(f) = a.k_frac {
-        if !(f.is_finite() && f > 0.0 && f < 1.0) {
-            return Err(bad.at(
-                "analysis.k_frac",
-                format!("{f} must lie strictly between 0 and 1 (k = round(k_frac · d))"),
-            ));
+        if let Err(e) = repgeom_metrics::check_k_frac(f) {
+            return Err(bad.at("analysis.k_frac", format!("{e} (k = round(k_frac · d))")));
         }
         if a.k != Analysis::default().k {
             return Err(bad.at(

@@ -515,14 +515,6 @@ impl Analysis {
                 metrics
             })
     }
-
-    /// How `k` was chosen, in words: `k = 100` or `k = round(0.05·d)`.
-    pub fn k_policy(&self) -> String {
-        match self.k_frac {
-            Some(f) => format!("k = round({f}·d)"),
-            None => format!("k = {}", self.k),
-        }
-    }
 }
 
 impl Default for Analysis {
