@@ -173,6 +173,37 @@ pub fn pair_needs(metrics: &[Box<dyn PairMetric>]) -> (bool, bool) {
     })
 }
 
+/// Whether any of the per-layer `metrics` uses the readout, and any the null bases:
+/// `(readout, null)`; with `readout_given` false, a metric that uses it is refused
+/// ([`Error::MissingReadout`], naming the metrics and `how` this front end passes a readout).
+///
+/// ```
+/// use repgeom_metrics::{Metric, Pga, RankMe};
+/// let metrics: Vec<Box<dyn Metric>> = vec![Box::new(RankMe::default()), Box::new(Pga::default())];
+/// assert_eq!(repgeom_metrics::analysis::needs(&metrics, true, "--readout W_U").unwrap(), (true, true));
+/// let err = repgeom_metrics::analysis::needs(&metrics, false, "--readout W_U").unwrap_err();
+/// assert_eq!(err.to_string(), "pga needs the readout: pass --readout W_U");
+/// ```
+pub fn needs(
+    metrics: &[Box<dyn crate::registry::Metric>],
+    readout_given: bool,
+    how: &str,
+) -> Result<(bool, bool)> {
+    let users: Vec<&str> = (metrics.iter())
+        .filter(|m| m.info().needs_readout)
+        .map(|m| m.info().name)
+        .collect();
+    if !users.is_empty() && !readout_given {
+        return Err(Error::MissingReadout {
+            verb: if users.len() == 1 { "needs" } else { "need" },
+            metrics: users.join(", "),
+            how: how.to_owned(),
+        });
+    }
+    let needs_null = metrics.iter().any(|m| m.info().needs_null);
+    Ok((!users.is_empty(), needs_null))
+}
+
 /// One model of a [`ModelPair`], as the front end hands it over.
 #[derive(Debug, Clone, Copy)]
 pub struct PairModel<'a> {

@@ -126,6 +126,16 @@ pub enum Error {
         /// The model or models without one.
         missing: String,
     },
+    /// Per-layer metrics that use the readout, run without one ([`crate::analysis::needs`]).
+    #[error("{metrics} {verb} the readout: pass {how}")]
+    MissingReadout {
+        /// The metrics that use it, comma-separated.
+        metrics: String,
+        /// "needs" or "need".
+        verb: &'static str,
+        /// How this front end passes a readout (`--readout W_U`, `readout=W_U`).
+        how: String,
+    },
     /// The input is constant (every point identical), so no geometry can be measured.
     #[error("{what}: all {n} points are identical, so the geometry is undefined")]
     ConstantInput {

@@ -74,38 +74,20 @@ pub(crate) fn metrics<'py>(
                 "no metrics chosen: name one or more (see repgeom.list_metrics())".into(),
             ));
         }
-        let needs_readout: Vec<&str> = metrics
-            .iter()
-            .filter(|m| m.info().needs_readout)
-            .map(|m| m.info().name)
-            .collect();
-        let needs_null = metrics.iter().any(|m| m.info().needs_null);
+        let (needs_readout, needs_null) =
+            repgeom_metrics::analysis::needs(&metrics, arg.is_some(), "readout=W_U")?;
         let (d, first) = (layers[0].raw.cols, layers[0].what.clone());
-        let spec = match (arg, needs_readout.is_empty()) {
-            (_, true) => None,
-            (None, false) => {
-                let verb = if needs_readout.len() == 1 {
-                    "needs"
-                } else {
-                    "need"
-                };
-                return Err(Failure::Invalid(format!(
-                    "{} {verb} the readout: pass readout=W_U",
-                    needs_readout.join(", ")
-                )));
-            }
-            (Some(arg), false) => Some(ReadoutSpec {
-                arg,
-                is_basis: readout_is_basis,
-                k,
-                vocab_rows: None,
-                tensor: None,
-                revision: revision.clone(),
-                progress,
-                fold_norm: readout_fold_norm,
-                center: readout_center,
-            }),
-        };
+        let spec = arg.filter(|_| needs_readout).map(|arg| ReadoutSpec {
+            arg,
+            is_basis: readout_is_basis,
+            k,
+            vocab_rows: None,
+            tensor: None,
+            revision: revision.clone(),
+            progress,
+            fold_norm: readout_fold_norm,
+            center: readout_center,
+        });
         let null = needs_null.then_some(repgeom_null::NullParams { n_null, seed });
         let model = model_context(spec.as_ref(), k, null, d, &first)?;
         let bar = progress_bar((layers.len() * metrics.len()) as u64, "metrics", progress);

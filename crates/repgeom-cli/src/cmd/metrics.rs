@@ -72,21 +72,11 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
         !analysis.metrics.is_empty(),
         "no metrics chosen: pass --metric NAME (see `repgeom metrics --list`), --all or --config FILE"
     );
-    let needs_readout = analysis.metrics.iter().any(|m| m.info().needs_readout);
-    let needs_null = analysis.metrics.iter().any(|m| m.info().needs_null);
-    if needs_readout && args.readout.is_none() {
-        let names: Vec<&str> = analysis
-            .metrics
-            .iter()
-            .filter(|m| m.info().needs_readout)
-            .map(|m| m.info().name)
-            .collect();
-        let verb = if names.len() == 1 { "needs" } else { "need" };
-        anyhow::bail!(
-            "{} {verb} the readout: pass --readout W_U",
-            names.join(", ")
-        );
-    }
+    let (needs_readout, needs_null) = repgeom_metrics::analysis::needs(
+        &analysis.metrics,
+        args.readout.is_some(),
+        "--readout W_U",
+    )?;
 
     let acts = input.read()?;
     let d = acts.layers[0].acts.cols;
