@@ -41,6 +41,13 @@ def test_bad_k_carries_the_cli_message(acts, monkeypatch):
     assert "k = 64 must satisfy 0 < k < d = 64" in str(e.value) and tail in cli.stderr
 
 
+def test_a_metric_without_its_readout_is_refused_as_on_the_cli(acts):
+    with pytest.raises(repgeom.InvalidInputError, match="pga needs the readout: pass readout=W_U"):
+        repgeom.metrics(acts, names=["pga", "rankme"], progress=False)
+    cli = run_cli("metrics", "--acts", "fixtures/pga/acts.npy", "--metric", "pga", check=False)
+    assert "pga needs the readout: pass --readout W_U" in cli.stderr
+
+
 def test_value_errors(acts, readout):
     bad = acts[0].copy()
     bad[5, 3] = np.nan
