@@ -15,7 +15,6 @@ use crate::{Error, Result};
 /// $\sigma_1\sqrt{n\,\varepsilon_{f64}}$ (~1e-6 relative), finer than the precision of `f32`
 /// activations; it is 2-4x faster than a bidiagonal SVD at `d = 2048`.
 pub fn singular_values(x: MatRef<'_, f64>, what: &str, par: Par) -> Result<Vec<f64>> {
-    use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
     let (m, n) = (x.nrows(), x.ncols());
     let size = m.min(n);
     if size == 0 {
@@ -27,6 +26,25 @@ pub fn singular_values(x: MatRef<'_, f64>, what: &str, par: Par) -> Result<Vec<f
     } else {
         matmul(&mut g, Accum::Replace, x, x.transpose(), 1.0, par);
     }
+    gram_singular_values(g.as_ref(), what)
+}
+
+/// The singular values of a matrix `X` from its Gram matrix `g` ($X^\top X$ or $XX^\top$,
+/// symmetric, lower triangle read): the square roots of its eigenvalues (negative rounding
+/// clamped to zero), non-increasing, computed sequentially. [`singular_values`] is this on the
+/// Gram of the points; a covariance accumulated over batches gives it without the points.
+///
+/// ```
+/// use repgeom_linalg::{Mat, gram_singular_values};
+/// let g = Mat::<f64>::from_fn(2, 2, |i, j| if i == j { [9.0, 4.0][i] } else { 0.0 });
+/// assert_eq!(gram_singular_values(g.as_ref(), "toy").unwrap(), [3.0, 2.0]);
+/// ```
+pub fn gram_singular_values(g: MatRef<'_, f64>, what: &str) -> Result<Vec<f64>> {
+    use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
+    let size = g.nrows();
+    if size == 0 {
+        return Ok(Vec::new());
+    }
     let mut s = faer::diag::Diag::<f64>::zeros(size);
     let scratch = self_adjoint_evd_scratch::<f64>(
         size,
@@ -35,7 +53,7 @@ pub fn singular_values(x: MatRef<'_, f64>, what: &str, par: Par) -> Result<Vec<f
         Default::default(),
     );
     self_adjoint_evd(
-        g.as_ref(),
+        g,
         s.as_mut(),
         None,
         Par::Seq,

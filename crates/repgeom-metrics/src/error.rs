@@ -51,6 +51,17 @@ pub enum Error {
         /// `W_U`'s columns.
         cols: usize,
     },
+    /// A metric asked of a layer's spectrum alone ([`crate::Metric::compute_spectrum`], e.g.
+    /// from a covariance accumulated over every token) that needs the points themselves.
+    #[error("{metric} needs the points themselves, not only their spectrum ({what}): {reason}")]
+    NeedsPoints {
+        /// The metric.
+        metric: String,
+        /// Which layer.
+        what: String,
+        /// What of it needs the points (an option to turn off, or the whole metric).
+        reason: String,
+    },
     /// Two inputs disagree in shape.
     #[error("{what}: shape mismatch: {left} vs {right}")]
     ShapeMismatch {

@@ -376,18 +376,48 @@ impl<'a> LayerInput<'a> {
         };
         Ok(cell.get_or_init(|| values))
     }
+}
 
+/// What a spectral metric reads of a layer: the number of points, the width, and the singular
+/// values of the points, as given or centred. A [`LayerInput`] has them from its points; a
+/// [`crate::CovarianceSpectrum`] from the second moments a [`crate::CovarianceAccumulator`]
+/// gathered over any number of tokens. RankMe, α-ReQ, IsoScore and the condition number read
+/// nothing else ([`crate::Metric::compute_spectrum`]), so each gives the same value from
+/// either.
+pub trait Spectrum {
+    /// Points (tokens) `N`.
+    fn n(&self) -> usize;
+    /// Width `d`.
+    fn d(&self) -> usize;
+    /// The layer's name for messages.
+    fn what(&self) -> &str;
+    /// All `min(N, d)` singular values of the points (centred first when `centred`),
+    /// non-increasing.
+    fn singular_values(&self, centred: bool) -> Result<&[f64]>;
     /// Eigenvalues of the covariance $X_c^\top X_c/(N-1)$, non-increasing, padded with zeros
     /// to length `d`.
-    pub fn covariance_eigenvalues(&self) -> Result<Vec<f64>> {
+    fn covariance_eigenvalues(&self) -> Result<Vec<f64>> {
         let denom = (self.n() - 1) as f64;
-        let mut out: Vec<f64> = self
-            .singular_values(true)?
-            .iter()
+        let mut out: Vec<f64> = (self.singular_values(true)?.iter())
             .map(|s| s * s / denom)
             .collect();
         out.resize(self.d(), 0.0);
         Ok(out)
+    }
+}
+
+impl Spectrum for LayerInput<'_> {
+    fn n(&self) -> usize {
+        LayerInput::n(self)
+    }
+    fn d(&self) -> usize {
+        LayerInput::d(self)
+    }
+    fn what(&self) -> &str {
+        LayerInput::what(self)
+    }
+    fn singular_values(&self, centred: bool) -> Result<&[f64]> {
+        LayerInput::singular_values(self, centred)
     }
 }
 

@@ -41,6 +41,7 @@ pub mod analysis;
 mod beyond_tests;
 pub mod calibrate;
 pub mod conformance;
+mod covariance;
 mod cross;
 mod error;
 mod input;
@@ -60,11 +61,15 @@ mod twonn;
 mod value;
 
 pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
+pub use covariance::{
+    ConvergenceReport, CovarianceAccumulator, CovarianceSpectrum, FIRST_CHECKPOINT,
+    SpectralConvergence,
+};
 pub use cross::{CkaLinear, DistanceSpearman, tied_fraction};
 pub use error::{Error, Result};
 pub use input::{
-    Acts, DEFAULT_K, LayerInput, MIN_POINTS, PairInput, Readout, check_k_frac, check_readout_for,
-    k_fits, k_from_fraction, layer_pairs, numerical_rank,
+    Acts, DEFAULT_K, LayerInput, MIN_POINTS, PairInput, Readout, Spectrum, check_k_frac,
+    check_readout_for, k_fits, k_from_fraction, layer_pairs, numerical_rank,
 };
 pub use knn::{Cknna, MutualKnn};
 pub use params::{PgaParams, ValidPgaParams};

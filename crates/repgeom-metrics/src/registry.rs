@@ -9,7 +9,7 @@ use repgeom_linalg::Par;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::input::{Acts, LayerInput, PairInput};
+use crate::input::{Acts, LayerInput, PairInput, Spectrum};
 use crate::permute::{Permutations, Prepared};
 use crate::value::{MetricInfo, MetricValue};
 
@@ -31,6 +31,18 @@ pub trait Metric: std::fmt::Debug + Send + Sync {
     }
     /// Computes the metric on one layer. Implementations call [`Metric::check`] first.
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>>;
+    /// Computes the metric from a layer's spectrum alone (`n`, `d` and the singular values:
+    /// [`Spectrum`]), as a covariance accumulated over every token gives it
+    /// ([`crate::CovarianceAccumulator`]). Metrics that read nothing else (RankMe, α-ReQ,
+    /// IsoScore, the condition number) override this and let [`Metric::compute`] call it, so
+    /// both routes share one body; the default refuses ([`Error::NeedsPoints`]).
+    fn compute_spectrum(&self, spectrum: &dyn Spectrum) -> Result<Vec<MetricValue>> {
+        Err(Error::NeedsPoints {
+            metric: self.info().name.into(),
+            what: spectrum.what().into(),
+            reason: "it is not a function of the spectrum".into(),
+        })
+    }
 
     /// The metric on one layer given as a faer or ndarray view, `f32` or `f64` (anything that
     /// is `Into<`[`Acts`](Acts)`>`), on the current rayon pool: the library

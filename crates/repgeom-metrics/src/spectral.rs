@@ -5,7 +5,7 @@ use repgeom_linalg::normalize_rows;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::input::{LayerInput, numerical_rank};
+use crate::input::{LayerInput, Spectrum, numerical_rank};
 use crate::registry::Metric;
 use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
@@ -97,6 +97,10 @@ impl Metric for RankMe {
     }
 
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
+        self.compute_spectrum(input)
+    }
+
+    fn compute_spectrum(&self, input: &dyn Spectrum) -> Result<Vec<MetricValue>> {
         self.check()?;
         let (value, variant, len) = match self.convention {
             RankMeConvention::Garrido => {
@@ -277,6 +281,10 @@ impl Metric for AlphaReq {
     }
 
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
+        self.compute_spectrum(input)
+    }
+
+    fn compute_spectrum(&self, input: &dyn Spectrum) -> Result<Vec<MetricValue>> {
         self.check()?;
         let what = format!("alpha_req on {}", input.what());
         let sv = input.singular_values(true)?;
@@ -442,12 +450,7 @@ impl Metric for Isotropy {
         self.check()?;
         let mut out = Vec::new();
         if self.isoscore {
-            let lambdas = input.covariance_eigenvalues()?;
-            let value = isoscore(&lambdas).ok_or_else(|| Error::Degenerate {
-                what: format!("isoscore on {}", input.what()),
-                reason: "the covariance is zero".into(),
-            })?;
-            out.push(MetricValue::new("isotropy", "isoscore", value));
+            out.push(isoscore_value(input)?);
         }
         if self.mean_cosine {
             out.push(MetricValue::new(
@@ -465,6 +468,44 @@ impl Metric for Isotropy {
         }
         Ok(out)
     }
+
+    /// IsoScore from the spectrum; the mean cosine and the partition function read the points.
+    fn compute_spectrum(&self, input: &dyn Spectrum) -> Result<Vec<MetricValue>> {
+        self.check()?;
+        let on_points: Vec<&str> = [
+            ("mean_cosine", self.mean_cosine),
+            ("partition", self.partition),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+        if !on_points.is_empty() {
+            return Err(Error::NeedsPoints {
+                metric: "isotropy".into(),
+                what: input.what().into(),
+                reason: format!(
+                    "variant {} reads the points; set {} = false for the spectrum alone",
+                    on_points.join(" and "),
+                    on_points.join(" = false, ")
+                ),
+            });
+        }
+        Ok(if self.isoscore {
+            vec![isoscore_value(input)?]
+        } else {
+            Vec::new()
+        })
+    }
+}
+
+/// IsoScore of a layer's covariance spectrum, as the `isoscore` variant's row.
+fn isoscore_value(input: &dyn Spectrum) -> Result<MetricValue> {
+    let lambdas = input.covariance_eigenvalues()?;
+    let value = isoscore(&lambdas).ok_or_else(|| Error::Degenerate {
+        what: format!("isoscore on {}", input.what()),
+        reason: "the covariance is zero".into(),
+    })?;
+    Ok(MetricValue::new("isotropy", "isoscore", value))
 }
 
 /// IsoScore from the variances along the principal axes (all `d` of them, zeros included).
@@ -596,6 +637,10 @@ impl Metric for ConditionNumber {
     }
 
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
+        self.compute_spectrum(input)
+    }
+
+    fn compute_spectrum(&self, input: &dyn Spectrum) -> Result<Vec<MetricValue>> {
         let sv = input.singular_values(true)?;
         let max_rank = (input.n() - 1).min(input.d());
         // Singular values below the f32 resolution of the data are noise, not spectrum: the

@@ -11,7 +11,14 @@ const FLOORS: &[&[&str]] = &[
     &["value", "input"],
     &["permute"],
     &["registry"],
-    &["pga", "spectral", "pc_share", "streaming", "knn"],
+    &[
+        "pga",
+        "spectral",
+        "pc_share",
+        "streaming",
+        "knn",
+        "covariance",
+    ],
     &["cross", "twonn", "pga_metric", "calibrate"],
     &["alignment", "pga_spectrum", "analysis", "params"],
 ];
