@@ -244,6 +244,10 @@ pub struct SpectralConvergence {
     next: u64,
 }
 
+/// The relative tolerance of a convergence report where none is chosen: a metric is
+/// converged once every later value lies within 1 % of its value over every token.
+pub const CONVERGENCE_TOL: f64 = 0.01;
+
 /// The first checkpoint of [`SpectralConvergence`]: 2¹⁰ tokens.
 pub const FIRST_CHECKPOINT: u64 = 1 << 10;
 

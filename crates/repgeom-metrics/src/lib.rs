@@ -62,8 +62,8 @@ mod value;
 
 pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
 pub use covariance::{
-    ConvergenceReport, CovarianceAccumulator, CovarianceSpectrum, FIRST_CHECKPOINT,
-    SpectralConvergence,
+    CONVERGENCE_TOL, ConvergenceReport, CovarianceAccumulator, CovarianceSpectrum,
+    FIRST_CHECKPOINT, SpectralConvergence,
 };
 pub use cross::{CkaLinear, DistanceSpearman, tied_fraction};
 pub use error::{Error, Result};

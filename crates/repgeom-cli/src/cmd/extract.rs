@@ -71,8 +71,15 @@ pub(crate) struct ExtractArgs {
     /// .json or .txt).
     #[arg(long, value_name = "PAIRS", conflicts_with_all = ["loss", "n_points", "points_per_sequence", "pool"])]
     cka_pairs: Option<String>,
-    /// With --cka-pairs: stop after this many tokens (default: the whole text).
-    #[arg(long, requires = "cka_pairs")]
+    /// Instead of sampled points: the spectral metrics (RankMe, alpha-ReQ, IsoScore, the
+    /// condition number) of these hidden states over *every* token of the text, from their
+    /// covariance accumulated batch by batch (d x d memory per layer), each at 2^10, 2^11, ...
+    /// tokens and over all of them, with the count after which it stays within 1 % of its
+    /// final value (column stable_from). Layers as 0,3,6 or `all`. --out is then a table.
+    #[arg(long, value_name = "LAYERS", conflicts_with_all = ["loss", "n_points", "points_per_sequence", "pool", "cka_pairs"])]
+    spectra: Option<String>,
+    /// With --cka-pairs or --spectra: stop after this many tokens (default: the whole text).
+    #[arg(long)]
     max_tokens: Option<usize>,
     /// Output safetensors file (hidden_states.{i}, [N, d] f32, with metadata), or with
     /// --cka-pairs the table of CKA values.
@@ -114,6 +121,13 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
     if let Some(spec) = &args.cka_pairs {
         return run_cka(args, ctx, &extractor, &text, &params, spec);
     }
+    if let Some(spec) = &args.spectra {
+        return run_spectra(args, ctx, &extractor, &text, &params, spec);
+    }
+    anyhow::ensure!(
+        args.max_tokens.is_none(),
+        "--max-tokens applies to --cka-pairs and --spectra (sampled points are --n-points)"
+    );
 
     let bar = progress_bar(ctx);
     let start = Instant::now();
@@ -304,6 +318,142 @@ fn run_cka(
     Ok(())
 }
 
+/// `--spectra`: the hidden states `spec` names (`all`: every one), for a model with `n_hidden`.
+fn parse_layers(spec: &str, n_hidden: usize) -> anyhow::Result<Vec<usize>> {
+    if spec.trim() == "all" {
+        return Ok((0..n_hidden).collect());
+    }
+    let mut out = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Ok(l) = part.parse::<usize>() else {
+            anyhow::bail!("bad layer {part:?} in --spectra {spec:?}: expected e.g. 0,3,6 or all");
+        };
+        anyhow::ensure!(
+            l < n_hidden,
+            "--spectra {l}: the model has {n_hidden} hidden states (0 = embeddings … {})",
+            n_hidden - 1
+        );
+        out.push(l);
+    }
+    out.sort_unstable();
+    out.dedup();
+    anyhow::ensure!(!out.is_empty(), "empty --spectra {spec:?}");
+    Ok(out)
+}
+
+/// The spectral metrics `--spectra` reports: every registered metric that is a function of the
+/// spectrum, with isotropy's point-based variants off.
+fn spectral_metrics() -> Vec<Box<dyn repgeom_metrics::Metric>> {
+    ["rankme", "alpha_req", "condition_number"]
+        .iter()
+        .map(|n| serde_json::json!({ "metric": n }))
+        .chain([serde_json::json!({
+            "metric": "isotropy", "isoscore": true, "mean_cosine": false, "partition": false
+        })])
+        .map(|c| {
+            repgeom_metrics::metric_from_config(c.as_object().expect("an object"))
+                .expect("the registry's own metrics parse")
+        })
+        .collect()
+}
+
+/// The convergence record of every hidden state in `layers` over every token `stream` runs.
+fn stream_spectra(
+    extractor: &Extractor,
+    text: &str,
+    params: &repgeom_extract::ValidExtractParams,
+    max_tokens: Option<usize>,
+    layers: &[usize],
+    progress: &mut dyn FnMut(repgeom_extract::Progress),
+) -> anyhow::Result<(
+    repgeom_extract::Streamed,
+    Vec<repgeom_metrics::SpectralConvergence>,
+)> {
+    let d = extractor.model().config().hidden_size;
+    let mut records: Vec<_> = (layers.iter())
+        .map(|l| repgeom_metrics::SpectralConvergence::new(d, format!("hidden state {l}")))
+        .collect();
+    let streamed = extractor.stream(
+        text,
+        params,
+        max_tokens,
+        layers,
+        &mut |views| -> anyhow::Result<()> {
+            for (record, view) in records.iter_mut().zip(views) {
+                record.update(*view)?;
+            }
+            Ok(())
+        },
+        progress,
+    )?;
+    Ok((streamed, records))
+}
+
+fn run_spectra(
+    args: &ExtractArgs,
+    ctx: &Context,
+    extractor: &Extractor,
+    text: &str,
+    params: &repgeom_extract::ValidExtractParams,
+    spec: &str,
+) -> anyhow::Result<()> {
+    let c = extractor.model().config();
+    let layers = parse_layers(spec, c.n_layers + 1)?;
+    let bar = progress_bar(ctx);
+    let start = Instant::now();
+    let (streamed, records) = stream_spectra(
+        extractor,
+        text,
+        params,
+        args.max_tokens,
+        &layers,
+        &mut |p| {
+            bar.set_length(p.tokens_total as u64);
+            bar.set_position(p.tokens_done as u64);
+            let secs = start.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("{:.0} tokens/s", p.tokens_done as f64 / secs));
+        },
+    )?;
+    bar.finish_and_clear();
+    let (name, revision) = extractor.name();
+    let label = match revision {
+        Some(r) => format!("{name}@{r}"),
+        None => name.to_string(),
+    };
+    let metrics = spectral_metrics();
+    let mut rows = Vec::new();
+    for (record, &layer) in records.iter().zip(&layers) {
+        for m in &metrics {
+            let report = record.report(m.as_ref(), repgeom_metrics::CONVERGENCE_TOL)?;
+            rows.extend(report.values().into_iter().map(|v| {
+                crate::output::metric_row(&label, c.hidden_size, (layer, c.n_layers + 1), v)
+            }));
+        }
+    }
+    let table = crate::output::tidy_cells(&rows, &["model", "layer"]);
+    crate::output::emit(&table, None, Some(&args.out))?;
+    let secs = start.elapsed().as_secs_f64();
+    #[allow(clippy::print_stdout)] // the command's report
+    {
+        println!(
+            "wrote {} (spectral metrics of {} hidden states over {} tokens of {} sequences, at 2^10, 2^11, ... tokens and all) from {label}",
+            args.out.display(),
+            layers.len(),
+            streamed.tokens_kept,
+            streamed.sequences,
+        );
+        println!(
+            "ran {} tokens in {secs:.1} s ({:.0} tokens/s){}",
+            streamed.tokens_run,
+            streamed.tokens_run as f64 / secs.max(1e-9),
+            peak_rss_mib()
+                .map(|m| format!(", peak resident memory {m:.0} MiB"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
 /// This process's peak resident memory (`VmHWM` of `/proc/self/status`), where Linux reports it.
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -416,5 +566,60 @@ mod tests {
         assert!(e.contains("7 hidden states"), "{e}");
         let e = parse_pairs("0-6", 7).unwrap_err().to_string();
         assert!(e.contains("expected A:B"), "{e}");
+    }
+
+    /// Every token's spectral metrics, streamed, equal the same metrics on the tokens gathered
+    /// (the fixture's text is short: the report has the final checkpoint only).
+    #[test]
+    fn streamed_spectra_equal_the_gathered_tokens() {
+        let (ex, text) = fixture();
+        let params = repgeom_extract::ExtractParams {
+            seq_len: 16,
+            batch_size: 2,
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        let d = ex.model().config().hidden_size;
+        let layers = parse_layers("3, 1", 4).unwrap();
+        assert_eq!(layers, [1, 3]);
+        let mut whole: Vec<Vec<f32>> = vec![Vec::new(); 2];
+        ex.stream(
+            &text,
+            &params,
+            None,
+            &layers,
+            &mut |views| -> anyhow::Result<()> {
+                for (w, v) in whole.iter_mut().zip(views) {
+                    for i in 0..v.nrows() {
+                        w.extend((0..v.ncols()).map(|j| v[(i, j)]));
+                    }
+                }
+                Ok(())
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+        let (s, records) = stream_spectra(&ex, &text, &params, None, &layers, &mut |_| {}).unwrap();
+        for (record, w) in records.iter().zip(&whole) {
+            let x = MatRef::from_row_major_slice(w, w.len() / d, d);
+            assert_eq!(x.nrows(), s.tokens_kept);
+            let input = LayerInput::new(x, "gathered", Par::Seq).unwrap();
+            for m in spectral_metrics() {
+                let report = record
+                    .report(m.as_ref(), repgeom_metrics::CONVERGENCE_TOL)
+                    .unwrap();
+                let direct = m.compute(&input).unwrap()[0].value;
+                let streamed = *report.values.last().unwrap();
+                assert!(
+                    (streamed - direct).abs() <= STREAM_TOL * direct.abs().max(1.0),
+                    "{}: streamed {streamed}, gathered {direct}",
+                    m.info().name
+                );
+            }
+        }
+        let e = parse_layers("4", 4).unwrap_err().to_string();
+        assert!(e.contains("4 hidden states"), "{e}");
+        assert!(parse_layers("x", 4).is_err() && parse_layers("", 4).is_err());
     }
 }
