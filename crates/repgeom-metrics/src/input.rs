@@ -376,6 +376,12 @@ impl<'a> LayerInput<'a> {
         };
         Ok(cell.get_or_init(|| values))
     }
+
+    /// Eigenvalues of the covariance $X_c^\top X_c/(N-1)$, non-increasing, padded with zeros
+    /// to length `d` ([`Spectrum::covariance_eigenvalues`], callable without the trait).
+    pub fn covariance_eigenvalues(&self) -> Result<Vec<f64>> {
+        Spectrum::covariance_eigenvalues(self)
+    }
 }
 
 /// What a spectral metric reads of a layer: the number of points, the width, and the singular

@@ -190,6 +190,130 @@ impl CkaAccumulator {
         Ok(())
     }
 
+    /// Adds the tokens `other` gathered (a shard of the same corpus through the same pair of
+    /// representations): the result is the accumulator of both token sets, whatever the
+    /// split, to rounding. `other`'s sums are re-expressed about this accumulator's shift
+    /// exactly: with `u = x − b` its stored rows and `δ = b − a` the difference of the shifts,
+    /// every sum of `u + δ` (up to the fourth powers of the debiased estimator,
+    /// `Σ‖u + δ‖⁴ = Σ‖u‖⁴ + 4δᵀΣ‖u‖²u + 2‖δ‖²Σ‖u‖² + 4δᵀ(ΣuuᵀΣ)δ + 4‖δ‖²δᵀΣu + n‖δ‖⁴`)
+    /// follows from the sums it keeps.
+    ///
+    /// ```
+    /// use repgeom_linalg::Mat;
+    /// use repgeom_metrics::CkaAccumulator;
+    /// let x = Mat::<f32>::from_fn(40, 3, |i, j| ((i * 7 + j * 5) % 11) as f32 + j as f32);
+    /// let y = Mat::<f32>::from_fn(40, 2, |i, j| ((i * 3 + j) % 7) as f32 * 0.5 + 2.0);
+    /// let (mut first, mut second, mut one) = (CkaAccumulator::new(3, 2), CkaAccumulator::new(3, 2), CkaAccumulator::new(3, 2));
+    /// first.update(x.as_ref().subrows(0, 15), y.as_ref().subrows(0, 15), "toy")?;
+    /// second.update(x.as_ref().subrows(15, 25), y.as_ref().subrows(15, 25), "toy")?;
+    /// one.update(x.as_ref(), y.as_ref(), "toy")?;
+    /// first.merge(&second)?;
+    /// let (merged, whole) = (first.finish("toy")?, one.finish("toy")?);
+    /// assert!((merged.biased - whole.biased).abs() < 1e-12);
+    /// assert!((merged.debiased.unwrap() - whole.debiased.unwrap()).abs() < 1e-12);
+    /// # Ok::<(), repgeom_metrics::Error>(())
+    /// ```
+    pub fn merge(&mut self, other: &Self) -> Result<()> {
+        let (dx, dy) = (self.sx.len(), self.sy.len());
+        if other.sx.len() != dx || other.sy.len() != dy {
+            return Err(Error::ShapeMismatch {
+                what: "merging streaming CKA accumulators".into(),
+                left: format!("widths {dx} and {dy}"),
+                right: format!("widths {} and {}", other.sx.len(), other.sy.len()),
+            });
+        }
+        let Some((bx, by)) = &other.shift else {
+            return Ok(());
+        };
+        let Some((ax, ay)) = &self.shift else {
+            *self = other.clone();
+            return Ok(());
+        };
+        let n = other.n as f64;
+        let delta: Vec<f64> = bx.iter().zip(ax).map(|(b, a)| b - a).collect();
+        let eps: Vec<f64> = by.iter().zip(ay).map(|(b, a)| b - a).collect();
+        let dot = |u: &[f64], v: &[f64]| -> f64 { u.iter().zip(v).map(|(a, b)| a * b).sum() };
+        // m · v for a matrix m and a vector v (and mᵀ · v).
+        let mul = |m: &Mat<f64>, v: &[f64]| -> Vec<f64> {
+            (0..m.nrows())
+                .map(|i| (0..m.ncols()).map(|j| m[(i, j)] * v[j]).sum())
+                .collect()
+        };
+        let mul_t = |m: &Mat<f64>, v: &[f64]| -> Vec<f64> {
+            (0..m.ncols())
+                .map(|j| (0..m.nrows()).map(|i| m[(i, j)] * v[i]).sum())
+                .collect()
+        };
+        let o = other;
+        let (cd, ce) = (dot(&delta, &delta), dot(&eps, &eps));
+        let (dsx, esy) = (dot(&delta, &o.sx), dot(&eps, &o.sy));
+        let (xtx_d, yty_e) = (mul(&o.xtx, &delta), mul(&o.yty, &eps));
+        let (xty_e, xty_t_d) = (mul(&o.xty, &eps), mul_t(&o.xty, &delta));
+        // Norms about the new shift.
+        let nx = o.nx + 2.0 * dsx + n * cd;
+        let ny = o.ny + 2.0 * esy + n * ce;
+        let nxny = o.nxny
+            + 2.0 * dot(&eps, &o.nx_y)
+            + ce * o.nx
+            + 2.0 * dot(&delta, &o.ny_x)
+            + 4.0 * dot(&delta, &xty_e)
+            + 2.0 * ce * dsx
+            + cd * o.ny
+            + 2.0 * cd * esy
+            + n * cd * ce;
+        let nx2 = o.nx2
+            + 4.0 * dot(&delta, &o.nx_x)
+            + 2.0 * cd * o.nx
+            + 4.0 * dot(&delta, &xtx_d)
+            + 4.0 * cd * dsx
+            + n * cd * cd;
+        let ny2 = o.ny2
+            + 4.0 * dot(&eps, &o.ny_y)
+            + 2.0 * ce * o.ny
+            + 4.0 * dot(&eps, &yty_e)
+            + 4.0 * ce * esy
+            + n * ce * ce;
+        for i in 0..dx {
+            self.nx_x[i] += o.nx_x[i] + 2.0 * xtx_d[i] + cd * o.sx[i] + delta[i] * nx;
+            self.ny_x[i] += o.ny_x[i] + 2.0 * xty_e[i] + ce * o.sx[i] + delta[i] * ny;
+        }
+        for j in 0..dy {
+            self.ny_y[j] += o.ny_y[j] + 2.0 * yty_e[j] + ce * o.sy[j] + eps[j] * ny;
+            self.nx_y[j] += o.nx_y[j] + 2.0 * xty_t_d[j] + cd * o.sy[j] + eps[j] * nx;
+        }
+        for i in 0..dx {
+            for j in 0..dx {
+                self.xtx[(i, j)] += o.xtx[(i, j)]
+                    + o.sx[i] * delta[j]
+                    + delta[i] * o.sx[j]
+                    + n * delta[i] * delta[j];
+            }
+            for j in 0..dy {
+                self.xty[(i, j)] +=
+                    o.xty[(i, j)] + o.sx[i] * eps[j] + delta[i] * o.sy[j] + n * delta[i] * eps[j];
+            }
+        }
+        for i in 0..dy {
+            for j in 0..dy {
+                self.yty[(i, j)] +=
+                    o.yty[(i, j)] + o.sy[i] * eps[j] + eps[i] * o.sy[j] + n * eps[i] * eps[j];
+            }
+        }
+        for (s, (v, d)) in self.sx.iter_mut().zip(o.sx.iter().zip(&delta)) {
+            *s += v + n * d;
+        }
+        for (s, (v, e)) in self.sy.iter_mut().zip(o.sy.iter().zip(&eps)) {
+            *s += v + n * e;
+        }
+        self.nx += nx;
+        self.ny += ny;
+        self.nxny += nxny;
+        self.nx2 += nx2;
+        self.ny2 += ny2;
+        self.n += o.n;
+        Ok(())
+    }
+
     /// Linear CKA of everything seen: both estimators. Fewer than 2 tokens, or a
     /// representation that is constant over the tokens, is an error (CKA is undefined).
     pub fn finish(&self, what: &str) -> Result<StreamingCka> {
@@ -431,5 +555,76 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("needs at least 2 points, got 0"), "{e}");
+    }
+
+    /// A corpus split in shards, each accumulated on its own (its own shift), then merged in
+    /// any order or as a tree, equals one pass: both estimators to 1e-12.
+    #[test]
+    fn merged_shards_equal_one_pass() {
+        const MERGE_TOL: f64 = 1e-12;
+        let (x, y) = pair(900, 12, 9, 11);
+        let mut one = CkaAccumulator::new(12, 9);
+        one.update(x.as_ref(), y.as_ref(), "pair").unwrap();
+        let whole = one.finish("pair").unwrap();
+        let bounds = [0, 130, 131, 600, 900];
+        let shards: Vec<CkaAccumulator> = (0..4)
+            .map(|s| {
+                let (r, m) = (bounds[s], bounds[s + 1] - bounds[s]);
+                let mut acc = CkaAccumulator::new(12, 9);
+                // Shards far apart in what their first batch's mean is.
+                for start in (0..m).step_by(97) {
+                    let k = 97.min(m - start);
+                    let (a, b) = (
+                        x.as_ref().subrows(r + start, k),
+                        y.as_ref().subrows(r + start, k),
+                    );
+                    acc.update(a, b, "pair").unwrap();
+                }
+                acc
+            })
+            .collect();
+        let check = |acc: &CkaAccumulator, what: &str| {
+            let got = acc.finish("pair").unwrap();
+            assert_eq!(got.n, whole.n, "{what}");
+            assert!(
+                (got.biased - whole.biased).abs() <= MERGE_TOL,
+                "{what}: {got:?} vs {whole:?}"
+            );
+            let (g, w) = (got.debiased.unwrap(), whole.debiased.unwrap());
+            assert!((g - w).abs() <= MERGE_TOL, "{what}: debiased {g} vs {w}");
+        };
+        for order in [[0, 1, 2, 3], [2, 0, 3, 1]] {
+            let mut acc = CkaAccumulator::new(12, 9);
+            for &s in &order {
+                acc.merge(&shards[s]).unwrap();
+            }
+            check(&acc, &format!("order {order:?}"));
+        }
+        let (mut left, mut right) = (shards[3].clone(), shards[1].clone());
+        left.merge(&shards[2]).unwrap();
+        right.merge(&shards[0]).unwrap();
+        left.merge(&right).unwrap();
+        check(&left, "tree");
+        // Shifted far from each other: the merge re-expresses the sums, not approximates them.
+        let (x2, y2) = (
+            Mat::from_fn(300, 12, |i, j| x[(i, j)] + 500.0),
+            Mat::from_fn(300, 9, |i, j| y[(i, j)] - 300.0),
+        );
+        let mut far = CkaAccumulator::new(12, 9);
+        far.update(x2.as_ref(), y2.as_ref(), "far").unwrap();
+        let mut both = shards[0].clone();
+        both.merge(&far).unwrap();
+        let mut direct = CkaAccumulator::new(12, 9);
+        direct
+            .update(x.as_ref().subrows(0, 130), y.as_ref().subrows(0, 130), "x")
+            .unwrap();
+        direct.update(x2.as_ref(), y2.as_ref(), "far").unwrap();
+        let (a, b) = (both.finish("m").unwrap(), direct.finish("d").unwrap());
+        assert!((a.biased - b.biased).abs() <= 1e-11, "{a:?} vs {b:?}");
+        assert!(
+            (a.debiased.unwrap() - b.debiased.unwrap()).abs() <= 1e-11,
+            "{a:?} vs {b:?}"
+        );
+        assert!(CkaAccumulator::new(3, 9).merge(&shards[0]).is_err());
     }
 }
