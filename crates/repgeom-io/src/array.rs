@@ -55,3 +55,28 @@ pub fn read_array_f64(path: &Path) -> Result<ArrayF64> {
         }),
     }
 }
+
+/// Every tensor of a `.safetensors` file as f64 (by name) and its string metadata: for files
+/// of several named arrays, such as a streaming accumulator's sums. Each tensor's extent is
+/// checked against the file before it is read, as for every `.safetensors` file.
+pub fn read_safetensors_f64(
+    path: &Path,
+) -> Result<(
+    std::collections::BTreeMap<String, ArrayF64>,
+    std::collections::BTreeMap<String, String>,
+)> {
+    let f = StFile::open(path)?;
+    let mut out = std::collections::BTreeMap::new();
+    for name in f.names() {
+        let t = f.tensor(&name)?;
+        let data = t.to_f64(path)?;
+        out.insert(
+            name,
+            ArrayF64 {
+                shape: t.shape.clone(),
+                data,
+            },
+        );
+    }
+    Ok((out, f.metadata()))
+}

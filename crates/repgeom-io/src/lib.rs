@@ -46,7 +46,7 @@ mod tests;
 
 pub use activations::{Activations, LayerActs, read_activations};
 pub use arch::{ARCHS, Arch, GainConvention, NormKind};
-pub use array::{ArrayF64, read_array_f64};
+pub use array::{ArrayF64, read_array_f64, read_safetensors_f64};
 pub use checkpoint::{Checkpoint, open_checkpoint, open_checkpoint_partial};
 pub use digest::{WeightsDigest, WeightsHasher};
 pub use error::{Error, Result};
@@ -59,7 +59,9 @@ pub use relpath::{BadName, MAX_COMPONENT_BYTES, MAX_NAME_BYTES, RelPath};
 pub use system::default_memory_budget;
 #[cfg(feature = "parquet")]
 pub use texts::{read_parquet_labels, read_parquet_texts};
-pub use write::{atomic_write, write_npy_f32, write_npy_f64, write_safetensors};
+pub use write::{
+    atomic_write, write_npy_f32, write_npy_f64, write_safetensors, write_safetensors_f64,
+};
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -99,6 +99,33 @@ pub fn write_safetensors(
     tensors: &[(String, Vec<usize>, &[f32])],
     metadata: &BTreeMap<String, String>,
 ) -> Result<()> {
+    write_st(path, tensors, metadata, "F32", |x: &f32| {
+        x.to_le_bytes().to_vec()
+    })
+}
+
+/// [`write_safetensors`] with F64 tensors (sums that must survive a round trip exactly, such
+/// as a streaming accumulator's).
+pub fn write_safetensors_f64(
+    path: &Path,
+    tensors: &[(String, Vec<usize>, &[f64])],
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
+    write_st(path, tensors, metadata, "F64", |x: &f64| {
+        x.to_le_bytes().to_vec()
+    })
+}
+
+/// One `.safetensors` writer for every dtype: `dtype` its name, `bytes` one value's
+/// little-endian bytes.
+fn write_st<T>(
+    path: &Path,
+    tensors: &[(String, Vec<usize>, &[T])],
+    metadata: &BTreeMap<String, String>,
+    dtype: &str,
+    bytes: impl Fn(&T) -> Vec<u8>,
+) -> Result<()> {
+    let width = std::mem::size_of::<T>();
     let mut seen = std::collections::BTreeSet::new();
     for (name, shape, data) in tensors {
         check_len(path, name, shape, data.len())?;
@@ -122,10 +149,10 @@ pub fn write_safetensors(
     }
     let mut offset = 0usize;
     for (name, shape, data) in tensors {
-        let end = offset + data.len() * 4;
+        let end = offset + data.len() * width;
         let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
         parts.push(format!(
-            "{}:{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{offset},{end}]}}",
+            "{}:{{\"dtype\":\"{dtype}\",\"shape\":[{}],\"data_offsets\":[{offset},{end}]}}",
             js(name),
             dims.join(",")
         ));
@@ -140,8 +167,8 @@ pub fn write_safetensors(
         w.write_all(&(header.len() as u64).to_le_bytes())?;
         w.write_all(header.as_bytes())?;
         for (_, _, data) in tensors {
-            let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-            w.write_all(&bytes)?;
+            let out: Vec<u8> = data.iter().flat_map(&bytes).collect();
+            w.write_all(&out)?;
         }
         Ok(())
     })

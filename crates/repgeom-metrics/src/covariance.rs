@@ -26,6 +26,7 @@ use repgeom_linalg::{Mat, MatRef, Par, matmul_atb_add_f64};
 use crate::error::{Error, Result};
 use crate::input::Spectrum;
 use crate::registry::Metric;
+use crate::state::AccumulatorState;
 use crate::value::MetricValue;
 
 /// The exact second moments of a layer's rows, accumulated over batches of tokens.
@@ -158,6 +159,52 @@ impl CovarianceAccumulator {
         }
         self.n += other.n;
         Ok(())
+    }
+
+    /// The sums as named arrays (`shift`, `sum`, `scatter`; `shift` absent before any token),
+    /// to be written and read back exactly ([`CovarianceAccumulator::from_state`]).
+    pub fn state(&self) -> AccumulatorState {
+        let d = self.d();
+        let mut s = AccumulatorState::new("covariance", self.n);
+        if let Some(shift) = &self.shift {
+            s.put("shift", &[d], shift.clone());
+        }
+        s.put("sum", &[d], self.sum.clone());
+        let scatter = (0..d * d).map(|x| self.scatter[(x / d, x % d)]).collect();
+        s.put("scatter", &[d, d], scatter);
+        s
+    }
+
+    /// The accumulator a [`CovarianceAccumulator::state`] describes; a state of another kind,
+    /// with a missing or misshapen array or a non-finite value, is refused naming it. `what`
+    /// names the source (a file) in errors and the layer from then on.
+    pub fn from_state(state: &AccumulatorState, what: &str) -> Result<Self> {
+        state.expect_kind("covariance", what)?;
+        let d = state.len_of("sum", what)?;
+        let sum = state.take("sum", &[d], what)?.to_vec();
+        let scatter = state.take("scatter", &[d, d], what)?;
+        let shift = match (state.has("shift"), state.n) {
+            (true, n) if n > 0 => Some(state.take("shift", &[d], what)?.to_vec()),
+            (false, 0) => None,
+            _ => {
+                return Err(Error::InvalidOption {
+                    name: "accumulator".into(),
+                    value: what.into(),
+                    reason: format!(
+                        "{} tokens but {} shift",
+                        state.n,
+                        if state.has("shift") { "a" } else { "no" }
+                    ),
+                });
+            }
+        };
+        Ok(Self {
+            what: what.into(),
+            n: state.n,
+            shift,
+            sum,
+            scatter: Mat::from_fn(d, d, |i, j| scatter[i * d + j]),
+        })
     }
 
     /// The spectrum of every token seen: the singular values of the centred and of the raw

@@ -9,6 +9,7 @@ use repgeom_testkit::assert_close;
 
 use super::*;
 use crate::input::LayerInput;
+use crate::state::AccumulatorState;
 
 /// Agreement of the covariance route with the points' route, relative to the value's size.
 const ROUTE_TOL: f64 = 1e-10;
@@ -228,4 +229,48 @@ fn convergence_checkpoints_are_powers_of_two_and_the_end() {
     assert_eq!(rows.len(), 4);
     assert_eq!(rows[3].extra["stable_from"], 1024.0);
     assert!(conv.report(rankme.as_ref(), 0.0).is_err());
+}
+
+#[test]
+fn a_state_reads_back_exactly_and_a_bad_one_is_refused() {
+    let x = points(700, 10, 5);
+    let acc = fed(&x, &[100]);
+    let back = CovarianceAccumulator::from_state(&acc.state(), "shard.safetensors").unwrap();
+    assert_eq!(back.state(), acc.state());
+    let (b, a) = (back.spectrum().unwrap(), acc.spectrum().unwrap());
+    for centred in [true, false] {
+        assert_eq!(b.singular_values(centred).unwrap(), a.singular_values(centred).unwrap());
+    }
+    let empty = CovarianceAccumulator::new(10, "empty");
+    assert_eq!(
+        CovarianceAccumulator::from_state(&empty.state(), "e")
+            .unwrap()
+            .n(),
+        0
+    );
+    let refuse = |edit: &dyn Fn(&mut AccumulatorState), want: &str| {
+        let mut s = acc.state();
+        edit(&mut s);
+        let err = CovarianceAccumulator::from_state(&s, "shard.safetensors")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("shard.safetensors") && err.contains(want),
+            "{err}"
+        );
+    };
+    refuse(&|s| s.kind = "cka".into(), "holds a `cka` accumulator");
+    refuse(&|s| drop(s.arrays.remove("scatter")), "no array `scatter`");
+    refuse(
+        &|s| s.arrays.get_mut("scatter").unwrap().0 = vec![10, 9],
+        "expected [10, 10]",
+    );
+    refuse(
+        &|s| s.arrays.get_mut("sum").unwrap().1[3] = f64::NAN,
+        "non-finite",
+    );
+    refuse(
+        &|s| drop(s.arrays.remove("shift")),
+        "700 tokens but no shift",
+    );
 }

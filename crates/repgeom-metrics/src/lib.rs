@@ -54,6 +54,7 @@ mod pga_metric;
 mod pga_spectrum;
 mod registry;
 mod spectral;
+mod state;
 mod streaming;
 #[cfg(test)]
 mod tests;
@@ -85,6 +86,7 @@ pub use spectral::{
     AlphaFit, AlphaReq, ConditionNumber, FitWeighting, Isotropy, PowerLawFit, RankMe,
     RankMeConvention, SpectrumKind, isoscore, power_law_fit, power_law_fit_weighted, rankme,
 };
+pub use state::AccumulatorState;
 pub use streaming::{CkaAccumulator, StreamingCka};
 pub use twonn::IntrinsicDimTwoNn;
 pub use value::{MetricInfo, MetricValue, OptionDoc};

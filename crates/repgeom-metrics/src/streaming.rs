@@ -21,6 +21,7 @@
 use repgeom_linalg::{Mat, MatRef, Par, matmul_atb_add_f64};
 
 use crate::error::{Error, Result};
+use crate::state::AccumulatorState;
 use crate::value::MetricValue;
 
 /// Linear CKA of two representations of the same tokens, as [`CkaAccumulator::finish`] gives
@@ -188,6 +189,86 @@ impl CkaAccumulator {
         }
         self.n += m as u64;
         Ok(())
+    }
+
+    /// The sums as named arrays (`shift_x`, `shift_y` once a token is seen; `xty`, `xtx`,
+    /// `yty`, `sx`, `sy`, `nx_x`, `ny_x`, `ny_y`, `nx_y`, and `scalars` = `Σ‖x‖²`, `Σ‖y‖²`,
+    /// `Σ‖x‖²‖y‖²`, `Σ‖x‖⁴`, `Σ‖y‖⁴`), to be written and read back exactly
+    /// ([`CkaAccumulator::from_state`]).
+    pub fn state(&self) -> AccumulatorState {
+        let (dx, dy) = (self.sx.len(), self.sy.len());
+        let flat = |m: &Mat<f64>| -> Vec<f64> {
+            let c = m.ncols();
+            (0..m.nrows() * c).map(|x| m[(x / c, x % c)]).collect()
+        };
+        let mut s = AccumulatorState::new("cka", self.n);
+        if let Some((a, b)) = &self.shift {
+            s.put("shift_x", &[dx], a.clone());
+            s.put("shift_y", &[dy], b.clone());
+        }
+        s.put("xty", &[dx, dy], flat(&self.xty));
+        s.put("xtx", &[dx, dx], flat(&self.xtx));
+        s.put("yty", &[dy, dy], flat(&self.yty));
+        for (name, v) in [
+            ("sx", &self.sx),
+            ("sy", &self.sy),
+            ("nx_x", &self.nx_x),
+            ("ny_x", &self.ny_x),
+            ("ny_y", &self.ny_y),
+            ("nx_y", &self.nx_y),
+        ] {
+            s.put(name, &[v.len()], v.clone());
+        }
+        s.put(
+            "scalars",
+            &[5],
+            vec![self.nx, self.ny, self.nxny, self.nx2, self.ny2],
+        );
+        s
+    }
+
+    /// The accumulator a [`CkaAccumulator::state`] describes; a state of another kind, with
+    /// a missing or misshapen array or a non-finite value, is refused naming `what`.
+    pub fn from_state(state: &AccumulatorState, what: &str) -> Result<Self> {
+        state.expect_kind("cka", what)?;
+        let (dx, dy) = (state.len_of("sx", what)?, state.len_of("sy", what)?);
+        let mat = |name: &str, r: usize, c: usize| -> Result<Mat<f64>> {
+            let v = state.take(name, &[r, c], what)?;
+            Ok(Mat::from_fn(r, c, |i, j| v[i * c + j]))
+        };
+        let vec = |name: &str, len: usize| -> Result<Vec<f64>> {
+            Ok(state.take(name, &[len], what)?.to_vec())
+        };
+        let shift = match (state.has("shift_x") && state.has("shift_y"), state.n) {
+            (true, n) if n > 0 => Some((vec("shift_x", dx)?, vec("shift_y", dy)?)),
+            (false, 0) => None,
+            _ => {
+                return Err(Error::InvalidOption {
+                    name: "accumulator".into(),
+                    value: what.into(),
+                    reason: format!("{} tokens but the shifts do not say so", state.n),
+                });
+            }
+        };
+        let sc = vec("scalars", 5)?;
+        Ok(Self {
+            n: state.n,
+            shift,
+            xty: mat("xty", dx, dy)?,
+            xtx: mat("xtx", dx, dx)?,
+            yty: mat("yty", dy, dy)?,
+            sx: vec("sx", dx)?,
+            sy: vec("sy", dy)?,
+            nx_x: vec("nx_x", dx)?,
+            ny_x: vec("ny_x", dx)?,
+            ny_y: vec("ny_y", dy)?,
+            nx_y: vec("nx_y", dy)?,
+            nx: sc[0],
+            ny: sc[1],
+            nxny: sc[2],
+            nx2: sc[3],
+            ny2: sc[4],
+        })
     }
 
     /// Adds the tokens `other` gathered (a shard of the same corpus through the same pair of
@@ -626,5 +707,22 @@ mod tests {
             "{a:?} vs {b:?}"
         );
         assert!(CkaAccumulator::new(3, 9).merge(&shards[0]).is_err());
+    }
+
+    /// A state read back is the same accumulator (bit for bit); another kind is refused.
+    #[test]
+    fn a_state_reads_back_exactly() {
+        let (x, y) = pair(300, 6, 5, 3);
+        let mut acc = CkaAccumulator::new(6, 5);
+        acc.update(x.as_ref(), y.as_ref(), "pair").unwrap();
+        let back = CkaAccumulator::from_state(&acc.state(), "cka.safetensors").unwrap();
+        assert_eq!(back.finish("p").unwrap(), acc.finish("p").unwrap());
+        assert_eq!(back.state(), acc.state());
+        let mut other = acc.state();
+        other.kind = "covariance".into();
+        let err = CkaAccumulator::from_state(&other, "cka.safetensors")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("holds a `covariance` accumulator"), "{err}");
     }
 }

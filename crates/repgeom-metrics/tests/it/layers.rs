@@ -8,7 +8,7 @@ use std::path::Path;
 /// Every module of `src/` by floor, lowest first; a module may use those on lower floors.
 const FLOORS: &[&[&str]] = &[
     &["error", "conformance"],
-    &["value", "input"],
+    &["value", "input", "state"],
     &["permute"],
     &["registry"],
     &[
