@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod accumulators;
 mod args;
 mod cmd;
 mod context;
@@ -53,6 +54,9 @@ enum Command {
     Checkpoints(cmd::checkpoints::CheckpointsArgs),
     /// Run a study manifest as resumable, shardable units (`sweep merge DIR` collects the parts).
     Sweep(cmd::sweep::SweepArgs),
+    /// Merge accumulator files of shards of a corpus (`extract --save-accumulators`) exactly,
+    /// and report the metrics of every token of all shards.
+    Merge(cmd::merge::MergeArgs),
     /// Draw a sweep directory's figures, summary and index.html (what `cargo xtask paper` draws).
     Report(cmd::report::ReportArgs),
     /// Check the metrics on built-in synthetic data (layer identification across seeds,
@@ -102,6 +106,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probe(args) => ok(cmd::probe::run(args, &ctx)),
         Command::Extract(args) => ok(cmd::extract::run(args, &ctx)),
         Command::Sweep(args) => ok(cmd::sweep::run(args, &ctx)),
+        Command::Merge(args) => ok(cmd::merge::run(args, &ctx)),
         Command::Report(args) => cmd::report::run(args, &ctx),
         Command::Checkpoints(args) => ok(cmd::checkpoints::run(args, &ctx)),
         Command::Selftest(args) => cmd::selftest::run(args),

@@ -466,6 +466,32 @@ impl Extractor {
         visit: &mut Visit<'_, E>,
         progress: &mut dyn FnMut(Progress),
     ) -> std::result::Result<Streamed, E> {
+        self.stream_shard(text, params, max_tokens, layers, (0, 1), visit, progress)
+    }
+
+    /// [`Extractor::stream`] over shard `i` of `n` of the text's sequences: sequence `g` (in
+    /// text order, counted over the whole text) is run when `g mod n = i`, the others are
+    /// tokenised and skipped. The `n` shards' tokens are every token of one `stream`, each
+    /// once, so accumulators fed by the shards and merged equal one pass; `max_tokens` counts
+    /// this shard's tokens.
+    #[allow(clippy::too_many_arguments)]
+    pub fn stream_shard<E: From<Error>>(
+        &self,
+        text: &str,
+        params: &ValidExtractParams,
+        max_tokens: Option<usize>,
+        layers: &[usize],
+        (shard, shards): (usize, usize),
+        visit: &mut Visit<'_, E>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> std::result::Result<Streamed, E> {
+        if shards == 0 || shard >= shards {
+            return Err(Error::InvalidParams {
+                field: "shard",
+                reason: format!("shard {shard} of {shards}: expected 0 <= i < n"),
+            }
+            .into());
+        }
         let p = params.get();
         self.check_budget(p)?;
         let c = self.model.config();
@@ -492,13 +518,27 @@ impl Extractor {
             text_tokens: 0,
         };
         let mut bufs: Vec<Vec<f32>> = vec![Vec::new(); layers.len()];
-        // Token ids not yet run (less than a batch of sequences after each block).
+        // Token ids not yet cut into sequences, and this shard's sequences not yet run (less
+        // than a batch of them after each block).
         let mut pending: Vec<u32> = Vec::new();
+        let mut queue: Vec<u32> = Vec::new();
+        let mut cut = 0usize; // sequences cut from the text so far
+        let mut move_whole = |pending: &mut Vec<u32>, queue: &mut Vec<u32>| {
+            let whole = pending.len() / len;
+            for (k, seq) in pending[..whole * len].chunks(len).enumerate() {
+                if (cut + k) % shards == shard {
+                    queue.extend_from_slice(seq);
+                }
+            }
+            cut += whole;
+            pending.drain(..whole * len);
+        };
         let mut bytes_done = 0usize;
         let mut blocks = text_blocks(text, STREAM_BLOCK_BYTES).peekable();
         while out.tokens_kept < wanted {
+            move_whole(&mut pending, &mut queue);
             let last_block = blocks.peek().is_none();
-            let n_seq = pending.len() / len;
+            let n_seq = queue.len() / len;
             if n_seq < p.batch_size && !last_block {
                 let block = blocks.next().expect("peeked");
                 bytes_done += block.len();
@@ -511,7 +551,7 @@ impl Extractor {
                 break;
             }
             let chunk = n_seq.min(p.batch_size);
-            let seqs: Vec<&[u32]> = pending[..chunk * len].chunks(len).collect();
+            let seqs: Vec<&[u32]> = queue[..chunk * len].chunks(len).collect();
             // (row in the batch's [B * T] rows) of every kept token, in order
             let rows: Vec<usize> = (0..chunk)
                 .flat_map(|slot| (start..len).map(move |t| slot * len + t))
@@ -539,14 +579,14 @@ impl Extractor {
             out.tokens_kept += rows.len();
             out.sequences += seqs.len();
             out.tokens_run += seqs.len() * len;
-            pending.drain(..seqs.len() * len);
+            queue.drain(..seqs.len() * len);
             // The text's total tokens, estimated from its bytes until all are read.
             let total = if blocks.peek().is_none() {
                 out.text_tokens
             } else {
                 (out.text_tokens as f64 * text.len() as f64 / bytes_done.max(1) as f64) as usize
             };
-            let total_seqs = (total / len)
+            let total_seqs = (total / len / shards)
                 .min(wanted.div_ceil(per_seq))
                 .max(out.sequences);
             progress(Progress {

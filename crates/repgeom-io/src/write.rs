@@ -125,7 +125,6 @@ fn write_st<T>(
     dtype: &str,
     bytes: impl Fn(&T) -> Vec<u8>,
 ) -> Result<()> {
-    let width = std::mem::size_of::<T>();
     let mut seen = std::collections::BTreeSet::new();
     for (name, shape, data) in tensors {
         check_len(path, name, shape, data.len())?;
@@ -149,7 +148,7 @@ fn write_st<T>(
     }
     let mut offset = 0usize;
     for (name, shape, data) in tensors {
-        let end = offset + data.len() * width;
+        let end = offset + std::mem::size_of_val(*data);
         let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
         parts.push(format!(
             "{}:{{\"dtype\":\"{dtype}\",\"shape\":[{}],\"data_offsets\":[{offset},{end}]}}",

@@ -239,7 +239,10 @@ fn a_state_reads_back_exactly_and_a_bad_one_is_refused() {
     assert_eq!(back.state(), acc.state());
     let (b, a) = (back.spectrum().unwrap(), acc.spectrum().unwrap());
     for centred in [true, false] {
-        assert_eq!(b.singular_values(centred).unwrap(), a.singular_values(centred).unwrap());
+        assert_eq!(
+            b.singular_values(centred).unwrap(),
+            a.singular_values(centred).unwrap()
+        );
     }
     let empty = CovarianceAccumulator::new(10, "empty");
     assert_eq!(

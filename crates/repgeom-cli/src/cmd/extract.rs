@@ -81,6 +81,17 @@ pub(crate) struct ExtractArgs {
     /// With --cka-pairs or --spectra: stop after this many tokens (default: the whole text).
     #[arg(long)]
     max_tokens: Option<usize>,
+    /// With --cka-pairs or --spectra: also write each pair's or hidden state's accumulator
+    /// (its exact f64 sums) into this folder, as cka-A-B.safetensors or
+    /// covariance-L.safetensors, for `repgeom merge` to combine shards of a corpus exactly.
+    #[arg(long, value_name = "DIR")]
+    save_accumulators: Option<PathBuf>,
+    /// With --cka-pairs or --spectra: run only shard i of n of the text's sequences (0-based,
+    /// e.g. 2/4: sequences 2, 6, 10, ...), so that n jobs (a SLURM array) split a corpus and
+    /// `repgeom merge` combines their --save-accumulators files exactly. Default: the whole
+    /// text.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
     /// Output safetensors file (hidden_states.{i}, [N, d] f32, with metadata), or with
     /// --cka-pairs the table of CKA values.
     #[arg(long)]
@@ -124,10 +135,16 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
     if let Some(spec) = &args.spectra {
         return run_spectra(args, ctx, &extractor, &text, &params, spec);
     }
-    anyhow::ensure!(
-        args.max_tokens.is_none(),
-        "--max-tokens applies to --cka-pairs and --spectra (sampled points are --n-points)"
-    );
+    for (given, flag) in [
+        (args.max_tokens.is_some(), "--max-tokens"),
+        (args.save_accumulators.is_some(), "--save-accumulators"),
+        (args.shard.is_some(), "--shard"),
+    ] {
+        anyhow::ensure!(
+            !given,
+            "{flag} applies to --cka-pairs and --spectra (streaming every token), not to sampled points"
+        );
+    }
 
     let bar = progress_bar(ctx);
     let start = Instant::now();
@@ -221,16 +238,19 @@ fn parse_pairs(spec: &str, n_hidden: usize) -> anyhow::Result<Vec<(usize, usize)
 
 /// Linear CKA of every pair of hidden states in `pairs` over every token `stream` runs, one
 /// [`CkaAccumulator`](repgeom_metrics::CkaAccumulator) per pair fed each batch.
+#[allow(clippy::too_many_arguments)]
 fn stream_cka(
     extractor: &Extractor,
     text: &str,
     params: &repgeom_extract::ValidExtractParams,
     max_tokens: Option<usize>,
+    shard: (usize, usize),
     pairs: &[(usize, usize)],
     progress: &mut dyn FnMut(repgeom_extract::Progress),
 ) -> anyhow::Result<(
     repgeom_extract::Streamed,
     Vec<repgeom_metrics::StreamingCka>,
+    Vec<repgeom_metrics::CkaAccumulator>,
 )> {
     let mut layers: Vec<usize> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
     layers.sort_unstable();
@@ -241,11 +261,12 @@ fn stream_cka(
         .map(|_| repgeom_metrics::CkaAccumulator::new(d, d))
         .collect();
     let what = |(a, b): (usize, usize)| format!("hidden states {a} and {b}");
-    let streamed = extractor.stream(
+    let streamed = extractor.stream_shard(
         text,
         params,
         max_tokens,
         &layers,
+        shard,
         &mut |views| -> anyhow::Result<()> {
             for (acc, &(a, b)) in accs.iter_mut().zip(pairs) {
                 acc.update(views[slot(a)], views[slot(b)], &what((a, b)))?;
@@ -257,7 +278,7 @@ fn stream_cka(
     let values = (accs.iter().zip(pairs))
         .map(|(acc, &p)| acc.finish(&what(p)))
         .collect::<Result<_, _>>()?;
-    Ok((streamed, values))
+    Ok((streamed, values, accs))
 }
 
 fn run_cka(
@@ -270,15 +291,23 @@ fn run_cka(
 ) -> anyhow::Result<()> {
     let c = extractor.model().config();
     let pairs = parse_pairs(spec, c.n_layers + 1)?;
+    let shard = parse_shard(args.shard.as_deref())?;
     let bar = progress_bar(ctx);
     let start = Instant::now();
-    let (streamed, values) =
-        stream_cka(extractor, text, params, args.max_tokens, &pairs, &mut |p| {
+    let (streamed, values, accs) = stream_cka(
+        extractor,
+        text,
+        params,
+        args.max_tokens,
+        shard,
+        &pairs,
+        &mut |p| {
             bar.set_length(p.tokens_total as u64);
             bar.set_position(p.tokens_done as u64);
             let secs = start.elapsed().as_secs_f64().max(1e-9);
             bar.set_message(format!("{:.0} tokens/s", p.tokens_done as f64 / secs));
-        })?;
+        },
+    )?;
     bar.finish_and_clear();
     let (name, revision) = extractor.name();
     let label = match revision {
@@ -296,6 +325,14 @@ fn run_cka(
         .collect();
     let table = crate::output::tidy_cells(&rows, &["model", "layer", "other_layer"]);
     crate::output::emit(&table, None, Some(&args.out))?;
+    if let Some(dir) = &args.save_accumulators {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (acc, &(a, b)) in accs.iter().zip(&pairs) {
+            let origin = origin(&label, c, params, format!("{a}:{b}"));
+            let path = dir.join(format!("cka-{a}-{b}.safetensors"));
+            crate::accumulators::write(&path, &acc.state(), &origin)?;
+        }
+    }
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report
     {
@@ -316,6 +353,20 @@ fn run_cka(
         );
     }
     Ok(())
+}
+
+/// `--shard I/N` (default: the whole text, `0/1`).
+fn parse_shard(spec: Option<&str>) -> anyhow::Result<(usize, usize)> {
+    let Some(spec) = spec else {
+        return Ok((0, 1));
+    };
+    let parsed = spec
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.trim().parse().ok()?, n.trim().parse().ok()?)));
+    match parsed {
+        Some((i, n)) if n > 0 && i < n => Ok((i, n)),
+        _ => anyhow::bail!("--shard {spec:?}: expected I/N with 0 <= I < N, e.g. 0/4"),
+    }
 }
 
 /// `--spectra`: the hidden states `spec` names (`all`: every one), for a model with `n_hidden`.
@@ -341,28 +392,14 @@ fn parse_layers(spec: &str, n_hidden: usize) -> anyhow::Result<Vec<usize>> {
     Ok(out)
 }
 
-/// The spectral metrics `--spectra` reports: every registered metric that is a function of the
-/// spectrum, with isotropy's point-based variants off.
-fn spectral_metrics() -> Vec<Box<dyn repgeom_metrics::Metric>> {
-    ["rankme", "alpha_req", "condition_number"]
-        .iter()
-        .map(|n| serde_json::json!({ "metric": n }))
-        .chain([serde_json::json!({
-            "metric": "isotropy", "isoscore": true, "mean_cosine": false, "partition": false
-        })])
-        .map(|c| {
-            repgeom_metrics::metric_from_config(c.as_object().expect("an object"))
-                .expect("the registry's own metrics parse")
-        })
-        .collect()
-}
-
 /// The convergence record of every hidden state in `layers` over every token `stream` runs.
+#[allow(clippy::too_many_arguments)]
 fn stream_spectra(
     extractor: &Extractor,
     text: &str,
     params: &repgeom_extract::ValidExtractParams,
     max_tokens: Option<usize>,
+    shard: (usize, usize),
     layers: &[usize],
     progress: &mut dyn FnMut(repgeom_extract::Progress),
 ) -> anyhow::Result<(
@@ -373,11 +410,12 @@ fn stream_spectra(
     let mut records: Vec<_> = (layers.iter())
         .map(|l| repgeom_metrics::SpectralConvergence::new(d, format!("hidden state {l}")))
         .collect();
-    let streamed = extractor.stream(
+    let streamed = extractor.stream_shard(
         text,
         params,
         max_tokens,
         layers,
+        shard,
         &mut |views| -> anyhow::Result<()> {
             for (record, view) in records.iter_mut().zip(views) {
                 record.update(*view)?;
@@ -399,6 +437,7 @@ fn run_spectra(
 ) -> anyhow::Result<()> {
     let c = extractor.model().config();
     let layers = parse_layers(spec, c.n_layers + 1)?;
+    let shard = parse_shard(args.shard.as_deref())?;
     let bar = progress_bar(ctx);
     let start = Instant::now();
     let (streamed, records) = stream_spectra(
@@ -406,6 +445,7 @@ fn run_spectra(
         text,
         params,
         args.max_tokens,
+        shard,
         &layers,
         &mut |p| {
             bar.set_length(p.tokens_total as u64);
@@ -420,7 +460,7 @@ fn run_spectra(
         Some(r) => format!("{name}@{r}"),
         None => name.to_string(),
     };
-    let metrics = spectral_metrics();
+    let metrics = crate::accumulators::spectral_metrics();
     let mut rows = Vec::new();
     for (record, &layer) in records.iter().zip(&layers) {
         for m in &metrics {
@@ -432,6 +472,14 @@ fn run_spectra(
     }
     let table = crate::output::tidy_cells(&rows, &["model", "layer"]);
     crate::output::emit(&table, None, Some(&args.out))?;
+    if let Some(dir) = &args.save_accumulators {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (record, &layer) in records.iter().zip(&layers) {
+            let origin = origin(&label, c, params, layer.to_string());
+            let path = dir.join(format!("covariance-{layer}.safetensors"));
+            crate::accumulators::write(&path, &record.accumulator().state(), &origin)?;
+        }
+    }
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report
     {
@@ -452,6 +500,25 @@ fn run_spectra(
         );
     }
     Ok(())
+}
+
+/// What an accumulator file of this run says of where its sums come from: the model, its
+/// shape, the hidden states (`layers`) and the settings that change the sums.
+fn origin(
+    label: &str,
+    c: &repgeom_extract::ModelConfig,
+    params: &repgeom_extract::ValidExtractParams,
+    layers: String,
+) -> crate::accumulators::Origin {
+    let p = params.get();
+    crate::accumulators::Origin {
+        model: label.to_owned(),
+        d: c.hidden_size,
+        n_hidden: c.n_layers + 1,
+        layers,
+        settings: serde_json::json!({ "seq_len": p.seq_len, "skip_first": p.skip_first })
+            .to_string(),
+    }
 }
 
 /// This process's peak resident memory (`VmHWM` of `/proc/self/status`), where Linux reports it.
@@ -533,8 +600,8 @@ mod tests {
                     &mut |_| {},
                 )
                 .unwrap();
-            let (s, values) =
-                stream_cka(&ex, &text, &params, max_tokens, &pairs, &mut |_| {}).unwrap();
+            let (s, values, _) =
+                stream_cka(&ex, &text, &params, max_tokens, (0, 1), &pairs, &mut |_| {}).unwrap();
             assert_eq!(s, streamed);
             assert_eq!(s.tokens_kept, max_tokens.unwrap_or(s.sequences * 15));
             assert!(
@@ -600,12 +667,13 @@ mod tests {
             &mut |_| {},
         )
         .unwrap();
-        let (s, records) = stream_spectra(&ex, &text, &params, None, &layers, &mut |_| {}).unwrap();
+        let (s, records) =
+            stream_spectra(&ex, &text, &params, None, (0, 1), &layers, &mut |_| {}).unwrap();
         for (record, w) in records.iter().zip(&whole) {
             let x = MatRef::from_row_major_slice(w, w.len() / d, d);
             assert_eq!(x.nrows(), s.tokens_kept);
             let input = LayerInput::new(x, "gathered", Par::Seq).unwrap();
-            for m in spectral_metrics() {
+            for m in crate::accumulators::spectral_metrics() {
                 let report = record
                     .report(m.as_ref(), repgeom_metrics::CONVERGENCE_TOL)
                     .unwrap();

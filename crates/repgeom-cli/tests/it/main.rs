@@ -4,6 +4,7 @@ mod demo;
 mod errors;
 mod extract;
 mod hub;
+mod merge;
 mod metrics;
 mod parity;
 mod pga;
