@@ -77,7 +77,66 @@ pub(crate) fn bench_streaming() -> anyhow::Result<()> {
             value("debiased")
         );
     }
+    bench_spectra(&exe, &model, dir.path())?;
     println!("command: cargo xtask bench streaming");
+    Ok(())
+}
+
+/// Tokens of the spectra comparison: enough for many batches, few enough that the reference
+/// run, which keeps every token's hidden states, fits in memory.
+const SPECTRA_TOKENS: usize = 100_000;
+
+/// `--spectra all` (the covariance of every hidden state, its metrics at 2^10, 2^11, ...
+/// tokens) against the same tokens run without accumulators (`--n-points` of every position
+/// of the same sequences, which keeps the hidden states instead) and against the study's point
+/// extraction (2,048 points): time and peak resident memory side by side.
+fn bench_spectra(exe: &Path, model: &Path, dir: &Path) -> anyhow::Result<()> {
+    let text = dir.join("corpus-spectra.txt");
+    write_text(&text, SPECTRA_TOKENS)?;
+    let tokens = SPECTRA_TOKENS.to_string();
+    let runs: [(&str, Vec<&str>); 3] = [
+        (
+            "spectra all (covariances)",
+            vec!["--spectra", "all", "--max-tokens", &tokens],
+        ),
+        (
+            "same tokens, no accumulators",
+            vec!["--n-points", &tokens, "--points-per-sequence", "255"],
+        ),
+        ("point extraction, 2048 points", vec!["--n-points", "2048"]),
+    ];
+    println!(
+        "\nspectra bench: the same model, {SPECTRA_TOKENS} tokens, seq_len 256 (hidden states 0, 1, 2)"
+    );
+    println!("{:>32} {:>9} {:>14}", "run", "seconds", "peak RSS MiB");
+    for (i, (name, flags)) in runs.iter().enumerate() {
+        let ext = if i == 0 { "csv" } else { "safetensors" };
+        let out = dir.join(format!("spectra-{i}.{ext}"));
+        let run = std::process::Command::new(exe)
+            .args(["--quiet", "extract", "--model"])
+            .arg(model)
+            .arg("--text")
+            .arg(&text)
+            .args(flags)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .context("run repgeom extract")?;
+        if !run.status.success() {
+            bail!(
+                "repgeom extract failed: {}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+        }
+        let report = String::from_utf8_lossy(&run.stdout).to_string();
+        let field = |after: &str, end: &str| -> Option<String> {
+            let rest = &report[report.find(after)? + after.len()..];
+            Some(rest[..rest.find(end)?].trim().to_string())
+        };
+        let secs = field(" in ", " s (").unwrap_or_else(|| "?".into());
+        let rss = field("peak resident memory ", " MiB").unwrap_or_else(|| "?".into());
+        println!("{name:>32} {secs:>9} {rss:>14}");
+    }
     Ok(())
 }
 

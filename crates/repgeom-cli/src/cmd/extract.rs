@@ -176,9 +176,12 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
             revision.map(|r| format!(" @ {r}")).unwrap_or_default()
         );
         println!(
-            "ran {tokens} tokens in {secs:.1} s ({:.0} tokens/s), {:.1} tokens per point kept",
+            "ran {tokens} tokens in {secs:.1} s ({:.0} tokens/s), {:.1} tokens per point kept{}",
             tokens as f64 / secs.max(1e-9),
-            tokens as f64 / out.n_points.max(1) as f64
+            tokens as f64 / out.n_points.max(1) as f64,
+            peak_rss_mib()
+                .map(|m| format!(", peak resident memory {m:.0} MiB"))
+                .unwrap_or_default()
         );
         if let Some(loss) = out.loss {
             println!(
