@@ -39,29 +39,14 @@ pub(crate) fn bench_streaming() -> anyhow::Result<()> {
         let text = dir.path().join(format!("corpus-{tokens}.txt"));
         write_text(&text, tokens)?;
         let out = dir.path().join(format!("cka-{tokens}.csv"));
-        let run = std::process::Command::new(&exe)
-            .args(["--quiet", "extract", "--model"])
-            .arg(&model)
-            .arg("--text")
-            .arg(&text)
-            .args(["--cka-pairs", "0:2", "--max-tokens", &tokens.to_string()])
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .context("run repgeom extract")?;
-        if !run.status.success() {
-            bail!(
-                "repgeom extract failed: {}",
-                String::from_utf8_lossy(&run.stderr)
-            );
-        }
-        let report = String::from_utf8_lossy(&run.stdout).to_string();
-        let field = |after: &str, end: &str| -> Option<String> {
-            let rest = &report[report.find(after)? + after.len()..];
-            Some(rest[..rest.find(end)?].trim().to_string())
-        };
-        let secs = field(" in ", " s (").unwrap_or_default();
-        let rss = field("peak resident memory ", " MiB").unwrap_or_default();
+        let tokens_arg = tokens.to_string();
+        let (secs, rss) = run_extract(
+            &exe,
+            &model,
+            &text,
+            &["--cka-pairs", "0:2", "--max-tokens", &tokens_arg],
+            &out,
+        )?;
         let table = std::fs::read_to_string(&out)?;
         let value = |variant: &str| -> String {
             table
@@ -112,32 +97,46 @@ fn bench_spectra(exe: &Path, model: &Path, dir: &Path) -> anyhow::Result<()> {
     for (i, (name, flags)) in runs.iter().enumerate() {
         let ext = if i == 0 { "csv" } else { "safetensors" };
         let out = dir.join(format!("spectra-{i}.{ext}"));
-        let run = std::process::Command::new(exe)
-            .args(["--quiet", "extract", "--model"])
-            .arg(model)
-            .arg("--text")
-            .arg(&text)
-            .args(flags)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .context("run repgeom extract")?;
-        if !run.status.success() {
-            bail!(
-                "repgeom extract failed: {}",
-                String::from_utf8_lossy(&run.stderr)
-            );
-        }
-        let report = String::from_utf8_lossy(&run.stdout).to_string();
-        let field = |after: &str, end: &str| -> Option<String> {
-            let rest = &report[report.find(after)? + after.len()..];
-            Some(rest[..rest.find(end)?].trim().to_string())
-        };
-        let secs = field(" in ", " s (").unwrap_or_else(|| "?".into());
-        let rss = field("peak resident memory ", " MiB").unwrap_or_else(|| "?".into());
+        let (secs, rss) = run_extract(exe, model, &text, flags, &out)?;
         println!("{name:>32} {secs:>9} {rss:>14}");
     }
     Ok(())
+}
+
+/// Runs the release `repgeom extract` on `model` and `text` with `flags`, writing `out`; the
+/// run's seconds and peak resident memory (MiB) as its report line gives them.
+fn run_extract(
+    exe: &Path,
+    model: &Path,
+    text: &Path,
+    flags: &[&str],
+    out: &Path,
+) -> anyhow::Result<(String, String)> {
+    let run = std::process::Command::new(exe)
+        .args(["--quiet", "extract", "--model"])
+        .arg(model)
+        .arg("--text")
+        .arg(text)
+        .args(flags)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .context("run repgeom extract")?;
+    if !run.status.success() {
+        bail!(
+            "repgeom extract failed: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    let report = String::from_utf8_lossy(&run.stdout).to_string();
+    let field = |after: &str, end: &str| -> Option<String> {
+        let rest = &report[report.find(after)? + after.len()..];
+        Some(rest[..rest.find(end)?].trim().to_string())
+    };
+    Ok((
+        field(" in ", " s (").unwrap_or_else(|| "?".into()),
+        field("peak resident memory ", " MiB").unwrap_or_else(|| "?".into()),
+    ))
 }
 
 /// A GPT-NeoX checkpoint of width [`WIDTH`] with N(0, 0.02²) weights (unit layer norms), the

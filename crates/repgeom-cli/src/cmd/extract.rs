@@ -304,19 +304,10 @@ fn run_cka(
         args.max_tokens,
         shard,
         &pairs,
-        &mut |p| {
-            bar.set_length(p.tokens_total as u64);
-            bar.set_position(p.tokens_done as u64);
-            let secs = start.elapsed().as_secs_f64().max(1e-9);
-            bar.set_message(format!("{:.0} tokens/s", p.tokens_done as f64 / secs));
-        },
+        &mut |p| show_progress(&bar, start, p),
     )?;
     bar.finish_and_clear();
-    let (name, revision) = extractor.name();
-    let label = match revision {
-        Some(r) => format!("{name}@{r}"),
-        None => name.to_string(),
-    };
+    let label = model_label(extractor);
     let label_ref = label.as_str();
     let rows: Vec<_> = (values.iter().zip(&pairs))
         .flat_map(|(v, &(a, b))| {
@@ -328,14 +319,9 @@ fn run_cka(
         .collect();
     let table = crate::output::tidy_cells(&rows, &["model", "layer", "other_layer"]);
     crate::output::emit(&table, None, Some(&args.out))?;
-    if let Some(dir) = &args.save_accumulators {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for (acc, &(a, b)) in accs.iter().zip(&pairs) {
-            let origin = origin(&label, c, params, format!("{a}:{b}"));
-            let path = dir.join(format!("cka-{a}-{b}.safetensors"));
-            crate::accumulators::write(&path, &acc.state(), &origin)?;
-        }
-    }
+    let states = (accs.iter().zip(&pairs))
+        .map(|(acc, &(a, b))| (format!("cka-{a}-{b}"), format!("{a}:{b}"), acc.state()));
+    save_accumulators(args, &label, c, params, states)?;
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report
     {
@@ -346,14 +332,7 @@ fn run_cka(
             streamed.tokens_kept,
             streamed.sequences,
         );
-        println!(
-            "ran {} tokens in {secs:.1} s ({:.0} tokens/s){}",
-            streamed.tokens_run,
-            streamed.tokens_run as f64 / secs.max(1e-9),
-            peak_rss_mib()
-                .map(|m| format!(", peak resident memory {m:.0} MiB"))
-                .unwrap_or_default()
-        );
+        println!("{}", ran_line(&streamed, secs));
     }
     Ok(())
 }
@@ -450,19 +429,10 @@ fn run_spectra(
         args.max_tokens,
         shard,
         &layers,
-        &mut |p| {
-            bar.set_length(p.tokens_total as u64);
-            bar.set_position(p.tokens_done as u64);
-            let secs = start.elapsed().as_secs_f64().max(1e-9);
-            bar.set_message(format!("{:.0} tokens/s", p.tokens_done as f64 / secs));
-        },
+        &mut |p| show_progress(&bar, start, p),
     )?;
     bar.finish_and_clear();
-    let (name, revision) = extractor.name();
-    let label = match revision {
-        Some(r) => format!("{name}@{r}"),
-        None => name.to_string(),
-    };
+    let label = model_label(extractor);
     let metrics = crate::accumulators::spectral_metrics();
     let mut rows = Vec::new();
     for (record, &layer) in records.iter().zip(&layers) {
@@ -475,14 +445,14 @@ fn run_spectra(
     }
     let table = crate::output::tidy_cells(&rows, &["model", "layer"]);
     crate::output::emit(&table, None, Some(&args.out))?;
-    if let Some(dir) = &args.save_accumulators {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for (record, &layer) in records.iter().zip(&layers) {
-            let origin = origin(&label, c, params, layer.to_string());
-            let path = dir.join(format!("covariance-{layer}.safetensors"));
-            crate::accumulators::write(&path, &record.accumulator().state(), &origin)?;
-        }
-    }
+    let states = (records.iter().zip(&layers)).map(|(record, &l)| {
+        (
+            format!("covariance-{l}"),
+            l.to_string(),
+            record.accumulator().state(),
+        )
+    });
+    save_accumulators(args, &label, c, params, states)?;
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report
     {
@@ -493,14 +463,55 @@ fn run_spectra(
             streamed.tokens_kept,
             streamed.sequences,
         );
-        println!(
-            "ran {} tokens in {secs:.1} s ({:.0} tokens/s){}",
-            streamed.tokens_run,
-            streamed.tokens_run as f64 / secs.max(1e-9),
-            peak_rss_mib()
-                .map(|m| format!(", peak resident memory {m:.0} MiB"))
-                .unwrap_or_default()
-        );
+        println!("{}", ran_line(&streamed, secs));
+    }
+    Ok(())
+}
+
+/// The model's label in tables and accumulator files: `name` or `name@revision`.
+fn model_label(extractor: &Extractor) -> String {
+    match extractor.name() {
+        (name, Some(r)) => format!("{name}@{r}"),
+        (name, None) => name.to_string(),
+    }
+}
+
+/// A streamed run's progress on `bar`: tokens run and tokens/s since `start`.
+fn show_progress(bar: &ProgressBar, start: Instant, p: repgeom_extract::Progress) {
+    bar.set_length(p.tokens_total as u64);
+    bar.set_position(p.tokens_done as u64);
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    bar.set_message(format!("{:.0} tokens/s", p.tokens_done as f64 / secs));
+}
+
+/// The report line of a streamed run: tokens run, time, tokens/s and peak memory.
+fn ran_line(streamed: &repgeom_extract::Streamed, secs: f64) -> String {
+    format!(
+        "ran {} tokens in {secs:.1} s ({:.0} tokens/s){}",
+        streamed.tokens_run,
+        streamed.tokens_run as f64 / secs.max(1e-9),
+        peak_rss_mib()
+            .map(|m| format!(", peak resident memory {m:.0} MiB"))
+            .unwrap_or_default()
+    )
+}
+
+/// `--save-accumulators DIR`: each `(file stem, hidden states, state)` written to
+/// `DIR/{stem}.safetensors` with this run's origin.
+fn save_accumulators(
+    args: &ExtractArgs,
+    label: &str,
+    c: &repgeom_extract::ModelConfig,
+    params: &repgeom_extract::ValidExtractParams,
+    states: impl Iterator<Item = (String, String, repgeom_metrics::AccumulatorState)>,
+) -> anyhow::Result<()> {
+    let Some(dir) = &args.save_accumulators else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (stem, layers, state) in states {
+        let path = dir.join(format!("{stem}.safetensors"));
+        crate::accumulators::write(&path, &state, &origin(label, c, params, layers))?;
     }
     Ok(())
 }
