@@ -118,17 +118,16 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<AccFile> {
 }
 
 /// The spectral metrics reported over every token: every registered metric that is a function
-/// of the spectrum, with isotropy's point-based variants off.
+/// of the spectrum, with its defaults, and isotropy's point-based variants off.
 pub(crate) fn spectral_metrics() -> Vec<Box<dyn Metric>> {
-    ["rankme", "alpha_req", "condition_number"]
-        .iter()
-        .map(|n| serde_json::json!({ "metric": n }))
-        .chain([serde_json::json!({
-            "metric": "isotropy", "isoscore": true, "mean_cosine": false, "partition": false
-        })])
-        .map(|c| {
-            repgeom_metrics::metric_from_config(c.as_object().expect("an object"))
-                .expect("the registry's own metrics parse")
-        })
-        .collect()
+    vec![
+        Box::new(repgeom_metrics::RankMe::default()),
+        Box::new(repgeom_metrics::AlphaReq::default()),
+        Box::new(repgeom_metrics::ConditionNumber::default()),
+        Box::new(repgeom_metrics::Isotropy {
+            isoscore: true,
+            mean_cosine: false,
+            partition: false,
+        }),
+    ]
 }

@@ -373,6 +373,17 @@ impl SpectralConvergence {
     /// `metric`'s first row at each checkpoint and over every token, and the checkpoint from
     /// which it stays within `tolerance` (relative) of its final value.
     pub fn report(&self, metric: &dyn Metric, tolerance: f64) -> Result<ConvergenceReport> {
+        let mut reports = self.reports(&[metric], tolerance)?;
+        Ok(reports.remove(0))
+    }
+
+    /// [`SpectralConvergence::report`] for each of `metrics`, the spectrum over every token
+    /// decomposed once for all of them.
+    pub fn reports(
+        &self,
+        metrics: &[&dyn Metric],
+        tolerance: f64,
+    ) -> Result<Vec<ConvergenceReport>> {
         if !(tolerance.is_finite() && tolerance > 0.0) {
             return Err(Error::InvalidOption {
                 name: "tolerance".into(),
@@ -385,34 +396,46 @@ impl SpectralConvergence {
         if spectra.last().is_none_or(|s| s.n != last.n) {
             spectra.push(&last);
         }
-        let mut tokens = Vec::with_capacity(spectra.len());
-        let mut values = Vec::with_capacity(spectra.len());
-        let (mut name, mut variant) = (String::new(), String::new());
-        for s in spectra {
-            let rows = metric.compute_spectrum(s)?;
-            let Some(first) = rows.into_iter().next() else {
-                return Err(Error::Degenerate {
-                    what: format!("{} on {}", metric.info().name, s.what),
-                    reason: "the metric returned no value".into(),
-                });
-            };
-            tokens.push(s.n as u64);
-            values.push(first.value);
-            (name, variant) = (first.metric, first.variant);
-        }
-        let fin = *values.last().expect("at least the final spectrum");
-        let within = |v: f64| (v - fin).abs() <= tolerance * fin.abs();
-        let stable = (0..values.len()).find(|&i| values[i..].iter().all(|&v| within(v)));
-        let stable_from = stable.filter(|&i| i + 1 < values.len()).map(|i| tokens[i]);
-        Ok(ConvergenceReport {
-            metric: name,
-            variant,
-            tokens,
-            values,
-            tolerance,
-            stable_from,
-        })
+        metrics
+            .iter()
+            .map(|&m| convergence(m, &spectra, tolerance))
+            .collect()
     }
+}
+
+/// `metric`'s first row on each of `spectra` (the last over every token) and where it settles.
+fn convergence(
+    metric: &dyn Metric,
+    spectra: &[&CovarianceSpectrum],
+    tolerance: f64,
+) -> Result<ConvergenceReport> {
+    let mut tokens = Vec::with_capacity(spectra.len());
+    let mut values = Vec::with_capacity(spectra.len());
+    let (mut name, mut variant) = (String::new(), String::new());
+    for s in spectra {
+        let rows = metric.compute_spectrum(*s)?;
+        let Some(first) = rows.into_iter().next() else {
+            return Err(Error::Degenerate {
+                what: format!("{} on {}", metric.info().name, s.what),
+                reason: "the metric returned no value".into(),
+            });
+        };
+        tokens.push(s.n as u64);
+        values.push(first.value);
+        (name, variant) = (first.metric, first.variant);
+    }
+    let fin = *values.last().expect("at least the final spectrum");
+    let within = |v: f64| (v - fin).abs() <= tolerance * fin.abs();
+    let stable = (0..values.len()).find(|&i| values[i..].iter().all(|&v| within(v)));
+    let stable_from = stable.filter(|&i| i + 1 < values.len()).map(|i| tokens[i]);
+    Ok(ConvergenceReport {
+        metric: name,
+        variant,
+        tokens,
+        values,
+        tolerance,
+        stable_from,
+    })
 }
 
 #[cfg(test)]

@@ -434,10 +434,10 @@ fn run_spectra(
     bar.finish_and_clear();
     let label = model_label(extractor);
     let metrics = crate::accumulators::spectral_metrics();
+    let metrics: Vec<&dyn repgeom_metrics::Metric> = metrics.iter().map(AsRef::as_ref).collect();
     let mut rows = Vec::new();
     for (record, &layer) in records.iter().zip(&layers) {
-        for m in &metrics {
-            let report = record.report(m.as_ref(), repgeom_metrics::CONVERGENCE_TOL)?;
+        for report in record.reports(&metrics, repgeom_metrics::CONVERGENCE_TOL)? {
             rows.extend(report.values().into_iter().map(|v| {
                 crate::output::metric_row(&label, c.hidden_size, (layer, c.n_layers + 1), v)
             }));
