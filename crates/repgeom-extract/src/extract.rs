@@ -31,12 +31,26 @@ impl Pool {
 }
 
 /// Extraction options, unchecked. [`ExtractParams::check`] gives [`ValidExtractParams`].
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Also the keys of a settings table (a study manifest's `[extract]`): every field but `pool`
+/// and `memory_budget` by its name, a missing one at its [`Default`], an unknown one an
+/// error that lists them.
+///
+/// ```
+/// use repgeom_extract::ExtractParams;
+/// let p: ExtractParams = serde_json::from_str(r#"{"n_points": 512, "seed": 3}"#).unwrap();
+/// assert_eq!((p.n_points, p.seq_len), (Some(512), repgeom_extract::DEFAULT_SEQ_LEN));
+/// let e = serde_json::from_str::<ExtractParams>(r#"{"npoints": 512}"#).unwrap_err();
+/// assert!(e.to_string().contains("expected one of `seq_len`, `n_points`"));
+/// ```
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ExtractParams {
     /// Tokens per sequence (`Pool::Tokens`), or the most tokens kept of one line (`Pool::Mean`).
     pub seq_len: usize,
     /// Points to sample (`Pool::Tokens`, required), or the first lines to use (`Pool::Mean`;
     /// `None` = every line).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub n_points: Option<usize>,
     /// Seed of the position sampler (and of the loss's sequence sample).
     pub seed: u64,
@@ -47,11 +61,14 @@ pub struct ExtractParams {
     /// tokens run; more than a sequence's positions is an error. `None`: the default density,
     /// [`DEFAULT_POINTS_PER_SEQUENCE`] or every position of shorter sequences
     /// ([`ExtractParams::density`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub points_per_sequence: Option<usize>,
     /// Never sample position 0 of a sequence (and leave it out of line means when the line
-    /// has more than one token).
+    /// has more than one token). Written only when `false` (the default is `true`).
+    #[serde(skip_serializing_if = "is_true")]
     pub skip_first: bool,
-    /// Points are token positions or line means.
+    /// Points are token positions or line means (set by the caller, not a settings key).
+    #[serde(skip)]
     pub pool: Pool,
     /// Also compute the mean next-token cross-entropy, over every sequence of the text or
     /// over the sample `loss_tokens` asks for.
@@ -59,14 +76,21 @@ pub struct ExtractParams {
     /// With `loss`: the loss over a seeded sample of the text's sequences predicting at least
     /// this many tokens in all (`None`: every sequence). Its standard error over sequences
     /// is reported beside it ([`Loss::se`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_tokens: Option<usize>,
     /// Sequences (or lines) per forward pass. Results do not depend on it beyond f32
     /// rounding.
     pub batch_size: usize,
     /// Bytes the activations of one batch may take (`None`: no check). A batch whose
     /// estimate ([`Model::activation_bytes`]) exceeds it is refused before anything runs,
-    /// with the largest batch size that fits.
+    /// with the largest batch size that fits. Set by the caller (from the run's memory
+    /// budget), not a settings key.
+    #[serde(skip)]
     pub memory_budget: Option<u64>,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The default `n_points`: token positions sampled per checkpoint (the study's 2,048 points).

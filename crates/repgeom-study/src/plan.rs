@@ -245,7 +245,7 @@ fn extraction_inputs(manifest: &Manifest, origin: &str) -> Result<Option<String>
     let mut e2 = e.clone();
     let (text, text_sha) = hash("extract.text", &e.text)?;
     e2.text = text;
-    e2.batch_size = 0; // speed only
+    e2.params.batch_size = 0; // speed only
     let probe = match &manifest.probe {
         Some(p) => {
             let mut p2 = p.clone();
@@ -400,8 +400,8 @@ impl Study {
                         });
                     }
                 }
-                let computed_loss =
-                    c.revision.is_some() && manifest.extract.as_ref().is_some_and(|e| e.loss);
+                let computed_loss = c.revision.is_some()
+                    && manifest.extract.as_ref().is_some_and(|e| e.params.loss);
                 if c.val_loss.is_some() || computed_loss {
                     units.push(Unit {
                         model: m.label.clone(),

@@ -247,12 +247,12 @@ fn settings(e: &ExtractSpec) -> serde_json::Value {
     // batch_size changes the speed (and the numbers at most by f32 rounding): not part of
     // the key, so a rerun with another batch size reuses the cache.
     let mut s = serde_json::json!({
-        "n_points": e.n_points,
-        "seq_len": e.seq_len,
-        "seed": e.seed,
-        "skip_first": true,
-        "loss": e.loss,
-        "val_fraction": if e.loss { Some(e.val_fraction) } else { None },
+        "n_points": e.params.n_points,
+        "seq_len": e.params.seq_len,
+        "seed": e.params.seed,
+        "skip_first": e.params.skip_first,
+        "loss": e.params.loss,
+        "val_fraction": if e.params.loss { Some(e.val_fraction) } else { None },
     });
     // Added when they came in, and only away from the design before them, so that caches of
     // that design keep their keys.
@@ -260,8 +260,8 @@ fn settings(e: &ExtractSpec) -> serde_json::Value {
     if density != 1 {
         s["points_per_sequence"] = density.into();
     }
-    if e.loss {
-        s["loss_tokens"] = e.loss_tokens.into();
+    if e.params.loss {
+        s["loss_tokens"] = e.loss_tokens().into();
     }
     s
 }
@@ -269,7 +269,7 @@ fn settings(e: &ExtractSpec) -> serde_json::Value {
 /// The corpus split into the part points are sampled from and the held-out part for the
 /// loss (the last `val_fraction` of its lines, at least one line).
 fn split_text(text: &str, e: &ExtractSpec) -> (String, Option<String>) {
-    if !e.loss {
+    if !e.params.loss {
         return (text.to_string(), None);
     }
     let lines: Vec<&str> = text.lines().collect();
@@ -612,7 +612,7 @@ pub(crate) fn extract(
     if let (Some(p), Some((path, _))) = (&probe, &probe_out)
         && !path.is_file()
     {
-        let batch_size = e.batch_size;
+        let batch_size = e.params.batch_size;
         let params = ExtractParams {
             seq_len: p.spec.seq_len,
             n_points: None,

@@ -759,3 +759,76 @@ fn analysis_options_are_refused_up_front_with_the_librarys_rules() {
     let e = toml::from_str::<crate::Analysis>("max_memory = \"4QB\"").unwrap_err();
     check(e.to_string().contains("bad size unit"), &e.to_string());
 }
+
+/// The activations of hub checkpoints keep their cache keys: the inputs hash of an `[extract]`
+/// table under each way of writing it, pinned (values from before `[extract]` became the
+/// extraction library's own parameters). `batch_size` is speed only; `skip_first` enters only
+/// away from its default.
+#[test]
+fn extract_inputs_hashes_are_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, "one two three\nfour five six\n").unwrap();
+    let hash = |extract: &str| {
+        let text = format!(
+            "[extract]\ntext = {corpus:?}\n{extract}\n\n[[model]]\nlabel = \"m\"\nfamily = \"f\"\nd = 8\nk = 2\nn_layers = 2\nhub = \"org/name\"\n\n[[model.checkpoint]]\nname = \"step1\"\nrevision = \"step1\"\n"
+        );
+        let m: Manifest = toml::from_str(&text).unwrap();
+        let inputs = Study::new(m, "t").unwrap().inputs.unwrap();
+        inputs[..16].to_string()
+    };
+    let cases: &[(&str, &str)] = &[
+        ("", "55c2248b333c9bcb"),
+        ("batch_size = 2", "55c2248b333c9bcb"),
+        ("n_points = 512\nseq_len = 64\nseed = 3", "9f68c9dbb1a48400"),
+        ("points_per_sequence = 4", "a8f8d310cf4130f9"),
+        ("loss = true", "34822490cf78cd2f"),
+        (
+            "loss = true\nloss_tokens = 100\nval_fraction = 0.2",
+            "0c18333107bf8a15",
+        ),
+        ("skip_first = true", "55c2248b333c9bcb"),
+        ("skip_first = false", "18fb541aa95ad4f0"),
+    ];
+    let moved: Vec<String> = cases
+        .iter()
+        .map(|(extract, want)| (extract, want, hash(extract)))
+        .filter(|(_, want, got)| got != *want)
+        .map(|(extract, want, got)| {
+            format!("[extract] {extract:?}: inputs hash {got}, pinned {want}")
+        })
+        .collect();
+    check(moved.is_empty(), &moved.join("\n"));
+}
+
+/// `[extract]` is read by the extraction library's parameters: an unknown key lists theirs and
+/// the study's own, a wrong type names the key, and the library's checks run up front.
+#[test]
+fn extract_takes_the_extraction_parameters() {
+    let model = "[[model]]\nlabel = \"m\"\nfamily = \"f\"\nd = 8\nk = 2\nn_layers = 2\nhub = \"org/name\"\n\n[[model.checkpoint]]\nname = \"s\"\nrevision = \"s\"";
+    let parse = |t: &str| {
+        toml::from_str::<Manifest>(&format!("[extract]\ntext = \"c.txt\"\n{t}\n\n{model}"))
+    };
+    let e = parse("npoints = 5").unwrap_err().to_string();
+    check(
+        e.contains("unknown field `npoints`, expected one of `seq_len`, `n_points`, `seed`, `points_per_sequence`, `skip_first`, `loss`, `loss_tokens`, `batch_size`, or one of the study's own: `text`, `val_fraction`"),
+        &e,
+    );
+    let e = parse("seq_len = \"long\"").unwrap_err().to_string();
+    check(e.contains("invalid type: string \"long\""), &e);
+    let m = parse("seq_len = 1").unwrap();
+    let e = m.check("t.toml").unwrap_err().to_string();
+    check(
+        e.contains("seq_len") && e.contains("must be at least 2"),
+        &e,
+    );
+    let m = parse("n_points = 7\nskip_first = false\nval_fraction = 0.3").unwrap();
+    let x = m.extract.as_ref().unwrap();
+    check(
+        x.params.n_points == Some(7) && !x.params.skip_first && x.val_fraction == 0.3,
+        "keys reach the parameters",
+    );
+    // A plan file writes the table back; it reads back equal.
+    let back: Manifest = toml::from_str(&toml::to_string(&m).unwrap()).unwrap();
+    check(back == m, "[extract] round-trips through TOML");
+}

@@ -287,7 +287,7 @@ fn checkpoint(c: &CheckpointSpec, m: &ModelSpec, extract: Option<&ExtractSpec>) 
     {
         return Err(format!("{cp}: revision: {e}"));
     }
-    if c.revision.is_some() && c.val_loss.is_some() && extract.is_some_and(|e| e.loss) {
+    if c.revision.is_some() && c.val_loss.is_some() && extract.is_some_and(|e| e.params.loss) {
         return Err(format!(
             "{cp}: val_loss is computed ([extract] loss = true); remove the typed-in value"
         ));
@@ -333,7 +333,7 @@ fn extract(e: &ExtractSpec, bad: Bad<'_>) -> Result<()> {
     if let DataSource::Hub(h) = &e.text {
         h.check().map_err(|r| bad.at("extract.text", r))?;
     }
-    if !(e.val_fraction > 0.0 && e.val_fraction < 1.0) && e.loss {
+    if !(e.val_fraction > 0.0 && e.val_fraction < 1.0) && e.params.loss {
         return Err(bad.at(
             "extract",
             format!(

@@ -49,76 +49,77 @@ pub struct Manifest {
 }
 
 /// The `[extract]` table: activations of hub checkpoints, computed inside the study.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// Its keys are the study's own (`text`, `val_fraction`) and the extraction parameters',
+/// [`repgeom_extract::ExtractParams`], read by that type itself: same names, same defaults,
+/// same checks as `repgeom extract` and Python's `extract`, and an unknown key is an error that
+/// lists both sets. The parameters' `loss` asks for the validation loss, which the study
+/// computes on the held-out end of the text (`val_fraction`), never on the points' part.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExtractSpec {
     /// The corpus, split into sequences of `seq_len` tokens: a UTF-8 file, or a hub dataset's
     /// text column (`{ hub = "Salesforce/wikitext", config = "wikitext-103-raw-v1", split =
     /// "test", column = "text" }`; column `text` by default), each row a line.
     pub text: DataSource,
-    /// Token positions sampled per checkpoint (the points N).
-    #[serde(default = "default_n_points")]
-    pub n_points: usize,
-    /// Tokens per sequence.
-    #[serde(default = "default_seq_len")]
-    pub seq_len: usize,
-    /// Seed of the position sampler (and of the loss's sequence sample).
-    #[serde(default)]
-    pub seed: u64,
-    /// Token positions taken from each sampled sequence (`repgeom extract
-    /// --points-per-sequence`): 1 draws every point uniformly from all positions; absent, the
-    /// default density (16, or every position of shorter sequences).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub points_per_sequence: Option<usize>,
-    /// Sequences per forward pass (speed only: results do not depend on it).
-    #[serde(default = "default_batch_size")]
-    pub batch_size: usize,
-    /// Compute each checkpoint's validation loss on the held-out end of the text.
-    #[serde(default)]
-    pub loss: bool,
     /// Share of the text's lines, at its end, held out for the loss (never sampled as points).
-    #[serde(default = "default_val_fraction")]
     pub val_fraction: f64,
-    /// Predicted tokens of the loss: a seeded sample of held-out sequences of `seq_len` tokens
-    /// totalling at least this many (all of them when the held-out part has fewer).
-    #[serde(default = "default_loss_tokens")]
-    pub loss_tokens: usize,
+    /// The extraction parameters (`n_points`, `seq_len`, `seed`, `points_per_sequence`,
+    /// `batch_size`, `loss`, `loss_tokens`, `skip_first`), as keys of `[extract]` itself.
+    #[serde(flatten)]
+    pub params: repgeom_extract::ExtractParams,
 }
 
-fn default_n_points() -> usize {
-    repgeom_extract::DEFAULT_N_POINTS
+/// `[extract]`'s own keys, beside the extraction parameters'.
+const EXTRACT_KEYS: [&str; 2] = ["text", "val_fraction"];
+
+/// The default share of held-out lines.
+const DEFAULT_VAL_FRACTION: f64 = 0.1;
+
+impl<'de> Deserialize<'de> for ExtractSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut keys = serde_json::Map::deserialize(d)?;
+        let text = keys
+            .remove("text")
+            .ok_or_else(|| D::Error::missing_field("text"))?;
+        let text = serde_json::from_value(text).map_err(D::Error::custom)?;
+        let val_fraction = match keys.remove("val_fraction") {
+            Some(v) => serde_json::from_value(v).map_err(D::Error::custom)?,
+            None => DEFAULT_VAL_FRACTION,
+        };
+        let params = serde_json::from_value(serde_json::Value::Object(keys)).map_err(|e| {
+            let own: Vec<String> = EXTRACT_KEYS.iter().map(|k| format!("`{k}`")).collect();
+            D::Error::custom(format!(
+                "{e}, or one of the study's own: {}",
+                own.join(", ")
+            ))
+        })?;
+        Ok(Self {
+            text,
+            val_fraction,
+            params,
+        })
+    }
 }
-fn default_seq_len() -> usize {
-    repgeom_extract::DEFAULT_SEQ_LEN
-}
-fn default_batch_size() -> usize {
-    repgeom_extract::DEFAULT_BATCH_SIZE
-}
+
 impl ExtractSpec {
     /// The extraction settings of the points' pass (`check` them); the loss pass
     /// (`Extractor::loss`) reads the same `seq_len`, `seed`, `loss_tokens` and `batch_size`.
     pub fn params(&self) -> repgeom_extract::ExtractParams {
         repgeom_extract::ExtractParams {
-            seq_len: self.seq_len,
-            n_points: Some(self.n_points),
-            seed: self.seed,
-            points_per_sequence: self.points_per_sequence,
-            skip_first: true,
             pool: repgeom_extract::Pool::Tokens,
             // The loss runs on the held-out part only, never on the points' text.
             loss: false,
-            loss_tokens: Some(self.loss_tokens),
-            batch_size: self.batch_size,
-            memory_budget: None,
+            ..self.params.clone()
         }
     }
-}
 
-fn default_loss_tokens() -> usize {
-    repgeom_extract::DEFAULT_LOSS_TOKENS
-}
-fn default_val_fraction() -> f64 {
-    0.1
+    /// Predicted tokens of the loss sample.
+    pub fn loss_tokens(&self) -> usize {
+        self.params
+            .loss_tokens
+            .unwrap_or(repgeom_extract::DEFAULT_LOSS_TOKENS)
+    }
 }
 
 /// The `[probe]` table: labelled texts for the probes of hub models.
