@@ -43,6 +43,13 @@ pub(crate) struct AccFile {
     pub(crate) state: AccumulatorState,
 }
 
+/// The file name (without `.safetensors`) of an accumulator of `kind` over hidden states
+/// `layers`: `covariance-3`, `cka-0-6`. `extract --save-accumulators` writes these names and
+/// `merge --save` into a folder writes them again.
+pub(crate) fn file_stem(kind: &str, layers: &str) -> String {
+    format!("{kind}-{}", layers.replace(':', "-"))
+}
+
 /// Writes `state` with `origin` to `path` (temp file, then rename).
 pub(crate) fn write(path: &Path, state: &AccumulatorState, origin: &Origin) -> anyhow::Result<()> {
     let meta: BTreeMap<String, String> = [

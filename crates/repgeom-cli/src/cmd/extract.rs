@@ -319,8 +319,7 @@ fn run_cka(
         .collect();
     let table = crate::output::tidy_cells(&rows, &["model", "layer", "other_layer"]);
     crate::output::emit(&table, None, Some(&args.out))?;
-    let states = (accs.iter().zip(&pairs))
-        .map(|(acc, &(a, b))| (format!("cka-{a}-{b}"), format!("{a}:{b}"), acc.state()));
+    let states = (accs.iter().zip(&pairs)).map(|(acc, &(a, b))| (format!("{a}:{b}"), acc.state()));
     save_accumulators(args, &label, c, params, states)?;
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report
@@ -445,13 +444,8 @@ fn run_spectra(
     }
     let table = crate::output::tidy_cells(&rows, &["model", "layer"]);
     crate::output::emit(&table, None, Some(&args.out))?;
-    let states = (records.iter().zip(&layers)).map(|(record, &l)| {
-        (
-            format!("covariance-{l}"),
-            l.to_string(),
-            record.accumulator().state(),
-        )
-    });
+    let states = (records.iter().zip(&layers))
+        .map(|(record, &l)| (l.to_string(), record.accumulator().state()));
     save_accumulators(args, &label, c, params, states)?;
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report
@@ -496,20 +490,21 @@ fn ran_line(streamed: &repgeom_extract::Streamed, secs: f64) -> String {
     )
 }
 
-/// `--save-accumulators DIR`: each `(file stem, hidden states, state)` written to
-/// `DIR/{stem}.safetensors` with this run's origin.
+/// `--save-accumulators DIR`: each `(hidden states, state)` written to
+/// `DIR/{stem}.safetensors` ([`crate::accumulators::file_stem`]) with this run's origin.
 fn save_accumulators(
     args: &ExtractArgs,
     label: &str,
     c: &repgeom_extract::ModelConfig,
     params: &repgeom_extract::ValidExtractParams,
-    states: impl Iterator<Item = (String, String, repgeom_metrics::AccumulatorState)>,
+    states: impl Iterator<Item = (String, repgeom_metrics::AccumulatorState)>,
 ) -> anyhow::Result<()> {
     let Some(dir) = &args.save_accumulators else {
         return Ok(());
     };
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (stem, layers, state) in states {
+    for (layers, state) in states {
+        let stem = crate::accumulators::file_stem(&state.kind, &layers);
         let path = dir.join(format!("{stem}.safetensors"));
         crate::accumulators::write(&path, &state, &origin(label, c, params, layers))?;
     }

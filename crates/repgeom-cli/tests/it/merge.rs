@@ -180,10 +180,89 @@ fn what_does_not_merge_is_refused_and_nothing_is_written() {
         assert!(r.stderr.contains(want), "{}", r.stderr);
         assert!(!merged.exists(), "nothing written");
     };
+    // Two accumulators of one run are reported together; a shard short of one is refused.
+    let shard = tmp.path().join("shard").display().to_string();
+    let other = |extra: &[&str], dir: &str| {
+        let mut args = vec![
+            "extract",
+            "--model",
+            MODEL,
+            "--text",
+            &text,
+            "--spectra",
+            "0",
+            "--max-tokens",
+            "500",
+            "--save-accumulators",
+            dir,
+            "--out",
+            &table,
+        ];
+        args.extend(extra);
+        let r = repgeom(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        format!("{dir}/covariance-0.safetensors")
+    };
+    let half = other(&["--seq-len", "32", "--shard", "0/2"], &shard);
     refused(
-        &["merge", &l0, &l2, "--out", &m],
-        "hidden states differ (0 vs 2)",
+        &["merge", &dir, &shard, "--out", &m],
+        "covariance of hidden states 2 is in 1 of the files but another accumulator is in 2",
     );
+    refused(
+        &["merge", &l0, &half, &l0, "--out", &m],
+        "are the same file: a shard given twice would be counted twice",
+    );
+    let copy = tmp.path().join("copy.safetensors");
+    std::fs::copy(&l0, &copy).unwrap();
+    refused(
+        &["merge", &l0, &copy.display().to_string(), "--out", &m],
+        "hold the same sums: a shard given twice",
+    );
+    let seq16 = tmp.path().join("seq16").display().to_string();
+    let short = other(&["--seq-len", "16"], &seq16);
+    refused(&["merge", &l0, &short, "--out", &m], "settings differ");
+    let gpt2 = tmp.path().join("gpt2").display().to_string();
+    let r = repgeom(&[
+        "extract",
+        "--model",
+        "fixtures/extract/gpt2_tied",
+        "--text",
+        &text,
+        "--seq-len",
+        "32",
+        "--spectra",
+        "0",
+        "--max-tokens",
+        "500",
+        "--save-accumulators",
+        &gpt2,
+        "--out",
+        &table,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    refused(
+        &[
+            "merge",
+            &l0,
+            &format!("{gpt2}/covariance-0.safetensors"),
+            "--out",
+            &m,
+        ],
+        "model differ",
+    );
+    let r = repgeom(&["merge", &l0, &l2, "--out", &m]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("merged 2 accumulator files (2 accumulators of ")
+            && r.stdout
+                .contains("  covariance of hidden states 0: 1 files")
+            && r.stdout
+                .contains("  covariance of hidden states 2: 1 files"),
+        "{}",
+        r.stdout
+    );
+    std::fs::remove_file(&merged).unwrap();
     // A safetensors file that is not an accumulator: the activations of a plain extract.
     let acts = tmp.path().join("acts.safetensors").display().to_string();
     let r = repgeom(&[
