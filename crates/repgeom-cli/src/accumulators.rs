@@ -7,7 +7,8 @@
 //! read back bit for bit) with string metadata: `format` (`repgeom-accumulator`), `version`,
 //! `kind` (`covariance` or `cka`), `n` (tokens), `model`, `d`, `n_hidden`, `layers` (`3`, or
 //! `0:6` for a pair) and `settings` (the extraction settings that change the sums:
-//! `seq_len`, `skip_first`).
+//! `seq_len`, `skip_first`); a CKA accumulator between two models adds `other_model` and
+//! `other_d` (the pair's second hidden state is that model's).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,9 @@ pub(crate) struct Origin {
     pub(crate) layers: String,
     /// The extraction settings that change the sums, as JSON.
     pub(crate) settings: String,
+    /// A CKA accumulator between two models (`extract --other-model`): the second model's
+    /// label and width (its hidden state is the second of `layers`).
+    pub(crate) other: Option<(String, usize)>,
 }
 
 /// One accumulator file read back.
@@ -64,6 +68,12 @@ pub(crate) fn write(path: &Path, state: &AccumulatorState, origin: &Origin) -> a
         ("settings", origin.settings.clone()),
     ]
     .into_iter()
+    .chain(
+        origin
+            .other
+            .iter()
+            .flat_map(|(model, d)| [("other_model", model.clone()), ("other_d", d.to_string())]),
+    )
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     let tensors: Vec<(String, Vec<usize>, &[f64])> = (state.arrays.iter())
@@ -116,6 +126,10 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<AccFile> {
         n_hidden: usize::try_from(number("n_hidden")?)?,
         layers: get("layers")?.clone(),
         settings: get("settings")?.clone(),
+        other: match meta.get("other_model") {
+            Some(model) => Some((model.clone(), usize::try_from(number("other_d")?)?)),
+            None => None,
+        },
     };
     Ok(AccFile {
         path: path.to_path_buf(),

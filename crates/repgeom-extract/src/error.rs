@@ -123,6 +123,25 @@ pub enum Error {
         /// How the sequences were counted.
         detail: String,
     },
+    /// Two models asked to run on the same batches tokenise the text differently.
+    #[error(
+        "{} and {} tokenise the text differently (token {position} of the block at byte {byte}: id {a} vs {b}); models of a pair run on the same batches only with one tokenizer",
+        a_tokenizer.display(), b_tokenizer.display()
+    )]
+    TokenizersDiffer {
+        /// The first model's tokenizer file.
+        a_tokenizer: PathBuf,
+        /// The second model's.
+        b_tokenizer: PathBuf,
+        /// Byte offset in the text of the block where they first differ.
+        byte: usize,
+        /// Token index within that block of the first difference.
+        position: usize,
+        /// The first model's id there (`u32::MAX`: its encoding ended).
+        a: u32,
+        /// The second model's id there (`u32::MAX`: its encoding ended).
+        b: u32,
+    },
     /// An extraction parameter is out of range.
     #[error("invalid parameter {field}: {reason}")]
     InvalidParams {

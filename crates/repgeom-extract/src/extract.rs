@@ -505,129 +505,49 @@ impl Extractor {
         params: &ValidExtractParams,
         max_tokens: Option<usize>,
         layers: &[usize],
-        (shard, shards): (usize, usize),
+        shard: (usize, usize),
         visit: &mut Visit<'_, E>,
         progress: &mut dyn FnMut(Progress),
     ) -> std::result::Result<Streamed, E> {
-        if shards == 0 || shard >= shards {
-            return Err(Error::InvalidParams {
-                field: "shard",
-                reason: format!("shard {shard} of {shards}: expected 0 <= i < n"),
-            }
-            .into());
-        }
-        let p = params.get();
-        self.check_budget(p)?;
-        let c = self.model.config();
-        if let Some(&bad) = layers.iter().find(|&&l| l > c.n_layers) {
-            return Err(Error::InvalidParams {
-                field: "layers",
-                reason: format!(
-                    "hidden state {bad} asked for, but the model has {} (0 = embeddings … {})",
-                    c.n_layers + 1,
-                    c.n_layers
-                ),
-            }
-            .into());
-        }
-        let len = p.seq_len;
-        let start = usize::from(p.skip_first);
-        let per_seq = len - start; // at least 1: a checked seq_len is at least 2
-        let wanted = max_tokens.unwrap_or(usize::MAX);
-        let d = c.hidden_size;
-        let mut out = Streamed {
-            tokens_kept: 0,
-            tokens_run: 0,
-            sequences: 0,
-            text_tokens: 0,
-        };
-        let mut bufs: Vec<Vec<f32>> = vec![Vec::new(); layers.len()];
-        // Token ids not yet cut into sequences, and this shard's sequences not yet run (less
-        // than a batch of them after each block).
-        let mut pending: Vec<u32> = Vec::new();
-        let mut queue: Vec<u32> = Vec::new();
-        let mut cut = 0usize; // sequences cut from the text so far
-        let mut move_whole = |pending: &mut Vec<u32>, queue: &mut Vec<u32>| {
-            let whole = pending.len() / len;
-            for (k, seq) in pending[..whole * len].chunks(len).enumerate() {
-                if (cut + k) % shards == shard {
-                    queue.extend_from_slice(seq);
-                }
-            }
-            cut += whole;
-            pending.drain(..whole * len);
-        };
-        let mut bytes_done = 0usize;
-        let mut blocks = text_blocks(text, STREAM_BLOCK_BYTES).peekable();
-        while out.tokens_kept < wanted {
-            move_whole(&mut pending, &mut queue);
-            let last_block = blocks.peek().is_none();
-            let n_seq = queue.len() / len;
-            if n_seq < p.batch_size && !last_block {
-                let block = blocks.next().expect("peeked");
-                bytes_done += block.len();
-                let ids = self.encode(block)?;
-                out.text_tokens += ids.len();
-                pending.extend(ids);
-                continue;
-            }
-            if n_seq == 0 {
-                break;
-            }
-            let chunk = n_seq.min(p.batch_size);
-            let seqs: Vec<&[u32]> = queue[..chunk * len].chunks(len).collect();
-            // (row in the batch's [B * T] rows) of every kept token, in order
-            let rows: Vec<usize> = (0..chunk)
-                .flat_map(|slot| (start..len).map(move |t| slot * len + t))
-                .take(wanted - out.tokens_kept)
-                .collect();
-            // Sequences past the last kept token are not run.
-            let seqs = &seqs[..rows.len().div_ceil(per_seq)];
-            for buf in &mut bufs {
-                buf.clear();
-                buf.resize(rows.len() * d, 0.0);
-            }
-            self.model.forward_batch(seqs, false, &mut |layer, h| {
-                for (k, _) in layers.iter().enumerate().filter(|&(_, &l)| l == layer) {
-                    for (dst, &r) in bufs[k].chunks_mut(d).zip(&rows) {
-                        dst.copy_from_slice(&h[r * d..(r + 1) * d]);
-                    }
-                }
-                Ok(())
-            })?;
-            let views: Vec<_> = bufs
-                .iter()
-                .map(|x| repgeom_linalg::MatRef::from_row_major_slice(x, rows.len(), d))
-                .collect();
-            visit(&views)?;
-            out.tokens_kept += rows.len();
-            out.sequences += seqs.len();
-            out.tokens_run += seqs.len() * len;
-            queue.drain(..seqs.len() * len);
-            // The text's total tokens, estimated from its bytes until all are read.
-            let total = if blocks.peek().is_none() {
-                out.text_tokens
-            } else {
-                (out.text_tokens as f64 * text.len() as f64 / bytes_done.max(1) as f64) as usize
-            };
-            let total_seqs = (total / len / shards)
-                .min(wanted.div_ceil(per_seq))
-                .max(out.sequences);
-            progress(Progress {
-                sequences_done: out.sequences,
-                sequences_total: total_seqs,
-                tokens_done: out.tokens_run,
-                tokens_total: total_seqs * len,
-            });
-        }
-        if out.sequences == 0 {
-            return Err(Error::TextTooShort {
-                tokens: out.text_tokens,
-                seq_len: len,
-            }
-            .into());
-        }
-        Ok(out)
+        stream_models(
+            &[(self, layers)],
+            text,
+            params,
+            max_tokens,
+            shard,
+            visit,
+            progress,
+        )
+    }
+
+    /// [`Extractor::stream_shard`] of two models on the same batches: the text is cut into
+    /// sequences once, both models run each batch, and `visit` gets the views of `layers` of
+    /// this model, then those of `other_layers` of `other` (widths may differ), row `r` of
+    /// every view the same token. Both must tokenise the text identically (one tokenizer:
+    /// checked block by block, [`Error::TokenizersDiffer`] otherwise), which is what
+    /// cross-model statistics over every token need (`repgeom_metrics::CkaAccumulator` fed
+    /// each batch: CKA between two models over a whole corpus).
+    #[allow(clippy::too_many_arguments)]
+    pub fn stream_pair_shard<E: From<Error>>(
+        &self,
+        other: &Extractor,
+        text: &str,
+        params: &ValidExtractParams,
+        max_tokens: Option<usize>,
+        (layers, other_layers): (&[usize], &[usize]),
+        shard: (usize, usize),
+        visit: &mut Visit<'_, E>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> std::result::Result<Streamed, E> {
+        stream_models(
+            &[(self, layers), (other, other_layers)],
+            text,
+            params,
+            max_tokens,
+            shard,
+            visit,
+            progress,
+        )
     }
 
     /// `text`'s token ids and the number of whole sequences of `len` tokens they make (an
@@ -884,6 +804,173 @@ impl Extractor {
         let extra = vec![("lines_truncated", truncated.to_string())];
         Ok((acc.finish(positions, encoded, loss.finish()), extra))
     }
+}
+
+/// The streaming loop of [`Extractor::stream_shard`] and [`Extractor::stream_pair_shard`]:
+/// the text cut into sequences once (the first model's tokenizer; every other model's must
+/// give the same ids), each batch run through every model, and `visit` handed the views of
+/// each model's hidden states in order.
+fn stream_models<E: From<Error>>(
+    models: &[(&Extractor, &[usize])],
+    text: &str,
+    params: &ValidExtractParams,
+    max_tokens: Option<usize>,
+    (shard, shards): (usize, usize),
+    visit: &mut Visit<'_, E>,
+    progress: &mut dyn FnMut(Progress),
+) -> std::result::Result<Streamed, E> {
+    if shards == 0 || shard >= shards {
+        return Err(Error::InvalidParams {
+            field: "shard",
+            reason: format!("shard {shard} of {shards}: expected 0 <= i < n"),
+        }
+        .into());
+    }
+    let p = params.get();
+    for &(ex, layers) in models {
+        ex.check_budget(p)?;
+        let c = ex.model.config();
+        if let Some(&bad) = layers.iter().find(|&&l| l > c.n_layers) {
+            return Err(Error::InvalidParams {
+                field: "layers",
+                reason: format!(
+                    "hidden state {bad} asked for, but the model has {} (0 = embeddings … {})",
+                    c.n_layers + 1,
+                    c.n_layers
+                ),
+            }
+            .into());
+        }
+    }
+    let (lead, _) = models[0];
+    let len = p.seq_len;
+    let start = usize::from(p.skip_first);
+    let per_seq = len - start; // at least 1: a checked seq_len is at least 2
+    let wanted = max_tokens.unwrap_or(usize::MAX);
+    let mut out = Streamed {
+        tokens_kept: 0,
+        tokens_run: 0,
+        sequences: 0,
+        text_tokens: 0,
+    };
+    // One buffer per (model, hidden state), in the order `visit` gets them.
+    let mut bufs: Vec<Vec<f32>> = models
+        .iter()
+        .flat_map(|(_, layers)| layers.iter().map(|_| Vec::new()))
+        .collect();
+    // Token ids not yet cut into sequences, and this shard's sequences not yet run (less
+    // than a batch of them after each block).
+    let mut pending: Vec<u32> = Vec::new();
+    let mut queue: Vec<u32> = Vec::new();
+    let mut cut = 0usize; // sequences cut from the text so far
+    let mut move_whole = |pending: &mut Vec<u32>, queue: &mut Vec<u32>| {
+        let whole = pending.len() / len;
+        for (k, seq) in pending[..whole * len].chunks(len).enumerate() {
+            if (cut + k) % shards == shard {
+                queue.extend_from_slice(seq);
+            }
+        }
+        cut += whole;
+        pending.drain(..whole * len);
+    };
+    let mut bytes_done = 0usize;
+    let mut blocks = text_blocks(text, STREAM_BLOCK_BYTES).peekable();
+    while out.tokens_kept < wanted {
+        move_whole(&mut pending, &mut queue);
+        let last_block = blocks.peek().is_none();
+        let n_seq = queue.len() / len;
+        if n_seq < p.batch_size && !last_block {
+            let block = blocks.next().expect("peeked");
+            let ids = lead.encode(block)?;
+            for &(other, _) in &models[1..] {
+                same_ids(lead, other, &ids, &other.encode(block)?, bytes_done)?;
+            }
+            bytes_done += block.len();
+            out.text_tokens += ids.len();
+            pending.extend(ids);
+            continue;
+        }
+        if n_seq == 0 {
+            break;
+        }
+        let chunk = n_seq.min(p.batch_size);
+        let seqs: Vec<&[u32]> = queue[..chunk * len].chunks(len).collect();
+        // (row in the batch's [B * T] rows) of every kept token, in order
+        let rows: Vec<usize> = (0..chunk)
+            .flat_map(|slot| (start..len).map(move |t| slot * len + t))
+            .take(wanted - out.tokens_kept)
+            .collect();
+        // Sequences past the last kept token are not run.
+        let seqs = &seqs[..rows.len().div_ceil(per_seq)];
+        let mut first = 0; // index of this model's first buffer
+        let mut dims = Vec::with_capacity(bufs.len());
+        for &(ex, layers) in models {
+            let d = ex.model.config().hidden_size;
+            let mine = &mut bufs[first..first + layers.len()];
+            for buf in mine.iter_mut() {
+                buf.clear();
+                buf.resize(rows.len() * d, 0.0);
+            }
+            ex.model.forward_batch(seqs, false, &mut |layer, h| {
+                for (k, _) in layers.iter().enumerate().filter(|&(_, &l)| l == layer) {
+                    for (dst, &r) in mine[k].chunks_mut(d).zip(&rows) {
+                        dst.copy_from_slice(&h[r * d..(r + 1) * d]);
+                    }
+                }
+                Ok(())
+            })?;
+            dims.extend(layers.iter().map(|_| d));
+            first += layers.len();
+        }
+        let views: Vec<_> = (bufs.iter().zip(&dims))
+            .map(|(x, &d)| repgeom_linalg::MatRef::from_row_major_slice(x, rows.len(), d))
+            .collect();
+        visit(&views)?;
+        out.tokens_kept += rows.len();
+        out.sequences += seqs.len();
+        out.tokens_run += seqs.len() * len;
+        queue.drain(..seqs.len() * len);
+        // The text's total tokens, estimated from its bytes until all are read.
+        let total = if blocks.peek().is_none() {
+            out.text_tokens
+        } else {
+            (out.text_tokens as f64 * text.len() as f64 / bytes_done.max(1) as f64) as usize
+        };
+        let total_seqs = (total / len / shards)
+            .min(wanted.div_ceil(per_seq))
+            .max(out.sequences);
+        progress(Progress {
+            sequences_done: out.sequences,
+            sequences_total: total_seqs,
+            tokens_done: out.tokens_run,
+            tokens_total: total_seqs * len,
+        });
+    }
+    if out.sequences == 0 {
+        return Err(Error::TextTooShort {
+            tokens: out.text_tokens,
+            seq_len: len,
+        }
+        .into());
+    }
+    Ok(out)
+}
+
+/// Both models' ids of the block at byte `byte` are the same, or [`Error::TokenizersDiffer`]
+/// at the first difference.
+fn same_ids(a: &Extractor, b: &Extractor, x: &[u32], y: &[u32], byte: usize) -> Result<()> {
+    if x == y {
+        return Ok(());
+    }
+    let position = x.iter().zip(y).take_while(|(p, q)| p == q).count();
+    Err(Error::TokenizersDiffer {
+        a_tokenizer: a.tokenizer_path.clone(),
+        b_tokenizer: b.tokenizer_path.clone(),
+        byte,
+        position,
+        a: x.get(position).copied().unwrap_or(u32::MAX),
+        b: y.get(position).copied().unwrap_or(u32::MAX),
+    })
 }
 
 /// Bytes of text [`Extractor::stream`] tokenises at a time.

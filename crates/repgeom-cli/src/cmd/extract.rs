@@ -71,6 +71,15 @@ pub(crate) struct ExtractArgs {
     /// .json or .txt).
     #[arg(long, value_name = "PAIRS", conflicts_with_all = ["loss", "n_points", "points_per_sequence", "pool"])]
     cka_pairs: Option<String>,
+    /// With --cka-pairs: CKA between two models on the same batches, A:B pairing hidden
+    /// state A of --model with hidden state B of this one (`all`: every such pair). Both must
+    /// tokenise the text identically (one tokenizer; checked, an error otherwise). A
+    /// checkpoint directory or a hub id, as --model.
+    #[arg(long, value_name = "MODEL", requires = "cka_pairs")]
+    other_model: Option<String>,
+    /// Hub revision of --other-model when it is a hub id.
+    #[arg(long, requires = "other_model")]
+    other_revision: Option<String>,
     /// Instead of sampled points: the spectral metrics (RankMe, alpha-ReQ, IsoScore, the
     /// condition number) of these hidden states over *every* token of the text, from their
     /// covariance accumulated batch by batch (d x d memory per layer), each at 2^10, 2^11, ...
@@ -130,7 +139,26 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
     )?;
     let extractor = Extractor::load(&dir)?;
     if let Some(spec) = &args.cka_pairs {
-        return run_cka(args, ctx, &extractor, &text, &params, spec);
+        let other = match &args.other_model {
+            Some(m) => {
+                let dir = crate::hub::model_path(
+                    m,
+                    args.other_revision.as_deref(),
+                    &repgeom_hub::Files::Full,
+                    ctx,
+                )?;
+                Some(Extractor::load(&dir)?)
+            }
+            None => None,
+        };
+        return run_cka(
+            args,
+            ctx,
+            (&extractor, other.as_ref()),
+            &text,
+            &params,
+            spec,
+        );
     }
     if let Some(spec) = &args.spectra {
         return run_spectra(args, ctx, &extractor, &text, &params, spec);
@@ -212,11 +240,23 @@ fn progress_bar(ctx: &Context) -> ProgressBar {
 
 /// `--cka-pairs`: the pairs of hidden states `spec` names, for a model with `n_hidden` of them
 /// (`all`: every pair `i < j`).
-fn parse_pairs(spec: &str, n_hidden: usize) -> anyhow::Result<Vec<(usize, usize)>> {
+/// `--cka-pairs`: `A:B` pairs of hidden states below `n_hidden` of the model, or with a second
+/// model of `other_hidden`, A of the first and B of the second; `all` is every pair `A < B` of
+/// one model, or every `A × B` of two.
+fn parse_pairs(
+    spec: &str,
+    n_hidden: usize,
+    other_hidden: Option<usize>,
+) -> anyhow::Result<Vec<(usize, usize)>> {
     if spec.trim() == "all" {
-        return Ok((0..n_hidden)
-            .flat_map(|i| (i + 1..n_hidden).map(move |j| (i, j)))
-            .collect());
+        return Ok(match other_hidden {
+            Some(m) => (0..n_hidden)
+                .flat_map(|i| (0..m).map(move |j| (i, j)))
+                .collect(),
+            None => (0..n_hidden)
+                .flat_map(|i| (i + 1..n_hidden).map(move |j| (i, j)))
+                .collect(),
+        });
     }
     let mut out = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -229,9 +269,20 @@ fn parse_pairs(spec: &str, n_hidden: usize) -> anyhow::Result<Vec<(usize, usize)
             );
         };
         anyhow::ensure!(
-            a < n_hidden && b < n_hidden,
+            a < n_hidden,
             "--cka-pairs {part}: the model has {n_hidden} hidden states (0 = embeddings … {})",
             n_hidden - 1
+        );
+        let m = other_hidden.unwrap_or(n_hidden);
+        anyhow::ensure!(
+            b < m,
+            "--cka-pairs {part}: the {} has {m} hidden states (0 = embeddings … {})",
+            if other_hidden.is_some() {
+                "other model"
+            } else {
+                "model"
+            },
+            m - 1
         );
         out.push((a, b));
     }
@@ -240,10 +291,11 @@ fn parse_pairs(spec: &str, n_hidden: usize) -> anyhow::Result<Vec<(usize, usize)
 }
 
 /// Linear CKA of every pair of hidden states in `pairs` over every token `stream` runs, one
-/// [`CkaAccumulator`](repgeom_metrics::CkaAccumulator) per pair fed each batch.
+/// [`CkaAccumulator`](repgeom_metrics::CkaAccumulator) per pair fed each batch; with a second
+/// model, the pair's second hidden state is that model's, both run on the same batches.
 #[allow(clippy::too_many_arguments)]
 fn stream_cka(
-    extractor: &Extractor,
+    (extractor, other): (&Extractor, Option<&Extractor>),
     text: &str,
     params: &repgeom_extract::ValidExtractParams,
     max_tokens: Option<usize>,
@@ -255,29 +307,57 @@ fn stream_cka(
     Vec<repgeom_metrics::StreamingCka>,
     Vec<repgeom_metrics::CkaAccumulator>,
 )> {
-    let mut layers: Vec<usize> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-    layers.sort_unstable();
-    layers.dedup();
-    let slot = |l: usize| layers.binary_search(&l).unwrap_or(0);
-    let d = extractor.model().config().hidden_size;
+    let sorted = |it: &mut dyn Iterator<Item = usize>| {
+        let mut v: Vec<usize> = it.collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let dx = extractor.model().config().hidden_size;
+    let (first, second, dy) = match other {
+        // One model: one list of hidden states; both sides index into it.
+        None => {
+            let all = sorted(&mut pairs.iter().flat_map(|&(a, b)| [a, b]));
+            (all.clone(), all, dx)
+        }
+        Some(o) => (
+            sorted(&mut pairs.iter().map(|&(a, _)| a)),
+            sorted(&mut pairs.iter().map(|&(_, b)| b)),
+            o.model().config().hidden_size,
+        ),
+    };
+    // Views: `first`'s, then (two models) `second`'s.
+    let offset = if other.is_some() { first.len() } else { 0 };
+    let slot = |list: &[usize], l: usize| list.binary_search(&l).unwrap_or(0);
     let mut accs: Vec<_> = (pairs.iter())
-        .map(|_| repgeom_metrics::CkaAccumulator::new(d, d))
+        .map(|_| repgeom_metrics::CkaAccumulator::new(dx, dy))
         .collect();
-    let what = |(a, b): (usize, usize)| format!("hidden states {a} and {b}");
-    let streamed = extractor.stream_shard(
-        text,
-        params,
-        max_tokens,
-        &layers,
-        shard,
-        &mut |views| -> anyhow::Result<()> {
-            for (acc, &(a, b)) in accs.iter_mut().zip(pairs) {
-                acc.update(views[slot(a)], views[slot(b)], &what((a, b)))?;
-            }
-            Ok(())
-        },
-        progress,
-    )?;
+    let what = |(a, b): (usize, usize)| match other {
+        Some(_) => format!("hidden state {a} and the other model's {b}"),
+        None => format!("hidden states {a} and {b}"),
+    };
+    let mut visit = |views: &[repgeom_linalg::MatRef<'_, f32>]| -> anyhow::Result<()> {
+        for (acc, &(a, b)) in accs.iter_mut().zip(pairs) {
+            let (x, y) = (views[slot(&first, a)], views[offset + slot(&second, b)]);
+            acc.update(x, y, &what((a, b)))?;
+        }
+        Ok(())
+    };
+    let streamed = match other {
+        None => extractor.stream_shard(
+            text, params, max_tokens, &first, shard, &mut visit, progress,
+        )?,
+        Some(o) => extractor.stream_pair_shard(
+            o,
+            text,
+            params,
+            max_tokens,
+            (&first, &second),
+            shard,
+            &mut visit,
+            progress,
+        )?,
+    };
     let values = (accs.iter().zip(pairs))
         .map(|(acc, &p)| acc.finish(&what(p)))
         .collect::<Result<_, _>>()?;
@@ -287,18 +367,19 @@ fn stream_cka(
 fn run_cka(
     args: &ExtractArgs,
     ctx: &Context,
-    extractor: &Extractor,
+    (extractor, other): (&Extractor, Option<&Extractor>),
     text: &str,
     params: &repgeom_extract::ValidExtractParams,
     spec: &str,
 ) -> anyhow::Result<()> {
     let c = extractor.model().config();
-    let pairs = parse_pairs(spec, c.n_layers + 1)?;
+    let other_hidden = other.map(|o| o.model().config().n_layers + 1);
+    let pairs = parse_pairs(spec, c.n_layers + 1, other_hidden)?;
     let shard = parse_shard(args.shard.as_deref())?;
     let bar = progress_bar(ctx);
     let start = Instant::now();
     let (streamed, values, accs) = stream_cka(
-        extractor,
+        (extractor, other),
         text,
         params,
         args.max_tokens,
@@ -307,29 +388,56 @@ fn run_cka(
         &mut |p| show_progress(&bar, start, p),
     )?;
     bar.finish_and_clear();
-    let label = model_label(extractor);
+    let mut label = model_label(extractor);
+    let mut other_label = other.map(model_label);
+    // Two checkpoint folders of one name (`.../d16/step600`, `.../d64/step600`): named as given.
+    if other_label.as_ref() == Some(&label) {
+        let with = |m: &str, r: &Option<String>| match r {
+            Some(r) => format!("{m}@{r}"),
+            None => m.to_owned(),
+        };
+        label = with(&args.model, &args.revision);
+        other_label = args
+            .other_model
+            .as_ref()
+            .map(|m| with(m, &args.other_revision));
+    }
     let label_ref = label.as_str();
     let rows: Vec<_> = (values.iter().zip(&pairs))
         .flat_map(|(v, &(a, b))| {
+            let other_label = other_label.clone();
             v.values().into_iter().map(move |value| {
-                crate::output::metric_row(label_ref, c.hidden_size, (a, c.n_layers + 1), value)
-                    .with_extra("other_layer", b as f64)
+                let row =
+                    crate::output::metric_row(label_ref, c.hidden_size, (a, c.n_layers + 1), value)
+                        .with_extra("other_layer", b as f64);
+                match &other_label {
+                    Some(o) => row.with_other_model(o.clone()),
+                    None => row,
+                }
             })
         })
         .collect();
-    let table = crate::output::tidy_cells(&rows, &["model", "layer", "other_layer"]);
+    let keys: &[&str] = match other {
+        Some(_) => &["model", "layer", "other_model", "other_layer"],
+        None => &["model", "layer", "other_layer"],
+    };
+    let table = crate::output::tidy_cells(&rows, keys);
     crate::output::emit(&table, None, Some(&args.out))?;
     let states = (accs.iter().zip(&pairs)).map(|(acc, &(a, b))| (format!("{a}:{b}"), acc.state()));
-    save_accumulators(args, &label, c, params, states)?;
+    let other_origin = other
+        .zip(other_label.clone())
+        .map(|(o, l)| (l, o.model().config().hidden_size));
+    save_accumulators(args, &label, c, params, other_origin, states)?;
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report
     {
         println!(
-            "wrote {} (linear CKA of {} pairs of hidden states over {} tokens of {} sequences) from {label}",
+            "wrote {} (linear CKA of {} pairs of hidden states over {} tokens of {} sequences) from {label}{}",
             args.out.display(),
             pairs.len(),
             streamed.tokens_kept,
             streamed.sequences,
+            other_label.map(|o| format!(" and {o}")).unwrap_or_default(),
         );
         println!("{}", ran_line(&streamed, secs));
     }
@@ -446,7 +554,7 @@ fn run_spectra(
     crate::output::emit(&table, None, Some(&args.out))?;
     let states = (records.iter().zip(&layers))
         .map(|(record, &l)| (l.to_string(), record.accumulator().state()));
-    save_accumulators(args, &label, c, params, states)?;
+    save_accumulators(args, &label, c, params, None, states)?;
     let secs = start.elapsed().as_secs_f64();
     #[allow(clippy::print_stdout)] // the command's report
     {
@@ -497,6 +605,7 @@ fn save_accumulators(
     label: &str,
     c: &repgeom_extract::ModelConfig,
     params: &repgeom_extract::ValidExtractParams,
+    other: Option<(String, usize)>,
     states: impl Iterator<Item = (String, repgeom_metrics::AccumulatorState)>,
 ) -> anyhow::Result<()> {
     let Some(dir) = &args.save_accumulators else {
@@ -506,7 +615,11 @@ fn save_accumulators(
     for (layers, state) in states {
         let stem = crate::accumulators::file_stem(&state.kind, &layers);
         let path = dir.join(format!("{stem}.safetensors"));
-        crate::accumulators::write(&path, &state, &origin(label, c, params, layers))?;
+        let origin = crate::accumulators::Origin {
+            other: other.clone(),
+            ..origin(label, c, params, layers)
+        };
+        crate::accumulators::write(&path, &state, &origin)?;
     }
     Ok(())
 }
@@ -527,6 +640,7 @@ fn origin(
         layers,
         settings: serde_json::json!({ "seq_len": p.seq_len, "skip_first": p.skip_first })
             .to_string(),
+        other: None,
     }
 }
 
@@ -559,9 +673,14 @@ mod tests {
 
     /// `cka_linear` (biased, debiased) on the whole of two row-major `[n, d]` matrices.
     fn full_batch(x: &[f32], y: &[f32], d: usize) -> (f64, f64) {
-        let n = x.len() / d;
-        let ia = LayerInput::new(MatRef::from_row_major_slice(x, n, d), "X", Par::Seq).unwrap();
-        let ib = LayerInput::new(MatRef::from_row_major_slice(y, n, d), "Y", Par::Seq).unwrap();
+        full_batch_2(x, y, (d, d))
+    }
+
+    /// `cka_linear` (biased, debiased) of row-major `[n, dx]` and `[n, dy]` matrices.
+    fn full_batch_2(x: &[f32], y: &[f32], (dx, dy): (usize, usize)) -> (f64, f64) {
+        let n = x.len() / dx;
+        let ia = LayerInput::new(MatRef::from_row_major_slice(x, n, dx), "X", Par::Seq).unwrap();
+        let ib = LayerInput::new(MatRef::from_row_major_slice(y, n, dy), "Y", Par::Seq).unwrap();
         let input = PairInput::new(&ia, &ib).unwrap();
         let v = |debiased| {
             CkaLinear {
@@ -589,7 +708,7 @@ mod tests {
         .check()
         .unwrap();
         let d = ex.model().config().hidden_size;
-        let pairs = parse_pairs("0:3,1:2,2:2", 4).unwrap();
+        let pairs = parse_pairs("0:3,1:2,2:2", 4, None).unwrap();
         for max_tokens in [None, Some(37)] {
             let mut whole: Vec<Vec<f32>> = vec![Vec::new(); 4];
             let streamed = ex
@@ -609,8 +728,16 @@ mod tests {
                     &mut |_| {},
                 )
                 .unwrap();
-            let (s, values, _) =
-                stream_cka(&ex, &text, &params, max_tokens, (0, 1), &pairs, &mut |_| {}).unwrap();
+            let (s, values, _) = stream_cka(
+                (&ex, None),
+                &text,
+                &params,
+                max_tokens,
+                (0, 1),
+                &pairs,
+                &mut |_| {},
+            )
+            .unwrap();
             assert_eq!(s, streamed);
             assert_eq!(s.tokens_kept, max_tokens.unwrap_or(s.sequences * 15));
             assert!(
@@ -634,14 +761,112 @@ mod tests {
         }
     }
 
+    /// Two models of one tokenizer and different widths (the trained fixtures, d = 16 and
+    /// 64) on the same batches: each pair's accumulated CKA equals full-batch `cka_linear` on
+    /// the two models' rows gathered from separate streams; a model of another tokenizer is
+    /// refused, naming both tokenizer files.
+    #[test]
+    fn cka_between_two_models_on_the_same_batches_equals_the_full_batch() {
+        let trained = |w: usize| {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("../../fixtures/trained/neox-d{w}/step600"));
+            Extractor::load(&dir).unwrap()
+        };
+        let (a, b) = (trained(16), trained(64));
+        let text = fixture().1;
+        let params = repgeom_extract::ExtractParams {
+            seq_len: 16,
+            batch_size: 2,
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        let gather = |ex: &Extractor| {
+            let mut whole: Vec<Vec<f32>> = vec![Vec::new(); 5];
+            ex.stream(
+                &text,
+                &params,
+                None,
+                &[0, 1, 2, 3, 4],
+                &mut |views| -> anyhow::Result<()> {
+                    for (w, v) in whole.iter_mut().zip(views) {
+                        for i in 0..v.nrows() {
+                            w.extend((0..v.ncols()).map(|j| v[(i, j)]));
+                        }
+                    }
+                    Ok(())
+                },
+                &mut |_| {},
+            )
+            .unwrap();
+            whole
+        };
+        let (wa, wb) = (gather(&a), gather(&b));
+        let pairs = parse_pairs("0:0,2:4,4:1", 5, Some(5)).unwrap();
+        let (s, values, _) = stream_cka(
+            (&a, Some(&b)),
+            &text,
+            &params,
+            None,
+            (0, 1),
+            &pairs,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert!(s.sequences > 2, "more than one batch: {s:?}");
+        for (&(x, y), v) in pairs.iter().zip(&values) {
+            let (biased, debiased) = full_batch_2(&wa[x], &wb[y], (16, 64));
+            assert_eq!(v.n, s.tokens_kept as u64);
+            assert!(
+                (v.biased - biased).abs() < STREAM_TOL,
+                "{x}:{y} biased {} vs {biased}",
+                v.biased
+            );
+            let vd = v.debiased.unwrap();
+            assert!(
+                (vd - debiased).abs() < STREAM_TOL,
+                "{x}:{y} debiased {vd} vs {debiased}"
+            );
+        }
+        let (other, _) = fixture();
+        let e = stream_cka(
+            (&a, Some(&other)),
+            &text,
+            &params,
+            None,
+            (0, 1),
+            &pairs[..1],
+            &mut |_| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("tokenise the text differently")
+                && e.contains("neox-d16/step600/tokenizer.json")
+                && e.contains("gptneox_parallel/tokenizer.json"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn cka_pairs_are_parsed_and_checked() {
-        assert_eq!(parse_pairs("all", 3).unwrap(), [(0, 1), (0, 2), (1, 2)]);
-        assert_eq!(parse_pairs("0:6, 3:6", 7).unwrap(), [(0, 6), (3, 6)]);
-        let e = parse_pairs("0:7", 7).unwrap_err().to_string();
+        assert_eq!(
+            parse_pairs("all", 3, None).unwrap(),
+            [(0, 1), (0, 2), (1, 2)]
+        );
+        assert_eq!(parse_pairs("0:6, 3:6", 7, None).unwrap(), [(0, 6), (3, 6)]);
+        let e = parse_pairs("0:7", 7, None).unwrap_err().to_string();
         assert!(e.contains("7 hidden states"), "{e}");
-        let e = parse_pairs("0-6", 7).unwrap_err().to_string();
+        let e = parse_pairs("0-6", 7, None).unwrap_err().to_string();
         assert!(e.contains("expected A:B"), "{e}");
+        // Two models: A of the first, B of the second; `all` is every A x B.
+        assert_eq!(
+            parse_pairs("all", 2, Some(3)).unwrap(),
+            [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+        );
+        assert_eq!(parse_pairs("1:4", 2, Some(5)).unwrap(), [(1, 4)]);
+        let e = parse_pairs("1:5", 2, Some(5)).unwrap_err().to_string();
+        assert!(e.contains("the other model has 5 hidden states"), "{e}");
     }
 
     /// Every token's spectral metrics, streamed, equal the same metrics on the tokens gathered

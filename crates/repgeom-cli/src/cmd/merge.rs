@@ -102,7 +102,9 @@ pub(crate) fn run(args: &MergeArgs, _ctx: &Context) -> anyhow::Result<()> {
         .map(|g| merge_one(g))
         .collect::<anyhow::Result<Vec<Merged>>>()?;
     let rows: Vec<Row> = merged.iter().flat_map(|m| m.rows.iter().cloned()).collect();
-    let keys: &[&str] = if merged.iter().any(|m| m.state.kind == "cka") {
+    let keys: &[&str] = if merged.iter().any(|m| m.origin.other.is_some()) {
+        &["model", "layer", "other_model", "other_layer"]
+    } else if merged.iter().any(|m| m.state.kind == "cka") {
         &["model", "layer", "other_layer"]
     } else {
         &["model", "layer"]
@@ -209,8 +211,17 @@ fn merge_one(files: &[&AccFile]) -> anyhow::Result<Merged> {
             let cka = acc.finish(&format!("hidden states {}", origin.layers))?;
             let rows = (cka.values().into_iter())
                 .map(|v| {
-                    crate::output::metric_row(&origin.model, origin.d, (layer, origin.n_hidden), v)
-                        .with_extra("other_layer", other.unwrap_or(layer) as f64)
+                    let row = crate::output::metric_row(
+                        &origin.model,
+                        origin.d,
+                        (layer, origin.n_hidden),
+                        v,
+                    )
+                    .with_extra("other_layer", other.unwrap_or(layer) as f64);
+                    match &origin.other {
+                        Some((model, _)) => row.with_other_model(model.clone()),
+                        None => row,
+                    }
                 })
                 .collect();
             (acc.state(), rows)
@@ -238,6 +249,11 @@ fn check_same(a: &AccFile, b: &AccFile) -> anyhow::Result<()> {
             "settings",
             a.origin.settings.clone(),
             b.origin.settings.clone(),
+        ),
+        (
+            "other model",
+            format!("{:?}", a.origin.other),
+            format!("{:?}", b.origin.other),
         ),
     ];
     for (field, x, y) in fields {

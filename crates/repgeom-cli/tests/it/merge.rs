@@ -303,3 +303,91 @@ fn what_does_not_merge_is_refused_and_nothing_is_written() {
         r.stderr
     );
 }
+
+/// CKA between two models (`--other-model`, one tokenizer, widths 16 and 64) over every token,
+/// split in two shards and merged, equals one pass; the table names both models, and shards of
+/// another pair of models are refused.
+#[test]
+fn a_pair_of_models_shards_and_merges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = corpus(tmp.path());
+    let out = |name: &str| tmp.path().join(name).display().to_string();
+    let (a, b) = (
+        "fixtures/trained/neox-d16/step600",
+        "fixtures/trained/neox-d64/step600",
+    );
+    let run = |other: &str, extra: &[&str], table: &str| {
+        let mut args = vec![
+            "extract",
+            "--model",
+            a,
+            "--other-model",
+            other,
+            "--text",
+            &text,
+            "--seq-len",
+            "32",
+            "--cka-pairs",
+            "0:0,2:4",
+            "--out",
+            table,
+        ];
+        args.extend(extra);
+        let r = repgeom(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    let whole = out("whole.csv");
+    let said = run(b, &[], &whole);
+    // Two folders named step600: labelled by the paths as given.
+    assert!(said.contains(&format!("from {a} and {b}")), "{said}");
+    let header = std::fs::read_to_string(&whole).unwrap();
+    assert!(
+        header.starts_with("model,layer,other_model,other_layer,metric,"),
+        "{header}"
+    );
+    let mut dirs = Vec::new();
+    for i in 0..2 {
+        let dir = out(&format!("shard{i}"));
+        let shard = format!("{i}/2");
+        run(
+            b,
+            &["--shard", &shard, "--save-accumulators", &dir],
+            &out(&format!("shard{i}.csv")),
+        );
+        dirs.push(dir);
+    }
+    let merged = out("merged.csv");
+    let r = repgeom(&["merge", &dirs[0], &dirs[1], "--out", &merged]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(finals(Path::new(&merged)).len(), 4); // 2 pairs x (biased, debiased)
+    check_equal(Path::new(&merged), Path::new(&whole));
+    let text_merged = std::fs::read_to_string(&merged).unwrap();
+    assert!(
+        text_merged
+            .lines()
+            .skip(1)
+            .all(|l| l.starts_with(&format!("{a},")) && l.split(',').nth(2) == Some(b)),
+        "{text_merged}"
+    );
+    // Another pair of models: refused.
+    let other_dir = out("other");
+    run(
+        "fixtures/trained/neox-d32/step600",
+        &["--shard", "1/2", "--save-accumulators", &other_dir],
+        &out("other.csv"),
+    );
+    let r = repgeom(&[
+        "merge",
+        &format!("{}/cka-0-0.safetensors", dirs[0]),
+        &format!("{other_dir}/cka-0-0.safetensors"),
+        "--out",
+        &out("refused.csv"),
+    ]);
+    assert!(
+        r.code != 0 && r.stderr.contains("other model differ"),
+        "{}",
+        r.stderr
+    );
+    assert!(!tmp.path().join("refused.csv").exists());
+}
