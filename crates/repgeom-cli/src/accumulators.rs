@@ -138,17 +138,8 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<AccFile> {
     })
 }
 
-/// The spectral metrics reported over every token: every registered metric that is a function
-/// of the spectrum, with its defaults, and isotropy's point-based variants off.
+/// The spectral metrics reported over every token: every registered metric's covariance form
+/// ([`repgeom_metrics::covariance_forms`]: RankMe, α-ReQ, IsoScore, the condition number).
 pub(crate) fn spectral_metrics() -> Vec<Box<dyn Metric>> {
-    vec![
-        Box::new(repgeom_metrics::RankMe::default()),
-        Box::new(repgeom_metrics::AlphaReq::default()),
-        Box::new(repgeom_metrics::ConditionNumber::default()),
-        Box::new(repgeom_metrics::Isotropy {
-            isoscore: true,
-            mean_cosine: false,
-            partition: false,
-        }),
-    ]
+    repgeom_metrics::covariance_forms()
 }

@@ -242,8 +242,10 @@ impl CovarianceAccumulator {
 }
 
 /// A layer's spectrum from its accumulated second moments ([`CovarianceAccumulator::spectrum`]),
-/// read by the spectral metrics ([`crate::Metric::compute_spectrum`]).
-#[derive(Debug, Clone, PartialEq)]
+/// read by the spectral metrics ([`crate::Metric::compute_spectrum`]). Serialisable (its token
+/// count, width, and the singular values of the centred and raw points), so that a spectrum
+/// kept on disk gives any spectral metric later without the tokens.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CovarianceSpectrum {
     what: String,
     n: usize,
@@ -384,23 +386,46 @@ impl SpectralConvergence {
         metrics: &[&dyn Metric],
         tolerance: f64,
     ) -> Result<Vec<ConvergenceReport>> {
-        if !(tolerance.is_finite() && tolerance > 0.0) {
-            return Err(Error::InvalidOption {
-                name: "tolerance".into(),
-                value: tolerance.to_string(),
-                reason: "a relative tolerance must be positive".into(),
-            });
-        }
-        let mut spectra: Vec<&CovarianceSpectrum> = self.snapshots.iter().collect();
+        convergence_reports(&self.spectra()?, metrics, tolerance)
+    }
+
+    /// The spectrum at each checkpoint passed and over every token (the last), what
+    /// [`SpectralConvergence::reports`] reads: keep them to report other metrics later.
+    pub fn spectra(&self) -> Result<Vec<CovarianceSpectrum>> {
+        let mut spectra = self.snapshots.clone();
         let last = self.acc.spectrum()?;
         if spectra.last().is_none_or(|s| s.n != last.n) {
-            spectra.push(&last);
+            spectra.push(last);
         }
-        metrics
-            .iter()
-            .map(|&m| convergence(m, &spectra, tolerance))
-            .collect()
+        Ok(spectra)
     }
+}
+
+/// [`SpectralConvergence::reports`] from spectra kept ([`SpectralConvergence::spectra`]: one
+/// per checkpoint, the last over every token).
+pub fn convergence_reports(
+    spectra: &[CovarianceSpectrum],
+    metrics: &[&dyn Metric],
+    tolerance: f64,
+) -> Result<Vec<ConvergenceReport>> {
+    if !(tolerance.is_finite() && tolerance > 0.0) {
+        return Err(Error::InvalidOption {
+            name: "tolerance".into(),
+            value: tolerance.to_string(),
+            reason: "a relative tolerance must be positive".into(),
+        });
+    }
+    if spectra.is_empty() {
+        return Err(Error::Degenerate {
+            what: "convergence report".into(),
+            reason: "no spectrum".into(),
+        });
+    }
+    let spectra: Vec<&CovarianceSpectrum> = spectra.iter().collect();
+    metrics
+        .iter()
+        .map(|&m| convergence(m, &spectra, tolerance))
+        .collect()
 }
 
 /// `metric`'s first row on each of `spectra` (the last over every token) and where it settles.

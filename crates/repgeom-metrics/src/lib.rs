@@ -64,7 +64,7 @@ mod value;
 pub use alignment::{Procrustes, Pwcca, RdmKind, Rsa, Svcca};
 pub use covariance::{
     CONVERGENCE_TOL, ConvergenceReport, CovarianceAccumulator, CovarianceSpectrum,
-    FIRST_CHECKPOINT, SpectralConvergence,
+    FIRST_CHECKPOINT, SpectralConvergence, convergence_reports,
 };
 pub use cross::{CkaLinear, DistanceSpearman, tied_fraction};
 pub use error::{Error, Result};
@@ -79,7 +79,8 @@ pub use pga::parse_size;
 pub use pga_metric::Pga;
 pub use pga_spectrum::PgaSpectrum;
 pub use registry::{
-    AnalysisParams, Metric, PairMetric, all_metrics, all_pair_metrics, metric, metric_from_config,
+    AnalysisParams, Metric, PairMetric, all_metrics, all_pair_metrics, covariance_form,
+    covariance_forms, metric, metric_from_config,
     metric_names, options_of, pair_metric, pair_metric_from_config, pair_metric_names,
 };
 pub use spectral::{

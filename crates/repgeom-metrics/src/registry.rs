@@ -44,6 +44,16 @@ pub trait Metric: std::fmt::Debug + Send + Sync {
         })
     }
 
+    /// This metric as it is computed over every token, from a covariance's spectrum
+    /// ([`Metric::compute_spectrum`]): `None` (the default) when it needs the points; a metric
+    /// with both kinds of variants returns itself with the point-based ones off (isotropy
+    /// keeps IsoScore). The one rule of which metric (and which of its variants) a covariance
+    /// accumulated over a corpus reports, read by `repgeom extract --spectra`, `repgeom
+    /// merge` and the study's `spectral_tokens` ([`covariance_form`]).
+    fn covariance_form(&self) -> Option<Box<dyn Metric>> {
+        None
+    }
+
     /// The metric on one layer given as a faer or ndarray view, `f32` or `f64` (anything that
     /// is `Into<`[`Acts`](Acts)`>`), on the current rayon pool: the library
     /// shape of every metric is options with `Default` → [`Metric::check`] → `run(acts)`, as
@@ -195,6 +205,33 @@ pub fn pair_metric_names() -> Vec<&'static str> {
 /// The per-layer metric `name` with its default options.
 pub fn metric(name: &str) -> Result<Box<dyn Metric>> {
     build::<dyn Metric>(name, metric_names())
+}
+
+/// The registered metric `name`, default options, in its covariance form
+/// ([`Metric::covariance_form`]); a metric that needs the points is an error saying so.
+///
+/// ```
+/// let iso = repgeom_metrics::covariance_form("isotropy").unwrap();
+/// assert_eq!(iso.info().name, "isotropy");
+/// assert!(repgeom_metrics::covariance_form("twonn").is_err());
+/// ```
+pub fn covariance_form(name: &str) -> Result<Box<dyn Metric>> {
+    metric(name)?
+        .covariance_form()
+        .ok_or_else(|| Error::NeedsPoints {
+            metric: name.into(),
+            what: "a covariance accumulated over every token".into(),
+            reason: "it is not a function of the spectrum".into(),
+        })
+}
+
+/// The metrics with a covariance form ([`Metric::covariance_form`]), in registry order,
+/// default options: what a covariance accumulated over every token reports.
+pub fn covariance_forms() -> Vec<Box<dyn Metric>> {
+    metric_names()
+        .into_iter()
+        .filter_map(|n| metric(n).ok()?.covariance_form())
+        .collect()
 }
 
 /// The pair metric `name` with its default options.

@@ -100,6 +100,10 @@ impl Metric for RankMe {
         self.compute_spectrum(input)
     }
 
+    fn covariance_form(&self) -> Option<Box<dyn Metric>> {
+        Some(Box::new(self.clone()))
+    }
+
     fn compute_spectrum(&self, input: &dyn Spectrum) -> Result<Vec<MetricValue>> {
         self.check()?;
         let (value, variant, len) = match self.convention {
@@ -282,6 +286,10 @@ impl Metric for AlphaReq {
 
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
         self.compute_spectrum(input)
+    }
+
+    fn covariance_form(&self) -> Option<Box<dyn Metric>> {
+        Some(Box::new(self.clone()))
     }
 
     fn compute_spectrum(&self, input: &dyn Spectrum) -> Result<Vec<MetricValue>> {
@@ -469,6 +477,15 @@ impl Metric for Isotropy {
         Ok(out)
     }
 
+    /// IsoScore only: the mean cosine and the partition function read the points.
+    fn covariance_form(&self) -> Option<Box<dyn Metric>> {
+        Some(Box::new(Isotropy {
+            isoscore: true,
+            mean_cosine: false,
+            partition: false,
+        }))
+    }
+
     /// IsoScore from the spectrum; the mean cosine and the partition function read the points.
     fn compute_spectrum(&self, input: &dyn Spectrum) -> Result<Vec<MetricValue>> {
         self.check()?;
@@ -638,6 +655,10 @@ impl Metric for ConditionNumber {
 
     fn compute(&self, input: &LayerInput<'_>) -> Result<Vec<MetricValue>> {
         self.compute_spectrum(input)
+    }
+
+    fn covariance_form(&self) -> Option<Box<dyn Metric>> {
+        Some(Box::new(self.clone()))
     }
 
     fn compute_spectrum(&self, input: &dyn Spectrum) -> Result<Vec<MetricValue>> {
