@@ -80,8 +80,8 @@ pub use pga_metric::Pga;
 pub use pga_spectrum::PgaSpectrum;
 pub use registry::{
     AnalysisParams, Metric, PairMetric, all_metrics, all_pair_metrics, covariance_form,
-    covariance_forms, metric, metric_from_config,
-    metric_names, options_of, pair_metric, pair_metric_from_config, pair_metric_names,
+    covariance_forms, metric, metric_from_config, metric_names, options_of, pair_metric,
+    pair_metric_from_config, pair_metric_names,
 };
 pub use spectral::{
     AlphaFit, AlphaReq, ConditionNumber, FitWeighting, Isotropy, PowerLawFit, RankMe,

@@ -213,7 +213,7 @@ pub fn metric(name: &str) -> Result<Box<dyn Metric>> {
 /// ```
 /// let iso = repgeom_metrics::covariance_form("isotropy").unwrap();
 /// assert_eq!(iso.info().name, "isotropy");
-/// assert!(repgeom_metrics::covariance_form("twonn").is_err());
+/// assert!(repgeom_metrics::covariance_form("intrinsic_dim_twonn").is_err());
 /// ```
 pub fn covariance_form(name: &str) -> Result<Box<dyn Metric>> {
     metric(name)?

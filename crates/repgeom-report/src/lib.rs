@@ -1,5 +1,5 @@
 //! repgeom-report turns the tidy long results table into what a researcher reads: CSV, Parquet
-//! and JSON tables, the study's ten figures (SVG + PNG), a per-model summary (markdown + CSV)
+//! and JSON tables, the study's eleven figures (SVG + PNG), a per-model summary (markdown + CSV)
 //! and a plain `index.html`.
 //!
 //! The main type is [`ResultsTable`], a validated, canonically sorted list of [`Row`]s (one metric
@@ -36,10 +36,11 @@ mod table;
 
 pub use error::{Error, Result};
 pub use figures::{
-    ALL_FIGURES, DEFAULT_SPECTRAL, Figure, FigureFn, FigureOptions, SIGNIFICANT_P, ZScale,
-    all_figures, fig1_pga_z_by_layer, fig2_pga_z_heatmap, fig3_ccr_ablation, fig4_pc_readout_share,
-    fig5_spectral_vs_pga, fig6_val_loss, fig7_cross_model, fig8_probe_vs_pga, fig9_k_sensitivity,
-    fig10_layer_heatmaps,
+    ALL_FIGURES, ALL_TOKENS, DEFAULT_SPECTRAL, Figure, FigureFn, FigureOptions, SIGNIFICANT_P,
+    ZScale, all_figures, all_tokens_variant, fig1_pga_z_by_layer, fig2_pga_z_heatmap,
+    fig3_ccr_ablation, fig4_pc_readout_share, fig5_spectral_vs_pga, fig6_val_loss,
+    fig7_cross_model, fig8_probe_vs_pga, fig9_k_sensitivity, fig10_layer_heatmaps,
+    fig11_spectral_tokens,
 };
 pub use html::{index_html, index_html_with_notes};
 pub use report::{ReportFiles, write_report};

@@ -36,8 +36,8 @@ mod tests;
 pub use error::{Error, Result};
 pub use manifest::{
     Analysis, BUILTIN, CheckpointSpec, CrossMetric, DataSource, ExtractSpec, FullAt, HubData,
-    Manifest, ModelSpec, PgaSettings, ProbeSpec, ReportSettings, STUDY_CCR, SyntheticSpec,
-    default_cross,
+    Manifest, ModelSpec, PgaSettings, ProbeSpec, ReportSettings, STUDY_CCR, SpectralTokens,
+    SyntheticSpec, default_cross,
 };
 pub use parts::{
     MergeReport, PART_FORMAT, PLAN_FORMAT, Part, PlanFile, is_done, merge, part_path, parts_dir,

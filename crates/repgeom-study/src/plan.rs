@@ -507,6 +507,9 @@ impl Study {
             // seed + 1, duplicated points judged on all those layers.
             #[serde(skip_serializing_if = "Option::is_none")]
             cross_version: Option<u32>,
+            // Spectral units of hub checkpoints add rows over every token.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            spectral_tokens: Option<crate::SpectralTokens>,
             // Every other `pga` option that is away from the metric's default (a pair seed
             // other than `seed`, options added to the metric later).
             #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
@@ -589,6 +592,10 @@ impl Study {
             },
             cross_version: match &unit.kind {
                 UnitKind::Cross { .. } | UnitKind::CrossTable { .. } => Some(1),
+                _ => None,
+            },
+            spectral_tokens: match &unit.kind {
+                UnitKind::Spectral { .. } if extracted => a.spectral_tokens,
                 _ => None,
             },
         };

@@ -70,6 +70,31 @@ pub(crate) struct Extracted {
     pub(crate) val_loss_se: Option<f64>,
     /// Mean-pooled features of the `[probe]` texts, when asked for.
     pub(crate) probe: Option<PathBuf>,
+    /// The spectra of every token (`analysis.spectral_tokens`), when asked for: a JSON map
+    /// from hidden state to its spectra at each convergence checkpoint ([`read_spectra`]).
+    pub(crate) spectra: Option<PathBuf>,
+}
+
+/// The covariance spectra a checkpoint's extraction also accumulates over every token of the
+/// points' part of the corpus (`analysis.spectral_tokens`).
+pub(crate) struct SpectraJob {
+    /// The most tokens to run (`None`: all).
+    pub(crate) max_tokens: Option<usize>,
+    /// The hidden states whose covariance is accumulated (the spectral units' layers).
+    pub(crate) layers: Vec<usize>,
+}
+
+/// Every hidden state's spectra at the convergence checkpoints, by hidden state.
+pub(crate) type Spectra =
+    std::collections::BTreeMap<usize, Vec<repgeom_metrics::CovarianceSpectrum>>;
+
+/// Reads a spectra file written by [`extract`].
+pub(crate) fn read_spectra(path: &Path) -> Result<Spectra> {
+    let text = fs::read_to_string(path).map_err(io("read", path))?;
+    serde_json::from_str(&text).map_err(|e| Error::BadPart {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 #[derive(Serialize, Deserialize)]
@@ -469,10 +494,12 @@ pub(crate) struct ProbeJob<'a> {
 /// weights at most once: a checkpoint without a record yet (`resolved.record` is `None`) is
 /// hashed from the same read that loads it ([`Extractor::load_hashed`]), and the record is
 /// written before the cache keys, which hold the hash, are looked up.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn extract(
     manifest: &Manifest,
     corpus: &Corpus,
     probe: Option<ProbeJob<'_>>,
+    spectra: Option<SpectraJob>,
     dir: &Path,
     model: &ModelSpec,
     ckpt: &CheckpointSpec,
@@ -552,9 +579,28 @@ pub(crate) fn extract(
         }
         None => None,
     };
+    // The spectra over every token (locked after the probe features).
+    let spectra_out = match &spectra {
+        Some(job) => {
+            let src = serde_json::json!({
+                "format": FORMAT,
+                "weights_sha256": rec.weights_sha256,
+                "text_sha256": text_sha,
+                "settings": settings(e),
+                "spectral_tokens": job.max_tokens,
+                "layers": job.layers,
+            });
+            let skey = sha256_hex(src.to_string().as_bytes());
+            let lock = lock(format!("{skey}.spectra.lock"))?;
+            Some((cache.join(format!("{skey}.spectra.json")), lock))
+        }
+        None => None,
+    };
     let probe_done = probe_out.as_ref().is_none_or(|(p, _)| p.is_file());
+    let spectra_done = spectra_out.as_ref().is_none_or(|(p, _)| p.is_file());
     if let Some(r) = &done
         && probe_done
+        && spectra_done
     {
         return Ok((
             rec,
@@ -563,6 +609,7 @@ pub(crate) fn extract(
                 val_loss: r.val_loss,
                 val_loss_se: r.val_loss_se,
                 probe: probe_out.map(|(p, _)| p),
+                spectra: spectra_out.map(|(p, _)| p),
             },
         ));
     }
@@ -636,6 +683,61 @@ pub(crate) fn extract(
         }
         out.write(path).map_err(|err| fail(path, err.to_string()))?;
     }
+    if let (Some(job), Some((path, _))) = (&spectra, &spectra_out)
+        && !path.is_file()
+    {
+        let (points_text, _) = split_text(text, e);
+        let params = e
+            .params()
+            .check()
+            .map_err(|err| fail(&corpus.file, err.to_string()))?;
+        let d = extractor.model().config().hidden_size;
+        let mut records: Vec<repgeom_metrics::SpectralConvergence> = (job.layers.iter())
+            .map(|l| {
+                repgeom_metrics::SpectralConvergence::new(
+                    d,
+                    format!("{} {revision} hidden state {l}", model.label),
+                )
+            })
+            .collect();
+        /// What can fail while streaming: the model, or an accumulator.
+        enum Failed {
+            Extract(repgeom_extract::Error),
+            Metric(repgeom_metrics::Error),
+        }
+        impl From<repgeom_extract::Error> for Failed {
+            fn from(e: repgeom_extract::Error) -> Self {
+                Self::Extract(e)
+            }
+        }
+        extractor
+            .stream(
+                &points_text,
+                &params,
+                job.max_tokens,
+                &job.layers,
+                &mut |views| -> std::result::Result<(), Failed> {
+                    for (r, v) in records.iter_mut().zip(views) {
+                        r.update(*v).map_err(Failed::Metric)?;
+                    }
+                    Ok(())
+                },
+                &mut |_| {},
+            )
+            .map_err(|err| {
+                let reason = match err {
+                    Failed::Extract(e) => e.to_string(),
+                    Failed::Metric(e) => e.to_string(),
+                };
+                fail(&corpus.file, format!("spectral_tokens: {reason}"))
+            })?;
+        let mut out = Spectra::new();
+        for (r, &l) in records.iter().zip(&job.layers) {
+            out.insert(l, r.spectra()?);
+        }
+        let json = serde_json::to_string(&out).expect("plain data serialises");
+        repgeom_io::atomic_write(path, |w| w.write_all(json.as_bytes()))?;
+    }
     Ok((
         rec,
         Extracted {
@@ -643,6 +745,7 @@ pub(crate) fn extract(
             val_loss,
             val_loss_se,
             probe: probe_out.map(|(p, _)| p),
+            spectra: spectra_out.map(|(p, _)| p),
         },
     ))
 }

@@ -832,3 +832,45 @@ fn extract_takes_the_extraction_parameters() {
     let back: Manifest = toml::from_str(&toml::to_string(&m).unwrap()).unwrap();
     check(back == m, "[extract] round-trips through TOML");
 }
+
+/// `analysis.spectral_tokens`: `"all"` or a positive count; needs `[extract]` and spectral
+/// metrics with a covariance form.
+#[test]
+fn spectral_tokens_is_checked_up_front() {
+    let parse = |t: &str| toml::from_str::<crate::Analysis>(t).map_err(|e| e.to_string());
+    assert_eq!(
+        parse("spectral_tokens = \"all\"").unwrap().spectral_tokens,
+        Some(crate::SpectralTokens::All)
+    );
+    assert_eq!(
+        parse("spectral_tokens = 100000").unwrap().spectral_tokens,
+        Some(crate::SpectralTokens::AtMost(100_000))
+    );
+    for bad in ["spectral_tokens = 0", "spectral_tokens = \"some\""] {
+        let e = parse(bad).unwrap_err();
+        check(
+            e.contains("expected \"all\" or a positive number of tokens"),
+            &e,
+        );
+    }
+    let mut m = small();
+    m.analysis.spectral_tokens = Some(crate::SpectralTokens::All);
+    let e = m.check("t.toml").unwrap_err().to_string();
+    check(
+        e.contains("analysis.spectral_tokens") && e.contains("add an [extract] table"),
+        &e,
+    );
+    let model = "[[model]]\nlabel = \"m\"\nfamily = \"f\"\nd = 8\nk = 2\nn_layers = 2\nhub = \"org/name\"\n\n[[model.checkpoint]]\nname = \"s\"\nrevision = \"s\"";
+    let with = |spectral: &str| {
+        let m: Manifest = toml::from_str(&format!(
+            "[analysis]\nspectral = {spectral}\nspectral_tokens = \"all\"\n\n[extract]\ntext = \"c.txt\"\n\n{model}"
+        ))
+        .unwrap();
+        m.check("t.toml").map_err(|e| e.to_string())
+    };
+    assert!(with("[\"rankme\", \"isotropy\"]").is_ok());
+    let e = with("[\"rankme\", \"intrinsic_dim_twonn\"]").unwrap_err();
+    check(e.contains("intrinsic_dim_twonn needs the points themselves"), &e);
+    let e = with("[]").unwrap_err();
+    check(e.contains("needs spectral metrics"), &e);
+}

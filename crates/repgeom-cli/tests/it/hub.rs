@@ -620,3 +620,148 @@ pub(crate) fn redact_commits(s: &str) -> String {
     out.pop();
     out
 }
+
+/// `analysis.spectral_tokens = "all"`: a hub checkpoint's spectral units add each metric's
+/// covariance form over every token of the corpus (rows `{metric}_all_tokens`, one per
+/// convergence checkpoint, the last with `stable_from`), equal to `repgeom extract --spectra`
+/// over the same text and settings; the report draws figure 11 from them; switching it off
+/// changes only the spectral units' hashes.
+#[test]
+fn spectral_tokens_in_a_study_equal_extract_spectra() {
+    let hub = study_hub();
+    let cache = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = root().join("fixtures/study/corpus.txt");
+    let text = |extra: &str| {
+        format!(
+            "[analysis]\nk = 4\nn_null = 4\nccr = [1]\nspectral = [\"rankme\", \"isotropy\"]\npc_share = 0\nprobe = false\n{extra}\n\n[extract]\ntext = {corpus:?}\nn_points = 48\nseq_len = 16\nbatch_size = 2\n\n[[model]]\nlabel = \"tiny-neox\"\nfamily = \"tiny\"\nhub = \"test-org/tiny-neox\"\nd = 32\nn_layers = 4\n\n[[model.checkpoint]]\nname = \"step1000\"\nstep = 1000\nrevision = \"step1000\"\n"
+        )
+    };
+    let m = tmp.path().join("study.toml");
+    std::fs::write(&m, text("spectral_tokens = \"all\"")).unwrap();
+    let work = tmp.path().join("work");
+    let (ms, ws) = (m.to_str().unwrap(), work.to_str().unwrap());
+    ok(&repgeom_hub(
+        &hub,
+        cache.path(),
+        &["sweep", "--manifest", ms, "--out", ws],
+        &[],
+    ));
+    let csv = read(work.join("results.csv"));
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("{name} not in {header:?}"))
+    };
+    let (metric, variant, layer, value, tokens, stable) = (
+        col("metric"),
+        col("variant"),
+        col("layer"),
+        col("value"),
+        col("n_tokens"),
+        col("stable_from"),
+    );
+    // (metric, layer, n_tokens) -> value, over every token, from the study.
+    let mut study = std::collections::BTreeMap::new();
+    let mut finals = 0;
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        if let Some(base) = f[metric].strip_suffix("_all_tokens") {
+            let n: f64 = f[tokens].parse().unwrap();
+            study.insert(
+                (base.to_owned(), f[layer].to_owned(), n as u64),
+                f[value].parse::<f64>().unwrap(),
+            );
+            if !f[stable].is_empty() || !f[variant].contains("_n") && !f[variant].starts_with('n') {
+                finals += 1;
+            }
+        }
+    }
+    // Two metrics x 4 hidden states, each with its row over every token.
+    assert_eq!(finals, 8, "{csv}");
+    let table = tmp.path().join("spectra.csv");
+    ok(&repgeom_hub(
+        &hub,
+        cache.path(),
+        &[
+            "extract",
+            "--model",
+            "test-org/tiny-neox",
+            "--revision",
+            "step1000",
+            "--text",
+            corpus.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--batch-size",
+            "2",
+            "--spectra",
+            "all",
+            "--out",
+            table.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    let t = read(&table);
+    let mut lines = t.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let mut compared = 0;
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        let key = (
+            f[col("metric")].to_owned(),
+            f[col("layer")].to_owned(),
+            f[col("n_tokens")].parse::<f64>().unwrap() as u64,
+        );
+        if key.0 != "rankme" && key.0 != "isotropy" {
+            continue;
+        }
+        let want: f64 = f[col("value")].parse().unwrap();
+        let got = study[&key];
+        assert!(
+            (got - want).abs() <= 1e-12 * want.abs().max(1.0),
+            "{key:?}: study {got}, extract {want}"
+        );
+        compared += 1;
+    }
+    assert_eq!(
+        compared,
+        study.len(),
+        "every row of the study has its extract row"
+    );
+    // Figure 11 from the merged table.
+    let out = tmp.path().join("paper");
+    ok(&repgeom_hub(
+        &hub,
+        cache.path(),
+        &["report", "--work", ws, "--out", out.to_str().unwrap()],
+        &[],
+    ));
+    assert!(out.join("fig11_spectral_tokens.svg").is_file());
+    // Off: the spectral units (only) get other hashes.
+    let plan = |p: &Path| -> std::collections::BTreeMap<String, String> {
+        let manifest = repgeom_study::Manifest::load(p).unwrap();
+        let study = repgeom_study::Study::new(manifest, p.to_str().unwrap()).unwrap();
+        (study.units.iter())
+            .map(|u| (u.id.clone(), u.config_hash.clone()))
+            .collect()
+    };
+    let m2 = tmp.path().join("off.toml");
+    std::fs::write(&m2, text("")).unwrap();
+    let (on, off) = (plan(&m), plan(&m2));
+    assert_eq!(
+        on.keys().collect::<Vec<_>>(),
+        off.keys().collect::<Vec<_>>()
+    );
+    for (id, h) in &on {
+        assert_eq!(
+            id.contains("rankme") || id.contains("isotropy"),
+            h != &off[id],
+            "{id}"
+        );
+    }
+}

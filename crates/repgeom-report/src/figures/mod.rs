@@ -1,4 +1,4 @@
-//! The study's ten figures, built from a [`ResultsTable`] alone.
+//! The study's eleven figures, built from a [`ResultsTable`] alone.
 //!
 //! This module holds what the figures share: [`FigureOptions`], [`Figure`] (SVG text plus PNG
 //! rendering), the list of figures, and the helpers that pick rows and build panels, legends and
@@ -15,6 +15,7 @@ use crate::plot::{HLine, LegendEntry, LinePanel, Panel, Plot, Scale, Series, Str
 use crate::table::{ResultsTable, Row};
 
 mod fig10_layer_heatmaps;
+mod fig11_spectral_tokens;
 mod fig1_pga_z_by_layer;
 mod fig2_pga_z_heatmap;
 mod fig3_ccr_ablation;
@@ -35,6 +36,7 @@ pub use fig7_cross_model::fig7_cross_model;
 pub use fig8_probe_vs_pga::fig8_probe_vs_pga;
 pub use fig9_k_sensitivity::fig9_k_sensitivity;
 pub use fig10_layer_heatmaps::{SIGNIFICANT_P, fig10_layer_heatmaps};
+pub use fig11_spectral_tokens::{ALL_TOKENS, all_tokens_variant, fig11_spectral_tokens};
 
 /// How PGA z is put on an axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -215,7 +217,7 @@ impl Figure {
 pub type FigureFn = fn(&ResultsTable, &FigureOptions) -> Result<Figure>;
 
 /// All figures in order: (name, function).
-pub const ALL_FIGURES: [(&str, FigureFn); 10] = [
+pub const ALL_FIGURES: [(&str, FigureFn); 11] = [
     ("fig1_pga_z_by_layer", fig1_pga_z_by_layer),
     ("fig2_pga_z_heatmap", fig2_pga_z_heatmap),
     ("fig3_ccr_ablation", fig3_ccr_ablation),
@@ -226,6 +228,7 @@ pub const ALL_FIGURES: [(&str, FigureFn); 10] = [
     ("fig8_probe_vs_pga", fig8_probe_vs_pga),
     ("fig9_k_sensitivity", fig9_k_sensitivity),
     ("fig10_layer_heatmaps", fig10_layer_heatmaps),
+    ("fig11_spectral_tokens", fig11_spectral_tokens),
 ];
 
 /// Builds every figure; each entry is the figure or the reason it could not be drawn.

@@ -61,12 +61,14 @@ fn every_figure_structure() {
     let t = fixture();
     let t9 = with_k_sweep(&t);
     let t10 = with_layer_table(&t);
+    let t11 = with_token_rows(&t);
     let o = FigureOptions::default();
     for (name, _) in ALL_FIGURES {
         // The fixture has one k per model; the k-sensitivity figure needs a k sweep.
         let table = match name {
             "fig9_k_sensitivity" => &t9,
             "fig10_layer_heatmaps" => &t10,
+            "fig11_spectral_tokens" => &t11,
             _ => &t,
         };
         let fig = check(name, table, &o);
@@ -225,6 +227,37 @@ fn with_k_sweep(t: &ResultsTable) -> ResultsTable {
     ResultsTable::new(rows).unwrap()
 }
 
+/// The fixture with RankMe and isotropy over every token (`*_all_tokens`, as a study with
+/// `spectral_tokens` writes them) at each model's final checkpoint: the value at 2^10 … 2^14
+/// tokens and over all 20,000, settling to the final value.
+fn with_token_rows(t: &ResultsTable) -> ResultsTable {
+    let mut rows = t.rows().to_vec();
+    let extra: Vec<Row> = t
+        .rows()
+        .iter()
+        .filter(|r| (r.metric == "rankme" || r.metric == "isotropy") && r.step == Some(143000))
+        .flat_map(|r| {
+            let tokens = [1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 20000.0];
+            tokens.into_iter().enumerate().map(move |(i, n)| {
+                let last = i == tokens.len() - 1;
+                let mut x = r.clone();
+                x.metric = format!("{}{}", r.metric, repgeom_report::ALL_TOKENS);
+                x.variant =
+                    repgeom_report::all_tokens_variant(&r.variant, (!last).then_some(n as u64));
+                x.value = r.value * (1.0 - 0.3 / f64::from(1u32 << i));
+                x.extra.insert("n_tokens".into(), n);
+                if last {
+                    x.extra.insert("tolerance".into(), 0.01);
+                    x.extra.insert("stable_from".into(), 16384.0);
+                }
+                x
+            })
+        })
+        .collect();
+    rows.extend(extra);
+    ResultsTable::new(rows).unwrap()
+}
+
 /// The fixture with two layer × layer tables (pythia-70m against pythia-410m, layers 0-3 by
 /// 0-4): CKA (its cells near the diagonal significant) and procrustes (no null), as
 /// `repgeom compare` writes them.
@@ -315,7 +348,7 @@ fn pixel(png: &[u8], x: usize, y: usize) -> [u8; 3] {
 
 #[test]
 fn every_figure_file_of_synthetic_rows_carries_the_banner() {
-    let t = with_layer_table(&with_k_sweep(&fixture()));
+    let t = with_token_rows(&with_layer_table(&with_k_sweep(&fixture())));
     assert!(t.any_synthetic());
     let real = as_real(&t);
     let banner = "SYNTHETIC DATA: these results come from synthetic inputs, not real models";

@@ -108,11 +108,12 @@ fn write_report_writes_everything_and_notes_skips() {
         .collect();
     names.sort();
     insta::assert_snapshot!(names.join("\n"));
-    // The fixture has one k per model and no layer × layer table, so the k-sensitivity
-    // figure and figure 10 are skipped.
-    assert_eq!(out.skipped.len(), 2, "{:?}", out.skipped);
+    // The fixture has one k per model, no layer × layer table and no rows over every token,
+    // so the k-sensitivity figure and figures 10 and 11 are skipped.
+    assert_eq!(out.skipped.len(), 3, "{:?}", out.skipped);
     assert!(out.skipped[0].starts_with("fig9_k_sensitivity skipped"));
     assert!(out.skipped[1].starts_with("fig10_layer_heatmaps skipped"));
+    assert!(out.skipped[2].starts_with("fig11_spectral_tokens skipped"));
     // a table without cross-model rows: fig7 is skipped and the page says so
     let t = repgeom_report::ResultsTable::new(
         fixture()
@@ -124,7 +125,7 @@ fn write_report_writes_everything_and_notes_skips() {
     .unwrap();
     let dir2 = tempfile::tempdir().unwrap();
     let out2 = repgeom_report::write_report(dir2.path(), &t, &FigureOptions::default()).unwrap();
-    assert_eq!(out2.skipped.len(), 3, "{:?}", out2.skipped);
+    assert_eq!(out2.skipped.len(), 4, "{:?}", out2.skipped);
     assert!(out2.skipped[0].starts_with("fig7_cross_model skipped"));
     let html = std::fs::read_to_string(dir2.path().join("index.html")).unwrap();
     assert!(html.contains("fig7_cross_model skipped"));

@@ -94,7 +94,31 @@ fn analysis(m: &Manifest, bad: Bad<'_>) -> Result<()> {
         ));
     }
     library(a, &p, bad)?;
-    spectral(&a.spectral, bad)
+    spectral(&a.spectral, bad)?;
+    spectral_tokens(m, bad)
+}
+
+/// `analysis.spectral_tokens`: a corpus to stream (`[extract]`), and spectral metrics that are
+/// functions of the covariance ([`repgeom_metrics::covariance_form`]).
+fn spectral_tokens(m: &Manifest, bad: Bad<'_>) -> Result<()> {
+    let a = &m.analysis;
+    if a.spectral_tokens.is_none() {
+        return Ok(());
+    }
+    let place = "analysis.spectral_tokens";
+    if m.extract.is_none() {
+        return Err(bad.at(
+            place,
+            "streams the corpus of [extract] through hub checkpoints; add an [extract] table (models read from activation files have no corpus)".into(),
+        ));
+    }
+    if a.spectral.is_empty() {
+        return Err(bad.at(place, "needs spectral metrics (analysis.spectral)".into()));
+    }
+    for s in &a.spectral {
+        repgeom_metrics::covariance_form(s).map_err(|e| bad.at(place, e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// `analysis.k` and `analysis.k_frac`: a positive `k`, or a fraction of the width instead.

@@ -282,6 +282,15 @@ pub struct Analysis {
     pub seed: u64,
     /// Spectral metrics (registry names) per layer.
     pub spectral: Vec<String>,
+    /// Also the spectral metrics over every token of the corpus, not only the sampled points:
+    /// `"all"` or a most number of tokens. Each hub checkpoint's extraction then streams the
+    /// points' part of `[extract] text` through the model, accumulating each analysed hidden
+    /// state's covariance, and its spectral units add rows `{metric}_all_tokens` (the
+    /// metric's covariance form) at 2¹⁰, 2¹¹, … tokens and over all of them, with the count
+    /// after which the value stays within 1 % of its final value (`stable_from`). Needs
+    /// `[extract]`; models read from activation files have no corpus.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spectral_tokens: Option<SpectralTokens>,
     /// Top principal directions whose readout share is reported (0 = off).
     pub pc_share: usize,
     /// Linear probes on models that have labels.
@@ -397,6 +406,7 @@ impl PgaSettings {
 fn study_keys() -> Vec<String> {
     let all = Analysis {
         k_frac: Some(0.1),
+        spectral_tokens: Some(SpectralTokens::All),
         k_sensitivity: vec![0.1],
         cross: Vec::new(),
         cross_n_perm: Some(1),
@@ -530,6 +540,7 @@ impl Default for Analysis {
                 "isotropy".into(),
                 "condition_number".into(),
             ],
+            spectral_tokens: None,
             pc_share: 3,
             probe: true,
             full_at: FullAt::Final,
@@ -541,6 +552,55 @@ impl Default for Analysis {
             cross_n_perm: None,
             cross_aggregate: Vec::new(),
             pga: PgaSettings::default(),
+        }
+    }
+}
+
+/// How many tokens of the corpus `analysis.spectral_tokens` accumulates: `"all"` or a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpectralTokens {
+    /// Every token of the points' part of the corpus.
+    All,
+    /// At most this many tokens (the first whole sequences).
+    AtMost(usize),
+}
+
+impl SpectralTokens {
+    /// The most tokens to run (`None`: all).
+    pub fn max_tokens(self) -> Option<usize> {
+        match self {
+            Self::All => None,
+            Self::AtMost(n) => Some(n),
+        }
+    }
+}
+
+impl Serialize for SpectralTokens {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Self::All => s.serialize_str("all"),
+            Self::AtMost(n) => s.serialize_u64(*n as u64),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SpectralTokens {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Count(u64),
+            Text(String),
+        }
+        let bad = || {
+            serde::de::Error::custom(
+                "spectral_tokens: expected \"all\" or a positive number of tokens",
+            )
+        };
+        match Given::deserialize(d)? {
+            Given::Text(t) if t == "all" => Ok(Self::All),
+            Given::Count(n) if n > 0 => usize::try_from(n).map(Self::AtMost).map_err(|_| bad()),
+            _ => Err(bad()),
         }
     }
 }

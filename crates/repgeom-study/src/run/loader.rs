@@ -173,8 +173,31 @@ impl<'s> Loader<'s> {
             texts: &t.texts,
             n_labels: t.labels.len(),
         });
+        let spectra = manifest.analysis.spectral_tokens.and_then(|t| {
+            let layers: std::collections::BTreeSet<usize> = (self.study.units.iter())
+                .filter(|u| {
+                    matches!(u.unit.kind, UnitKind::Spectral { .. })
+                        && u.unit.model == m.label
+                        && u.unit.checkpoint == ckpt
+                })
+                .map(|u| u.unit.layer)
+                .collect();
+            (!layers.is_empty()).then(|| stage::SpectraJob {
+                max_tokens: t.max_tokens(),
+                layers: layers.into_iter().collect(),
+            })
+        });
         let snap = resolved.dir.clone();
-        let (rec, e) = stage::extract(manifest, &corpus, job, &self.work_dir, spec, c, resolved)?;
+        let (rec, e) = stage::extract(
+            manifest,
+            &corpus,
+            job,
+            spectra,
+            &self.work_dir,
+            spec,
+            c,
+            resolved,
+        )?;
         self.audited.insert(key, (rec, snap));
         Ok(Arc::new(e))
     }

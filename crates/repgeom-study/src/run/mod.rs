@@ -108,6 +108,11 @@ pub fn run_units(
                 cross.insert(other.clone(), pair);
             }
         }
+        // The spectra over every token of a hub checkpoint (`analysis.spectral_tokens`).
+        let spectra = match ext.as_ref().and_then(|e| e.spectra.as_ref()) {
+            Some(path) => Some(crate::stage::read_spectra(path)?),
+            None => None,
+        };
         units.par_iter().try_for_each(|u| -> Result<()> {
             let t = Instant::now();
             let acts = &layers[&u.unit.layer];
@@ -126,6 +131,10 @@ pub fn run_units(
                 sequences: sequences.as_deref(),
                 probe,
                 computed_loss,
+                spectra: spectra
+                    .as_ref()
+                    .and_then(|s| s.get(&u.unit.layer))
+                    .map(Vec::as_slice),
                 cross: &cross,
             };
             let rows = compute_unit(&inputs, &u.unit)?;

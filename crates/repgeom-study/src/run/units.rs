@@ -31,6 +31,9 @@ pub(super) struct UnitInputs<'a> {
     pub(super) probe: Option<(&'a Mat<f32>, &'a [usize])>,
     /// The checkpoint's computed validation loss and its standard error.
     pub(super) computed_loss: Option<(f64, Option<f64>)>,
+    /// The unit's hidden state's covariance spectra over every token of the corpus, at each
+    /// convergence checkpoint (`analysis.spectral_tokens`, hub checkpoints).
+    pub(super) spectra: Option<&'a [repgeom_metrics::CovarianceSpectrum]>,
     /// The group's model pairs, by the other model's label.
     pub(super) cross: &'a BTreeMap<String, CrossPair>,
 }
@@ -92,9 +95,31 @@ fn pc_share(x: &UnitInputs<'_>, u: &Unit, m: usize) -> Result<Vec<MetricValue>> 
     Ok(PcReadoutShare { m }.compute(&x.layer(u)?)?)
 }
 
-/// One spectral metric of the registry.
+/// One spectral metric of the registry on the points; with the spectra over every token
+/// (`analysis.spectral_tokens`), also its covariance form's value at each convergence
+/// checkpoint, as metric `{metric}_all_tokens` ([`repgeom_report::ALL_TOKENS`]) with
+/// `n_tokens`, and `tolerance` and `stable_from` on the last row.
 fn spectral(x: &UnitInputs<'_>, u: &Unit, metric: &str) -> Result<Vec<MetricValue>> {
-    Ok(repgeom_metrics::metric(metric)?.compute(&x.layer(u)?)?)
+    let mut rows = repgeom_metrics::metric(metric)?.compute(&x.layer(u)?)?;
+    if let Some(spectra) = x.spectra {
+        let form = repgeom_metrics::covariance_form(metric)?;
+        let reports = repgeom_metrics::convergence_reports(
+            spectra,
+            &[form.as_ref()],
+            repgeom_metrics::CONVERGENCE_TOL,
+        )?;
+        for r in reports {
+            let values = r.values();
+            let last = values.len().saturating_sub(1);
+            rows.extend(values.into_iter().enumerate().map(|(i, mut v)| {
+                v.metric = format!("{}{}", v.metric, repgeom_report::ALL_TOKENS);
+                let n = (i < last).then(|| r.tokens[i]);
+                v.variant = repgeom_report::all_tokens_variant(&v.variant, n);
+                v
+            }));
+        }
+    }
+    Ok(rows)
 }
 
 /// A loss typed into the manifest, else the computed one with its standard error over the
@@ -219,8 +244,15 @@ fn cross(x: &UnitInputs<'_>, u: &Unit, other: &str) -> Vec<Row> {
 }
 
 /// A unit's value as a row of the study's table: the schema's columns only (a metric's extra
-/// numbers stay out, so the study's files keep their fixed columns).
+/// numbers stay out, so the study's files keep their fixed columns), except the rows over
+/// every token (`analysis.spectral_tokens`), which keep `n_tokens`, `tolerance` and
+/// `stable_from`.
 fn to_row(m: &ModelInfo, u: &Unit, v: MetricValue) -> Row {
+    let extra = if v.metric.ends_with(repgeom_report::ALL_TOKENS) {
+        v.extra.clone()
+    } else {
+        Default::default()
+    };
     let c = m.checkpoint(&u.checkpoint).expect("planned checkpoint");
     let mut r = Row::new(
         &m.label,
@@ -237,6 +269,9 @@ fn to_row(m: &ModelInfo, u: &Unit, v: MetricValue) -> Row {
     r.null_mean = v.null_mean;
     r.null_std = v.null_std;
     r.p_value = v.p_value;
+    for (k, x) in extra {
+        r = r.with_extra(k, x);
+    }
     r
 }
 
