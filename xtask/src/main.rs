@@ -35,6 +35,7 @@ pub(crate) const USAGE: &str = "usage:
   cargo xtask bench extract        # extraction tokens/s (Pythia-70M shape) beside transformers
   cargo xtask bench calibrate [--perms K]  # calibrated max over 12x12 layer pairs beside calibrated-similarity
   cargo xtask bench streaming      # peak memory of streaming CKA over 100k and 1M tokens (512-wide)
+  cargo xtask bench streaming 70m  # --spectra all over 1M tokens of a 70M-shaped model: time and memory against no accumulators and the point extraction
   cargo xtask bench pair           # pair metrics and the spectrum null beside their NumPy references
   cargo xtask bench pga            # `repgeom pga` end to end on the standard workload beside NumPy/SciPy
   cargo xtask validate             # fmt --check, clippy -D warnings, cargo test --workspace, paper --check";

@@ -31,7 +31,7 @@ pub(crate) fn bench(names: &[String]) -> anyhow::Result<()> {
         return bench_calibrate(&names[1..]);
     }
     if names.first().map(String::as_str) == Some("streaming") {
-        return bench_streaming();
+        return bench_streaming(&names[1..]);
     }
     if names.first().map(String::as_str) == Some("pair") {
         return bench_pair();

@@ -21,11 +21,14 @@ const BLOCKS: usize = 2;
 /// the release `repgeom extract --cka-pairs 0:2` over texts of 100,000 and 1,000,000 tokens
 /// (`--max-tokens` stops at exactly that many) and prints
 /// each run's tokens, time, peak resident memory (the CLI's own `VmHWM`) and CKA values.
-pub(crate) fn bench_streaming() -> anyhow::Result<()> {
+pub(crate) fn bench_streaming(args: &[String]) -> anyhow::Result<()> {
     let exe = build_release_cli()?;
     let dir = tempfile::tempdir()?;
+    if args.first().map(String::as_str) == Some("70m") {
+        return bench_70m(&exe, dir.path());
+    }
     let model = dir.path().join("model");
-    write_checkpoint(&model)?;
+    write_checkpoint(&model, BLOCKS, None)?;
     println!(
         "streaming CKA bench: random GPT-NeoX, d = {WIDTH}, {BLOCKS} blocks, seq_len 256, hidden states 0:2"
     );
@@ -129,29 +132,114 @@ fn run_extract(
         );
     }
     let report = String::from_utf8_lossy(&run.stdout).to_string();
+    Ok(report_fields(&report))
+}
+
+/// The seconds and peak resident memory (MiB) of a `ran N tokens in S s (...), peak resident
+/// memory M MiB` report line.
+fn report_fields(report: &str) -> (String, String) {
     let field = |after: &str, end: &str| -> Option<String> {
         let rest = &report[report.find(after)? + after.len()..];
         Some(rest[..rest.find(end)?].trim().to_string())
     };
-    Ok((
+    (
         field(" in ", " s (").unwrap_or_else(|| "?".into()),
         field("peak resident memory ", " MiB").unwrap_or_else(|| "?".into()),
-    ))
+    )
 }
 
-/// A GPT-NeoX checkpoint of width [`WIDTH`] with N(0, 0.02²) weights (unit layer norms), the
-/// fixture's config and tokenizer otherwise.
-fn write_checkpoint(dir: &Path) -> anyhow::Result<()> {
+/// Tokens of the 70M-shaped run: the target corpus.
+const TARGET_TOKENS: usize = 1_000_000;
+
+/// `cargo xtask bench streaming 70m`: a random Pythia-70M-shaped checkpoint (d = 512, 6 blocks,
+/// vocabulary 50304) over 1,000,000 tokens: `--spectra all` (the covariance of all 7 hidden
+/// states) against the same streaming pass with nothing accumulated (the `stream_baseline`
+/// example of repgeom-extract, built in release) and against the study's point extraction
+/// (2,048 points); seconds and peak resident memory side by side, then the ratios.
+fn bench_70m(exe: &Path, dir: &Path) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "repgeom-extract",
+            "--example",
+            "stream_baseline",
+        ])
+        .status()
+        .context("build the stream_baseline example")?;
+    if !status.success() {
+        bail!("building stream_baseline failed ({status})");
+    }
+    let baseline = super::target_dir().join("release/examples/stream_baseline");
+    let model = dir.join("model-70m");
+    write_checkpoint(&model, 6, Some(50_304))?;
+    let text = dir.join("corpus-1m.txt");
+    write_text(&text, TARGET_TOKENS)?;
+    let tokens = TARGET_TOKENS.to_string();
+    println!(
+        "70M-shaped bench: random GPT-NeoX, d = {WIDTH}, 6 blocks, vocabulary 50304, seq_len 256, batch 8, {TARGET_TOKENS} tokens"
+    );
+    println!("{:>40} {:>9} {:>14}", "run", "seconds", "peak RSS MiB");
+    let out = dir.join("spectra-70m.csv");
+    let (s_secs, s_rss) = run_extract(
+        exe,
+        &model,
+        &text,
+        &["--spectra", "all", "--max-tokens", &tokens],
+        &out,
+    )?;
+    println!("{:>40} {s_secs:>9} {s_rss:>14}", "spectra all (7 covariances)");
+    let run = std::process::Command::new(&baseline)
+        .arg(&model)
+        .arg(&text)
+        .arg(&tokens)
+        .output()
+        .context("run stream_baseline")?;
+    if !run.status.success() {
+        bail!("stream_baseline failed: {}", String::from_utf8_lossy(&run.stderr));
+    }
+    let report = String::from_utf8_lossy(&run.stdout).to_string();
+    let (b_secs, b_rss) = report_fields(&report);
+    println!("{:>40} {b_secs:>9} {b_rss:>14}", "same pass, nothing accumulated");
+    let out = dir.join("points-70m.safetensors");
+    let (p_secs, p_rss) = run_extract(exe, &model, &text, &["--n-points", "2048"], &out)?;
+    println!("{:>40} {p_secs:>9} {p_rss:>14}", "point extraction, 2048 points");
+    let ratio = |a: &str, b: &str| -> String {
+        match (a.parse::<f64>(), b.parse::<f64>()) {
+            (Ok(a), Ok(b)) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "?".into(),
+        }
+    };
+    println!(
+        "time: spectra / nothing accumulated = {} (target <= 1.3); peak memory: spectra / point extraction = {} (target <= 1.2)",
+        ratio(&s_secs, &b_secs),
+        ratio(&s_rss, &p_rss)
+    );
+    println!("command: cargo xtask bench streaming 70m");
+    Ok(())
+}
+
+/// A GPT-NeoX checkpoint of width [`WIDTH`] and `blocks` blocks with N(0, 0.02²) weights (unit
+/// layer norms), the fixture's config and tokenizer otherwise (`vocab`: a larger embedding,
+/// e.g. Pythia's 50304 rows; the fixture's tokenizer uses the first ones).
+fn write_checkpoint(dir: &Path, blocks: usize, vocab: Option<usize>) -> anyhow::Result<()> {
     let fixture = root().join("fixtures/extract/gptneox_parallel");
     std::fs::create_dir_all(dir)?;
     std::fs::copy(fixture.join("tokenizer.json"), dir.join("tokenizer.json"))?;
     let mut config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(fixture.join("config.json"))?)?;
-    let vocab = config["vocab_size"].as_u64().context("vocab_size")? as usize;
+    let vocab = match vocab {
+        Some(v) => v,
+        None => config["vocab_size"].as_u64().context("vocab_size")? as usize,
+    };
+    config["vocab_size"] = vocab.into();
     config["hidden_size"] = WIDTH.into();
     config["intermediate_size"] = (4 * WIDTH).into();
     config["num_attention_heads"] = 8.into();
-    config["num_hidden_layers"] = BLOCKS.into();
+    config["num_hidden_layers"] = blocks.into();
     config["max_position_embeddings"] = 2048.into();
     std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
     let mut rng = ChaCha8Rng::seed_from_u64(0);
@@ -167,7 +255,7 @@ fn write_checkpoint(dir: &Path) -> anyhow::Result<()> {
     };
     let d = WIDTH;
     put("gpt_neox.embed_in.weight".into(), vec![vocab, d], None);
-    for i in 0..BLOCKS {
+    for i in 0..blocks {
         let p = format!("gpt_neox.layers.{i}");
         for norm in ["input_layernorm", "post_attention_layernorm"] {
             put(format!("{p}.{norm}.weight"), vec![d], Some(1.0));
