@@ -372,6 +372,25 @@ impl SpectralConvergence {
         Ok(())
     }
 
+    /// [`SpectralConvergence::update`] of each record with its view (`records[i]` takes
+    /// `batch[i]`: one batch's hidden states), the records in parallel on the current rayon
+    /// pool. Each record's sums are its own, so the result does not depend on the thread
+    /// count; the first failing record (in order) is the error.
+    pub fn update_each(records: &mut [Self], batch: &[MatRef<'_, f32>]) -> Result<()> {
+        use rayon::prelude::*;
+        if records.len() != batch.len() {
+            return Err(Error::ShapeMismatch {
+                what: "spectral convergence records and one batch's hidden states".into(),
+                left: format!("{} records", records.len()),
+                right: format!("{} views", batch.len()),
+            });
+        }
+        let results: Vec<Result<()>> = (records.par_iter_mut().zip(batch.par_iter()))
+            .map(|(r, v)| r.update(*v))
+            .collect();
+        results.into_iter().collect()
+    }
+
     /// `metric`'s first row at each checkpoint and over every token, and the checkpoint from
     /// which it stays within `tolerance` (relative) of its final value.
     pub fn report(&self, metric: &dyn Metric, tolerance: f64) -> Result<ConvergenceReport> {

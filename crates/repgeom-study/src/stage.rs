@@ -717,10 +717,8 @@ pub(crate) fn extract(
                 job.max_tokens,
                 &job.layers,
                 &mut |views| -> std::result::Result<(), Failed> {
-                    for (r, v) in records.iter_mut().zip(views) {
-                        r.update(*v).map_err(Failed::Metric)?;
-                    }
-                    Ok(())
+                    repgeom_metrics::SpectralConvergence::update_each(&mut records, views)
+                        .map_err(Failed::Metric)
                 },
                 &mut |_| {},
             )

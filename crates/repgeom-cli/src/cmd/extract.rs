@@ -336,10 +336,18 @@ fn stream_cka(
         Some(_) => format!("hidden state {a} and the other model's {b}"),
         None => format!("hidden states {a} and {b}"),
     };
+    // The pairs' accumulators in parallel: each its own sums, so no number depends on the
+    // thread count; the first failing pair (in order) is the error.
     let mut visit = |views: &[repgeom_linalg::MatRef<'_, f32>]| -> anyhow::Result<()> {
-        for (acc, &(a, b)) in accs.iter_mut().zip(pairs) {
-            let (x, y) = (views[slot(&first, a)], views[offset + slot(&second, b)]);
-            acc.update(x, y, &what((a, b)))?;
+        use rayon::prelude::*;
+        let results: Vec<_> = (accs.par_iter_mut().zip(pairs.par_iter()))
+            .map(|(acc, &(a, b))| {
+                let (x, y) = (views[slot(&first, a)], views[offset + slot(&second, b)]);
+                acc.update(x, y, &what((a, b)))
+            })
+            .collect();
+        for r in results {
+            r?;
         }
         Ok(())
     };
@@ -506,9 +514,7 @@ fn stream_spectra(
         layers,
         shard,
         &mut |views| -> anyhow::Result<()> {
-            for (record, view) in records.iter_mut().zip(views) {
-                record.update(*view)?;
-            }
+            repgeom_metrics::SpectralConvergence::update_each(&mut records, views)?;
             Ok(())
         },
         progress,
