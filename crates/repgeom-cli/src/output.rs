@@ -91,29 +91,16 @@ pub(crate) fn emit(
 }
 
 /// A registry value as a row of the report's tidy schema ([`Row`]), its extras included, for
-/// [`repgeom_report::tidy_cells`]. The command-line tables print neither `n_layers` (here only
-/// a bound on `layer`: the highest layer read + 1) nor the depth or family derived from it.
+/// [`repgeom_report::tidy_cells`] ([`repgeom_study::value_row`], the mapping the study's
+/// cross rows share). The command-line tables print neither `n_layers` (here only a bound on
+/// `layer`: the highest layer read + 1) nor the depth or family derived from it.
 pub(crate) fn metric_row(
     model: &str,
     d: usize,
     (layer, n_layers): (usize, usize),
     v: repgeom_metrics::MetricValue,
 ) -> Row {
-    let mut r = Row::new(
-        model,
-        "",
-        d as u32,
-        layer as u32,
-        n_layers as u32,
-        v.metric,
-        v.variant,
-        v.value,
-    );
-    r.null_mean = v.null_mean;
-    r.null_std = v.null_std;
-    r.p_value = v.p_value;
-    r.extra = v.extra;
-    r
+    repgeom_study::value_row(model, "", d as u32, (layer as u32, n_layers as u32), v)
 }
 
 /// The `n_layers` of [`metric_row`] for a file's layers: the highest layer read + 1.

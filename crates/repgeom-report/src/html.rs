@@ -3,7 +3,12 @@
 use std::fmt::Write as _;
 
 use crate::figures::Figure;
-use crate::summary::SummaryTable;
+use crate::summary::{HEADER, SummaryTable};
+
+/// `s` escaped, with a break opportunity after each `_` (long column names wrap there).
+fn breakable(s: &str) -> String {
+    esc(s).replace('_', "_<wbr>")
+}
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -12,7 +17,8 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// One page: banner (if synthetic), the summary table, then each figure (PNG linked relatively,
+/// One page: banner (if synthetic), the summary table, the cross-model aggregates (one
+/// transposed table per model pair, see [`crate::CROSS_COLUMNS_PER_TABLE`]), then each figure (PNG linked relatively,
 /// `<name>.png`, with a link to the SVG) with its caption.
 pub fn index_html(figures: &[Figure], summary: &SummaryTable) -> String {
     index_html_with_notes(figures, summary, &[])
@@ -30,7 +36,8 @@ pub fn index_html_with_notes(
          body{font-family:sans-serif;max-width:1300px;margin:1em auto;padding:0 1em;color:#222}\n\
          .banner{background:#b00;color:#fff;font-weight:bold;padding:.6em 1em;font-size:1.3em;text-align:center}\n\
          table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #bbb;padding:.25em .5em}\n\
-         td.num{text-align:right}figure{margin:2em 0}img{max-width:100%;border:1px solid #ddd}\n\
+         td.num{text-align:right;white-space:nowrap}th{vertical-align:bottom}\n\
+         table.cross{margin:.5em 0 1em}table.cross th.line{text-align:left;font-weight:normal}figure{margin:2em 0}img{max-width:100%;border:1px solid #ddd}\n\
          figcaption{margin-top:.4em}.notes{color:#a50}\n</style>\n</head>\n<body>\n",
     );
     if summary.synthetic {
@@ -52,37 +59,58 @@ pub fn index_html_with_notes(
             esc(&summary.pga_variant)
         );
     } else {
-        let md = summary.to_markdown();
-        let mut lines = md.lines().filter(|l| l.starts_with('|'));
-        s.push_str("<table>\n");
-        if let Some(h) = lines.next() {
-            s.push_str("<tr>");
-            for c in split_md(h) {
-                let _ = write!(s, "<th>{}</th>", esc(&c));
-            }
-            s.push_str("</tr>\n");
+        // The per-model table without its last column, the collapse rule: the same on every
+        // row, it is the legend below. Headers may break after `_`; numbers do not break.
+        let shown = HEADER.len() - 1;
+        debug_assert_eq!(HEADER[shown], "collapse_rule");
+        s.push_str("<table class=\"summary\">\n<tr>");
+        for h in &HEADER[..shown] {
+            let _ = write!(s, "<th>{}</th>", breakable(h));
         }
-        for l in lines.skip(1) {
+        s.push_str("</tr>\n");
+        for r in &summary.rows {
             s.push_str("<tr>");
-            for c in split_md(l) {
+            for c in &r.cells(2, "")[..shown] {
                 let num = c.starts_with(|ch: char| ch.is_ascii_digit() || ch == '-');
                 let _ = write!(
                     s,
                     "<td{}>{}</td>",
                     if num { " class=\"num\"" } else { "" },
-                    esc(&c)
+                    esc(c)
                 );
             }
             s.push_str("</tr>\n");
         }
         s.push_str("</table>\n");
-        if let Some(legend) = md
-            .lines()
-            .skip_while(|l| !l.starts_with('|'))
-            .skip_while(|l| l.starts_with('|'))
-            .find(|l| !l.is_empty())
-        {
-            let _ = writeln!(s, "<p>{}</p>", esc(legend));
+        let _ = writeln!(s, "<p>{}</p>", esc(&summary.legend()));
+    }
+    if !summary.cross.is_empty() || summary.cross_other_rows > 0 {
+        let _ = writeln!(
+            s,
+            "<h2>Cross-model comparisons</h2>\n<p>{}</p>",
+            esc(&summary.cross_legend())
+        );
+    }
+    for pair in &summary.cross {
+        let _ = writeln!(s, "<h3>{}</h3>", esc(&pair.title()));
+        for b in pair.blocks() {
+            s.push_str("<table class=\"cross\">\n<tr><th></th>");
+            for (m, v) in &b.heads {
+                let _ = write!(s, "<th>{}", breakable(m));
+                if !v.is_empty() {
+                    let _ = write!(s, "<br>{}", esc(v));
+                }
+                s.push_str("</th>");
+            }
+            s.push_str("</tr>\n");
+            for (name, cells) in &b.lines {
+                let _ = write!(s, "<tr><th class=\"line\">{}</th>", esc(name));
+                for c in cells {
+                    let _ = write!(s, "<td class=\"num\">{}</td>", esc(c));
+                }
+                s.push_str("</tr>\n");
+            }
+            s.push_str("</table>\n");
         }
     }
     if !summary.duplicates.is_empty() {
@@ -105,24 +133,4 @@ pub fn index_html_with_notes(
     }
     s.push_str("</body>\n</html>\n");
     s
-}
-
-fn split_md(line: &str) -> Vec<String> {
-    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
-    let mut cells = Vec::new();
-    let mut cur = String::new();
-    let mut chars = inner.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\\' && chars.peek() == Some(&'|') {
-            cur.push('|');
-            chars.next();
-        } else if c == '|' {
-            cells.push(cur.trim().to_owned());
-            cur.clear();
-        } else {
-            cur.push(c);
-        }
-    }
-    cells.push(cur.trim().to_owned());
-    cells
 }

@@ -45,8 +45,8 @@ pub use figures::{
 pub use html::{index_html, index_html_with_notes};
 pub use report::{ReportFiles, write_report};
 pub use summary::{
-    CcrEffect, DuplicateCheckpoint, SummaryOptions, SummaryRow, SummaryTable, layer_ranges,
-    summary, summary_with,
+    AGGREGATE_EXTRA, CROSS_COLUMNS_PER_TABLE, CcrEffect, CrossSummary, DuplicateCheckpoint,
+    SummaryOptions, SummaryRow, SummaryTable, layer_ranges, summary, summary_with,
 };
 pub use table::{
     Align, Cell, CellFormat, CellTable, Column, ResultsTable, Row, TableFormat, format_number,

@@ -1,4 +1,6 @@
-//! The per-model summary table: peak and minimum PGA z, the collapse zone, and the CCR effect.
+//! The summary: per model, peak and minimum PGA z, the collapse zone and the CCR effect; per
+//! model pair, the calibrated aggregates over the layer × layer table with every number they
+//! carry.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -6,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::io::atomic_write;
-use crate::table::{ResultsTable, Row};
+use crate::table::{Cell, ResultsTable, Row, format_number, tidy_cells};
 
 /// Rules for the summary (defaults: variant `ccr1`, collapse zone from relative depth 0.5,
 /// final layer excluded).
@@ -90,6 +92,128 @@ pub struct SummaryTable {
     /// Checkpoints whose weights equal an earlier checkpoint's of the same model (from the
     /// `weights_sha256` rows of a study of hub revisions; empty without them).
     pub duplicates: Vec<DuplicateCheckpoint>,
+    /// Per model pair, its calibrated aggregates (empty when the table has none).
+    pub cross: Vec<CrossSummary>,
+    /// Cross-model rows of the table that are not aggregates (cells and matched-depth rows,
+    /// in the results table with every column; counted for the legend).
+    pub cross_other_rows: usize,
+}
+
+/// The extra that marks a calibrated aggregate's row: its critical value `tau` (the null's
+/// `1 − alpha` order statistic), which only an aggregate over a layer × layer table reports.
+pub const AGGREGATE_EXTRA: &str = "tau";
+
+/// How many aggregates one cross-model table of the summary shows side by side; a pair with
+/// more continues in the next table, so the page stays readable in a 1400-pixel window.
+pub const CROSS_COLUMNS_PER_TABLE: usize = 5;
+
+/// One model pair's calibrated aggregates: the rows of the results table whose `other_model`
+/// is set and that carry [`AGGREGATE_EXTRA`] (and no `other_layer`: not a cell of the table),
+/// each with every number it carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CrossSummary {
+    /// The first model.
+    pub model: String,
+    /// Its checkpoint (`""` = the released model).
+    pub checkpoint: String,
+    /// The second model (at its final checkpoint).
+    pub other_model: String,
+    /// The aggregates' rows, in the table's order.
+    pub rows: Vec<Row>,
+}
+
+/// One block of a pair's transposed table: the aggregates it shows, as (metric, variant), and
+/// one line per number, named, with one cell per aggregate (`–` where it has none).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CrossBlock {
+    pub(crate) heads: Vec<(String, String)>,
+    pub(crate) lines: Vec<(String, Vec<String>)>,
+}
+
+impl CrossSummary {
+    /// The pair as the summary names it: `A (checkpoint) vs B`.
+    pub fn title(&self) -> String {
+        let ckpt = if self.checkpoint.is_empty() {
+            "final"
+        } else {
+            &self.checkpoint
+        };
+        format!("{} ({ckpt}) vs {}", self.model, self.other_model)
+    }
+
+    /// The pair's table transposed, [`CROSS_COLUMNS_PER_TABLE`] aggregates per block: its
+    /// lines are the columns `repgeom compare` prints for these rows ([`tidy_cells`]: value,
+    /// the null's mean, std and p, then every extra by name), numbers as in the other tables.
+    pub(crate) fn blocks(&self) -> Vec<CrossBlock> {
+        let t = tidy_cells(&self.rows, &[]);
+        let text = |c: &Cell| match c {
+            Cell::Int(v) => v.to_string(),
+            Cell::Float { value, .. } if value.is_nan() => "–".to_owned(),
+            Cell::Float { value, .. } => format_number(*value),
+            Cell::Text(s) if s.is_empty() => "–".to_owned(),
+            Cell::Text(s) => s.clone(),
+        };
+        let plain = |c: &Cell| match c {
+            Cell::Text(s) => s.clone(),
+            c => text(c),
+        };
+        let (metric, variant) = (col(&t.columns, "metric"), col(&t.columns, "variant"));
+        let numbers: Vec<usize> = (0..t.columns.len())
+            .filter(|&i| i != metric && i != variant)
+            .collect();
+        t.rows
+            .chunks(CROSS_COLUMNS_PER_TABLE)
+            .map(|rows| CrossBlock {
+                heads: rows
+                    .iter()
+                    .map(|r| (plain(&r[metric]), plain(&r[variant])))
+                    .collect(),
+                lines: numbers
+                    .iter()
+                    .map(|&i| {
+                        (
+                            t.columns[i].to_string(),
+                            rows.iter().map(|r| text(&r[i])).collect(),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// The index of column `name` of a [`tidy_cells`] table (it always has the tidy columns).
+fn col(columns: &[std::borrow::Cow<'static, str>], name: &str) -> usize {
+    columns
+        .iter()
+        .position(|c| c == name)
+        .expect("a tidy column")
+}
+
+/// The calibrated aggregates of `table`, per (model, checkpoint, other model) in table order,
+/// and how many other cross-model rows it has.
+fn cross_summaries(table: &ResultsTable) -> (Vec<CrossSummary>, usize) {
+    let mut pairs: Vec<CrossSummary> = Vec::new();
+    let mut others = 0;
+    for r in table.rows().iter().filter(|r| !r.other_model.is_empty()) {
+        if !r.extra.contains_key(AGGREGATE_EXTRA) || r.extra.contains_key("other_layer") {
+            others += 1;
+            continue;
+        }
+        let same = |p: &CrossSummary| {
+            (p.model == r.model) && p.checkpoint == r.checkpoint && p.other_model == r.other_model
+        };
+        match pairs.iter_mut().find(|p| same(p)) {
+            Some(p) => p.rows.push(r.clone()),
+            None => pairs.push(CrossSummary {
+                model: r.model.clone(),
+                checkpoint: r.checkpoint.clone(),
+                other_model: r.other_model.clone(),
+                rows: vec![r.clone()],
+            }),
+        }
+    }
+    (pairs, others)
 }
 
 /// A checkpoint that serves the same weights as an earlier one of its model: the hub
@@ -289,8 +413,11 @@ pub fn summary_with(table: &ResultsTable, opts: &SummaryOptions) -> SummaryTable
         });
     }
     rows.sort_by(|a, b| (a.d, &a.model).cmp(&(b.d, &b.model)));
+    let (cross, cross_other_rows) = cross_summaries(table);
     SummaryTable {
         rows,
+        cross,
+        cross_other_rows,
         duplicates: duplicate_checkpoints(table),
         pga_variant: opts.pga_variant.clone(),
         synthetic: table.any_synthetic(),
@@ -313,7 +440,7 @@ pub fn summary_with(table: &ResultsTable, opts: &SummaryOptions) -> SummaryTable
     }
 }
 
-const HEADER: [&str; 17] = [
+pub(crate) const HEADER: [&str; 17] = [
     "model",
     "family",
     "d",
@@ -334,7 +461,7 @@ const HEADER: [&str; 17] = [
 ];
 
 impl SummaryRow {
-    fn cells(&self, digits: usize, rule: &str) -> [String; 17] {
+    pub(crate) fn cells(&self, digits: usize, rule: &str) -> [String; 17] {
         let f = |v: f64| format!("{v:.digits$}");
         let e = |c: &Option<CcrEffect>| match c {
             Some(c) => (
@@ -407,20 +534,76 @@ impl SummaryTable {
                     .join(" | ")
             );
         }
-        let _ = write!(
-            s,
-            "\nPGA z at variant {v}, each model's final checkpoint. Layers are hidden-state indices (0 = embeddings). \
-             collapse_zone (collapse_layers: their count): {rule}. \
-             ccr5/ccr10: minimum z (and its layer) and number of layers with z < 0 after removing the top 5 / 10 \
-             principal directions.\n",
-            v = self.pga_variant,
-            rule = self.collapse_rule
-        );
+        let _ = writeln!(s, "\n{}", self.legend());
+        if !self.cross.is_empty() || self.cross_other_rows > 0 {
+            let _ = writeln!(s, "\n## Cross-model comparisons\n\n{}", self.cross_legend());
+        }
+        for pair in &self.cross {
+            let _ = writeln!(s, "\n**{}**", pair.title());
+            for b in pair.blocks() {
+                let heads: Vec<String> = (b.heads.iter())
+                    .map(|(m, v)| {
+                        if v.is_empty() {
+                            m.clone()
+                        } else {
+                            format!("{m} ({v})")
+                        }
+                    })
+                    .map(|h| h.replace('|', "\\|"))
+                    .collect();
+                let _ = writeln!(s, "\n| | {} |", heads.join(" | "));
+                let _ = writeln!(
+                    s,
+                    "|---|{}",
+                    heads.iter().map(|_| "---|").collect::<String>()
+                );
+                for (name, cells) in &b.lines {
+                    let _ = writeln!(s, "| {name} | {} |", cells.join(" | "));
+                }
+            }
+        }
         if !self.duplicates.is_empty() {
             s.push_str("\nDuplicate checkpoints (the same weights under two names; their rows repeat the other's):\n\n");
             for d in &self.duplicates {
                 let _ = writeln!(s, "- {}", d.line());
             }
+        }
+        s
+    }
+
+    /// The per-model table's legend: what its numbers are and the collapse-zone rule.
+    pub(crate) fn legend(&self) -> String {
+        format!(
+            "PGA z at variant {v}, each model's final checkpoint. Layers are hidden-state indices (0 = embeddings). \
+             collapse_zone (collapse_layers: their count): {rule}. \
+             ccr5/ccr10: minimum z (and its layer) and number of layers with z < 0 after removing the top 5 / 10 \
+             principal directions.",
+            v = self.pga_variant,
+            rule = self.collapse_rule
+        )
+    }
+
+    /// The cross-model section's legend.
+    pub(crate) fn cross_legend(&self) -> String {
+        let mut s = String::from(
+            "Each column is one calibrated aggregate over a model pair's layer × layer table \
+             (metric METRIC_AGGREGATE, its variant in brackets), against the permutation null \
+             that recomputes the whole table under each draw; its lines are every number \
+             `repgeom compare --aggregate` reports for it, in the same order: the value, the \
+             null's mean, standard deviation and p-value in the metric's direction, then each \
+             further number by name (tau: the null's 1 − alpha critical value). – : not \
+             reported for that aggregate.",
+        );
+        if self.cross.is_empty() {
+            s.push_str(" This table has no calibrated aggregates (`repgeom compare --aggregate`, a study's `analysis.cross_aggregate`).");
+        }
+        if self.cross_other_rows > 0 {
+            let _ = write!(
+                s,
+                " The table's {} other cross-model rows (layer pairs) are in the results table, \
+                 each with every number it carries.",
+                self.cross_other_rows
+            );
         }
         s
     }

@@ -53,6 +53,38 @@ pub use stage::{
     CheckpointRecord, Duplicate, checkpoint_record_path, duplicates, read_checkpoint_records,
 };
 
+/// A metric value as a row of the tidy table with every number it carries: its value, the
+/// schema's null columns (`null_mean`, `null_std`, `p_value`) and each of its extras as a column
+/// of its own. The one mapping of a [`repgeom_metrics::MetricValue`] onto a
+/// [`repgeom_report::Row`]: the `repgeom` commands print their rows through it and the study's
+/// cross-model rows are made by it, so a cross row of a study's table has the columns
+/// `repgeom compare` prints for the same pair, which the library's comparison
+/// ([`repgeom_metrics::analysis::ModelPair::compare`]) decides. `family` may be empty; the
+/// caller sets checkpoint, other model and the like.
+pub fn value_row(
+    model: &str,
+    family: &str,
+    d: u32,
+    (layer, n_layers): (u32, u32),
+    v: repgeom_metrics::MetricValue,
+) -> repgeom_report::Row {
+    let repgeom_metrics::MetricValue {
+        metric,
+        variant,
+        value,
+        null_mean,
+        null_std,
+        p_value,
+        extra,
+    } = v;
+    let mut r = repgeom_report::Row::new(model, family, d, layer, n_layers, metric, variant, value);
+    r.null_mean = null_mean;
+    r.null_std = null_std;
+    r.p_value = p_value;
+    r.extra = extra;
+    r
+}
+
 /// Figure options for a study: its small/large width classes, `k`, and its spectral metrics as
 /// figure 5's panels (the default four when it has none).
 pub fn figure_options(study: &Study) -> repgeom_report::FigureOptions {

@@ -504,7 +504,9 @@ impl Study {
             // Version of the cross units' rows, so that a resumed sweep recomputes them rather
             // than mix them with older ones (left out of other units, whose hashes stay). 1: one
             // comparison per pair over every analysed layer of both models, model B's null from
-            // seed + 1, duplicated points judged on all those layers.
+            // seed + 1, duplicated points judged on all those layers. 2: the rows carry every
+            // column `repgeom compare` reports (the comparison's extras), not only the null's
+            // mean, std and p.
             #[serde(skip_serializing_if = "Option::is_none")]
             cross_version: Option<u32>,
             // Spectral units of hub checkpoints add rows over every token.
@@ -591,7 +593,7 @@ impl Study {
                 _ => None,
             },
             cross_version: match &unit.kind {
-                UnitKind::Cross { .. } | UnitKind::CrossTable { .. } => Some(1),
+                UnitKind::Cross { .. } | UnitKind::CrossTable { .. } => Some(2),
                 _ => None,
             },
             spectral_tokens: match &unit.kind {

@@ -455,33 +455,35 @@ fn plan_hash_with(analysis: &str) -> String {
 /// metric's own options). A change here makes every existing sweep recompute, so it must be
 /// deliberate (and bump `FORMAT`). Re-pinned once when the cross units' hashes gained
 /// `cross_version` (one comparison per pair, model B's null from `seed + 1`): only the cross
-/// units of a resumed sweep recompute; the equalities between ways of writing stay.
+/// units of a resumed sweep recompute; the equalities between ways of writing stay. Re-pinned
+/// again for `cross_version` 2 (the cross rows carry every column `repgeom compare` reports).
 #[test]
 fn plan_hashes_of_earlier_manifests_are_pinned() {
     let cases: &[(&str, &str)] = &[
-        ("", "2758a7662aff0c9e"),
-        ("bootstrap = 20", "5798f74edfcd611f"),
-        ("max_pairs = 300", "e5fa84fa7f7cbe6b"),
-        ("max_pairs = 300\nseed = 7", "28f66277334782b9"),
-        ("distance = \"euclidean\"", "d68789c1caa96531"),
-        ("null = \"haar\"", "2758a7662aff0c9e"),
-        ("null = \"spectrum\"", "85c4abedea575f4a"),
+        ("", "a844bf8aa8db3f16"),
+        ("bootstrap = 20", "6c6377532d3413b1"),
+        ("max_pairs = 300", "f2f2d943706b4a50"),
+        ("max_pairs = 300\nseed = 7", "e4903197976924fe"),
+        ("distance = \"euclidean\"", "44a560387ff9b063"),
+        ("null = \"haar\"", "a844bf8aa8db3f16"),
+        ("null = \"spectrum\"", "5fb9d655d3b0c916"),
         (
             "null = \"spectrum\"\nspectrum_tol = 0.05",
-            "e66e5ccf1abc85c2",
+            "36a510b311ca4fbb",
         ),
-        ("ccr = [5, 1]", "05185b03ea19d714"),
-        ("max_memory = 1048576", "2758a7662aff0c9e"),
+        ("ccr = [5, 1]", "083023c5d4bbcbe2"),
+        ("max_memory = 1048576", "a844bf8aa8db3f16"),
         // Sizes are read through the one parser every front end uses (`--max-memory 1MiB`).
-        ("max_memory = \"1MiB\"", "2758a7662aff0c9e"),
+        ("max_memory = \"1MiB\"", "a844bf8aa8db3f16"),
     ];
-    for (analysis, want) in cases {
-        let got = plan_hash_with(analysis);
-        check(
-            got == *want,
-            &format!("[analysis] {analysis:?}: plan hash {got}, pinned {want}"),
-        );
-    }
+    let wrong: Vec<String> = (cases.iter())
+        .map(|(analysis, want)| (analysis, want, plan_hash_with(analysis)))
+        .filter(|(_, want, got)| got != *want)
+        .map(|(analysis, want, got)| {
+            format!("[analysis] {analysis:?}: plan hash {got}, pinned {want}")
+        })
+        .collect();
+    check(wrong.is_empty(), &wrong.join("\n"));
 }
 
 /// `[analysis]` takes the `pga` metric's options under their own names, parsed by the metric:
@@ -590,8 +592,8 @@ fn probe_texts_replace_backslashes_only_when_asked() {
 }
 
 /// A `cross` unit's rows are its cell of the pair's comparison over every analysed layer of
-/// both models: bit for bit the `cross_table` unit's cell (nulls included), whether or not the
-/// table is computed in the same run.
+/// both models: bit for bit the `cross_table` unit's cell (nulls and every extra included),
+/// whether or not the table is computed in the same run.
 #[test]
 fn cross_units_are_cells_of_the_pair_table() {
     use repgeom_metrics::calibrate::Aggregate;
@@ -628,11 +630,19 @@ fn cross_units_are_cells_of_the_pair_table() {
         s.model("synthetic-d64").unwrap(),
         s.model("synthetic-d256").unwrap(),
     );
+    // Every extra of the comparison (z, both tails, ...) but the cell's place in the table.
+    let extras = |r: &repgeom_report::Row| -> Vec<(String, u64)> {
+        (r.extra.iter())
+            .filter(|(k, _)| *k != "other_layer")
+            .map(|(k, v)| (k.clone(), v.to_bits()))
+            .collect()
+    };
     let same = |x: &repgeom_report::Row, y: &repgeom_report::Row| {
         (x.value.to_bits(), x.null_mean.map(f64::to_bits))
             == (y.value.to_bits(), y.null_mean.map(f64::to_bits))
             && (x.null_std.map(f64::to_bits), x.p_value.map(f64::to_bits))
                 == (y.null_std.map(f64::to_bits), y.p_value.map(f64::to_bits))
+            && extras(x) == extras(y)
     };
     for &r in &cross {
         let ol = b.nearest_layer(repgeom_report::relative_depth(r.layer, a.n_layers));
@@ -718,6 +728,22 @@ fn cross_aggregate_units() {
             &format!("{} {}: add-one p over 20 draws, {p}", r.metric, r.variant),
         );
         check(r.other_model == "synthetic-d256", "other model named");
+        check(
+            [
+                "z",
+                "z_se",
+                "p_two_sided",
+                "tau",
+                "n_perm",
+                "duplicates_dropped",
+            ]
+            .iter()
+            .all(|k| r.extra.contains_key(*k)),
+            &format!(
+                "{} {}: every column of the aggregate, {:?}",
+                r.metric, r.variant, r.extra
+            ),
+        );
     }
 }
 

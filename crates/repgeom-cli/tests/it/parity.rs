@@ -221,7 +221,10 @@ fn one_pga_through_every_front_end() {
 }
 
 /// One cross-model comparison, however it is reached: the study's `cross` and `cross_table`
-/// rows are `repgeom compare`'s for the same pair and options, bit for bit (both models'
+/// rows are `repgeom compare`'s for the same pair and options, every column `repgeom compare`
+/// reports (value, the null's mean, std and p, and every extra: z, its standard error, both
+/// tails, the permutation count, tau, the tie fractions, the duplicates dropped, ...) and no
+/// other, bit for bit (both models'
 /// contexts from one pair constructor, model B's random subspaces from `seed + 1`; every cell
 /// computed in the whole table; the duplicated points judged on every layer of both).
 #[test]
@@ -254,8 +257,20 @@ fn one_comparison_through_every_front_end() {
         "--format",
         "json",
     ]));
-    let numbers = |row: &serde_json::Value| {
-        ["value", "null_mean", "null_std", "p_value"].map(|n| row[n].as_f64().map(f64::to_bits))
+    // Every number of a row but those that place it (layers): name → bits.
+    let placing = [
+        "layer",
+        "other_layer",
+        "d",
+        "step",
+        "n_layers",
+        "relative_depth",
+    ];
+    let numbers = |row: &serde_json::Value| -> BTreeMap<String, u64> {
+        (row.as_object().unwrap().iter())
+            .filter(|(k, _)| !placing.contains(&k.as_str()))
+            .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?.to_bits())))
+            .collect()
     };
     let text = |row: &serde_json::Value, name: &str| row[name].as_str().unwrap_or("").to_owned();
     // (layer, other layer or aggregate, metric, variant) → the numbers' bits
@@ -318,12 +333,27 @@ fn one_comparison_through_every_front_end() {
         };
         let what = format!("{key:?}");
         let variant = row["variant"].trim_matches('"').to_owned();
-        let bits = ["value", "null_mean", "null_std", "p_value"]
-            .map(|n| row[n].parse::<f64>().ok().map(f64::to_bits));
+        let bits: BTreeMap<String, u64> = (row.iter())
+            .filter(|(k, _)| !placing.contains(k))
+            .filter_map(|(k, v)| Some((k.to_string(), v.parse::<f64>().ok()?.to_bits())))
+            .collect();
         let want = cli
             .get(&(key, variant))
             .unwrap_or_else(|| panic!("{what}: no such row from repgeom compare"));
         assert_eq!(&bits, want, "{what}: the study vs repgeom compare");
+        // The comparison's own columns are there, not only the null's mean, std and p.
+        if bits.contains_key("null_mean") {
+            assert!(bits.contains_key("z"), "{what}: no z");
+        }
+        if bits.contains_key("n_perm") {
+            for column in ["z_se", "p_upper", "p_lower", "p_two_sided"] {
+                assert!(bits.contains_key(column), "{what}: no {column}");
+            }
+        }
+        if what.contains("_max") {
+            assert!(bits.contains_key("tau"), "{what}: no tau");
+        }
+        assert!(bits.contains_key("duplicates_dropped"), "{what}");
         match (what.contains("_max"), row["other_layer"].is_empty()) {
             (true, _) => aggregates += 1,
             (false, true) => units += 1,

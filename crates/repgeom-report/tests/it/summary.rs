@@ -90,7 +90,9 @@ fn index_page_has_banner_figures_and_summary() {
         );
     }
     assert_eq!(html.matches("<figure").count(), 8);
-    assert!(html.contains("<th>collapse_zone</th>"));
+    assert!(html.contains("<th>collapse_<wbr>zone</th>"));
+    // the collapse rule, the same on every row, is the legend's, not a column of the page
+    assert!(!html.contains("collapse_<wbr>rule"));
     // a real (non-synthetic) table has no banner
     let real = as_real(&t);
     assert!(!index_html(&figs, &summary(&real)).contains("SYNTHETIC DATA"));
@@ -138,7 +140,127 @@ fn index_page_escapes_text_and_lists_notes() {
     let html =
         repgeom_report::index_html_with_notes(&[], &s, &["fig9 <skipped> & \"noted\"".to_owned()]);
     assert!(html.contains("<li>fig9 &lt;skipped&gt; &amp; &quot;noted&quot;</li>"));
-    // every summary row becomes one table row, plus the header
+    // every summary row becomes one table row, plus the header (no cross-model aggregates)
     assert_eq!(html.matches("<tr>").count(), s.rows.len() + 1);
+    assert!(s.cross.is_empty() && s.cross_other_rows > 0);
     assert!(html.contains(">15–23</td>"), "collapse zone of pythia-410m");
+}
+
+/// [`fixture_with_p`] plus a pair's calibrated aggregates (rows with `other_model` and `tau`)
+/// over six metrics, one without `calibrated` and one with a metric's own extra, and a cell of
+/// the layer × layer table (extra `other_layer`, not an aggregate).
+fn with_aggregates() -> repgeom_report::ResultsTable {
+    let mut rows = fixture_with_p().into_rows();
+    let base = (rows.iter())
+        .find(|r| r.model == "pythia-410m" && r.checkpoint == "step143000")
+        .unwrap()
+        .clone();
+    for (i, metric) in [
+        "cka_linear",
+        "cknna",
+        "distance_spearman",
+        "mutual_knn",
+        "rsa",
+        "svcca",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut r = repgeom_report::Row::new(
+            &base.model,
+            &base.family,
+            base.d,
+            0,
+            base.n_layers,
+            format!("{metric}_max"),
+            if *metric == "distance_spearman" {
+                "full"
+            } else {
+                ""
+            },
+            0.5 + 0.0625 * i as f64,
+        )
+        .with_checkpoint(&base.checkpoint, base.step)
+        .with_other_model("pythia-2.8b")
+        .with_null(0.25, 0.125, 0.0099)
+        .with_synthetic(true);
+        for (name, v) in [
+            ("z", 2.0 + i as f64),
+            ("z_se", 0.25),
+            ("p_upper", 0.0099),
+            ("p_lower", 1.0),
+            ("p_two_sided", 0.0198),
+            ("n_perm", 100.0),
+            ("tau", 0.375),
+            ("alpha", 0.05),
+            ("n_cells", 576.0),
+            ("duplicates_dropped", 0.0),
+        ] {
+            r = r.with_extra(name, v);
+        }
+        if *metric != "distance_spearman" {
+            r = r.with_extra("calibrated", 0.2);
+        }
+        if *metric == "mutual_knn" {
+            r = r.with_extra("k", 10.0);
+        }
+        rows.push(r);
+    }
+    let mut cell = rows.last().unwrap().clone();
+    cell.metric = "cka_linear".into();
+    cell.extra.clear();
+    rows.push(cell.with_extra("other_layer", 3.0).with_extra("tau", 0.1));
+    repgeom_report::ResultsTable::new(rows).unwrap()
+}
+
+/// The summary's cross-model section: one transposed table per pair, at most
+/// `CROSS_COLUMNS_PER_TABLE` aggregates side by side, one line per column `repgeom compare`
+/// prints (the tidy columns, then every extra by name), `–` where an aggregate has none.
+#[test]
+fn cross_aggregates_in_summary_and_page() {
+    let t = with_aggregates();
+    let s = summary(&t);
+    assert_eq!(s.cross.len(), 1);
+    let pair = &s.cross[0];
+    assert_eq!(pair.title(), "pythia-410m (step143000) vs pythia-2.8b");
+    assert_eq!(
+        pair.rows.len(),
+        6,
+        "the cell with other_layer is no aggregate"
+    );
+    let md = s.to_markdown();
+    insta::assert_snapshot!(md.split("## Cross-model").nth(1).unwrap());
+    let html = index_html(&[], &s);
+    let cross = html.matches("<table class=\"cross\">").count();
+    assert_eq!(
+        cross,
+        6usize.div_ceil(repgeom_report::CROSS_COLUMNS_PER_TABLE)
+    );
+    for line in [
+        "value",
+        "null_mean",
+        "null_std",
+        "p_value",
+        "alpha",
+        "calibrated",
+        "duplicates_dropped",
+        "k",
+        "n_cells",
+        "n_perm",
+        "p_lower",
+        "p_two_sided",
+        "p_upper",
+        "tau",
+        "z",
+        "z_se",
+    ] {
+        assert_eq!(
+            html.matches(&format!("<th class=\"line\">{line}</th>"))
+                .count(),
+            cross,
+            "{line}"
+        );
+    }
+    assert!(html.contains("<h2>Cross-model comparisons</h2>"));
+    assert!(html.contains("distance_<wbr>spearman_<wbr>max<br>full"));
 }

@@ -215,7 +215,7 @@ fn cross_table(x: &UnitInputs<'_>, u: &Unit, other: &str) -> Vec<Row> {
     let (p, o) = (&x.cross[other], x.study.model(other).expect("checked pair"));
     let mut rows: Vec<Row> = (p.table.pairs.iter())
         .map(|r| {
-            let mut row = to_row(m, u, r.value.clone())
+            let mut row = cross_row(m, u, r.value.clone())
                 .with_other_model(&o.label)
                 .with_extra("other_layer", p.layers_b[r.b] as f64);
             row.layer = p.layers_a[r.a] as u32;
@@ -226,7 +226,7 @@ fn cross_table(x: &UnitInputs<'_>, u: &Unit, other: &str) -> Vec<Row> {
     rows.extend(p.table.aggregates.iter().map(|r| {
         let mut value = r.value.clone();
         value.metric = format!("{}_{}", value.metric, r.aggregate.name());
-        to_row(m, u, value).with_other_model(&o.label)
+        cross_row(m, u, value).with_other_model(&o.label)
     }));
     rows
 }
@@ -239,40 +239,32 @@ fn cross(x: &UnitInputs<'_>, u: &Unit, other: &str) -> Vec<Row> {
     let cell = cross_cell(m, o, u.layer, &p.layers_a, &p.layers_b);
     (p.table.pairs.iter())
         .filter(|r| (r.a, r.b) == cell)
-        .map(|r| to_row(m, u, r.value.clone()).with_other_model(&o.label))
+        .map(|r| cross_row(m, u, r.value.clone()).with_other_model(&o.label))
         .collect()
 }
 
-/// A unit's value as a row of the study's table: the schema's columns only (a metric's extra
-/// numbers stay out, so the study's files keep their fixed columns), except the rows over
-/// every token (`analysis.spectral_tokens`), which keep `n_tokens`, `tolerance` and
+/// A per-layer unit's value as a row of the study's table: the schema's columns only (a
+/// metric's extra numbers stay out, so those rows keep their fixed columns), except the rows
+/// over every token (`analysis.spectral_tokens`), which keep `n_tokens`, `tolerance` and
 /// `stable_from`.
 fn to_row(m: &ModelInfo, u: &Unit, v: MetricValue) -> Row {
-    let extra = if v.metric.ends_with(repgeom_report::ALL_TOKENS) {
-        v.extra.clone()
-    } else {
-        Default::default()
-    };
-    let c = m.checkpoint(&u.checkpoint).expect("planned checkpoint");
-    let mut r = Row::new(
-        &m.label,
-        &m.family,
-        m.d,
-        u.layer as u32,
-        m.n_layers,
-        v.metric,
-        v.variant,
-        v.value,
-    )
-    .with_checkpoint(&c.name, c.step)
-    .with_synthetic(m.synthetic);
-    r.null_mean = v.null_mean;
-    r.null_std = v.null_std;
-    r.p_value = v.p_value;
-    for (k, x) in extra {
-        r = r.with_extra(k, x);
+    let keep = v.metric.ends_with(repgeom_report::ALL_TOKENS);
+    let mut r = cross_row(m, u, v);
+    if !keep {
+        r.extra.clear();
     }
     r
+}
+
+/// A cross-model value as a row of the study's table with every number `repgeom compare`
+/// reports for it ([`crate::value_row`]): the null columns and every extra of the library's
+/// comparison (z and its standard error, both tails, the permutation count, an aggregate's
+/// critical value, the tie fractions, the duplicates dropped, ...).
+fn cross_row(m: &ModelInfo, u: &Unit, v: MetricValue) -> Row {
+    let c = m.checkpoint(&u.checkpoint).expect("planned checkpoint");
+    crate::value_row(&m.label, &m.family, m.d, (u.layer as u32, m.n_layers), v)
+        .with_checkpoint(&c.name, c.step)
+        .with_synthetic(m.synthetic)
 }
 
 /// The PGA metric with the manifest's analysis settings at CCR levels `ccr` (the bootstrap only
