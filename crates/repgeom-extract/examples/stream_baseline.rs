@@ -11,6 +11,8 @@
 //! Prints the report line of `repgeom extract`: tokens run, seconds, tokens/s, peak resident
 //! memory (`VmHWM`).
 
+#![allow(clippy::print_stdout)] // the report line is the output
+
 // as in the `repgeom` binary: the allocator is part of what is measured
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
