@@ -227,3 +227,35 @@ pub fn matmul_abt_add_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_
 pub fn matmul_atb_add_f64(dst: MatMut<'_, f64>, a: MatRef<'_, f64>, b: MatRef<'_, f64>, par: Par) {
     matmul(dst, Accum::Add, a.transpose(), b, 1.0f64, par);
 }
+
+/// `dst += aᵀ a` for a symmetric `dst` (`d × d`, `a` of `d` columns): the lower triangle by
+/// faer's triangular product, half the work of [`matmul_atb_add_f64`], then mirrored into the
+/// upper one, so `dst` stays symmetric. The second moments of a covariance accumulated batch by
+/// batch. Each entry's sum runs in one order at any thread count.
+///
+/// ```
+/// use repgeom_linalg::{Mat, MatRef, Par, syrk_add_f64};
+/// let a = MatRef::from_row_major_slice(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 3, 2);
+/// let mut dst = Mat::<f64>::zeros(2, 2);
+/// syrk_add_f64(dst.as_mut(), a, Par::Seq);
+/// assert_eq!((dst[(0, 0)], dst[(1, 0)], dst[(0, 1)], dst[(1, 1)]), (35.0, 44.0, 44.0, 56.0));
+/// ```
+pub fn syrk_add_f64(mut dst: MatMut<'_, f64>, a: MatRef<'_, f64>, par: Par) {
+    use faer::linalg::matmul::triangular::{BlockStructure, matmul as tri_matmul};
+    tri_matmul(
+        dst.as_mut(),
+        BlockStructure::TriangularLower,
+        Accum::Add,
+        a.transpose(),
+        BlockStructure::Rectangular,
+        a,
+        BlockStructure::Rectangular,
+        1.0f64,
+        par,
+    );
+    for j in 0..dst.ncols() {
+        for i in 0..j {
+            dst[(i, j)] = dst[(j, i)];
+        }
+    }
+}

@@ -40,7 +40,7 @@ pub use error::{Error, Result};
 pub use faer::{Mat, MatMut, MatRef, Par};
 pub use kernel::{
     cross_frobenius_sq, gram_rows, gram_singular_values, hsic_biased_unscaled, hsic_unbiased,
-    matmul_abt_add_f32, matmul_abt_f32, matmul_atb_add_f64, singular_values,
+    matmul_abt_add_f32, matmul_abt_f32, matmul_atb_add_f64, singular_values, syrk_add_f64,
 };
 pub use rank::{RankScratch, RankedReference, average_ranks, float_key, pearson, spearman};
 

@@ -21,7 +21,7 @@
 //! end, for a metric's value against the tokens seen and the count after which it stays
 //! within a tolerance of its final value.
 
-use repgeom_linalg::{Mat, MatRef, Par, matmul_atb_add_f64};
+use repgeom_linalg::{Mat, MatRef, Par, syrk_add_f64};
 
 use crate::error::{Error, Result};
 use crate::input::Spectrum;
@@ -108,7 +108,7 @@ impl CovarianceAccumulator {
                 .collect()
         });
         let y = Mat::from_fn(m, d, |i, j| f64::from(batch[(i, j)]) - shift[j]);
-        matmul_atb_add_f64(self.scatter.as_mut(), y.as_ref(), y.as_ref(), Par::Seq);
+        syrk_add_f64(self.scatter.as_mut(), y.as_ref(), Par::Seq);
         for i in 0..m {
             for (j, s) in self.sum.iter_mut().enumerate() {
                 *s += y[(i, j)];

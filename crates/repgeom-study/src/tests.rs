@@ -896,7 +896,10 @@ fn spectral_tokens_is_checked_up_front() {
     };
     assert!(with("[\"rankme\", \"isotropy\"]").is_ok());
     let e = with("[\"rankme\", \"intrinsic_dim_twonn\"]").unwrap_err();
-    check(e.contains("intrinsic_dim_twonn needs the points themselves"), &e);
+    check(
+        e.contains("intrinsic_dim_twonn needs the points themselves"),
+        &e,
+    );
     let e = with("[]").unwrap_err();
     check(e.contains("needs spectral metrics"), &e);
 }

@@ -191,7 +191,10 @@ fn bench_70m(exe: &Path, dir: &Path) -> anyhow::Result<()> {
         &["--spectra", "all", "--max-tokens", &tokens],
         &out,
     )?;
-    println!("{:>40} {s_secs:>9} {s_rss:>14}", "spectra all (7 covariances)");
+    println!(
+        "{:>40} {s_secs:>9} {s_rss:>14}",
+        "spectra all (7 covariances)"
+    );
     let run = std::process::Command::new(&baseline)
         .arg(&model)
         .arg(&text)
@@ -199,14 +202,23 @@ fn bench_70m(exe: &Path, dir: &Path) -> anyhow::Result<()> {
         .output()
         .context("run stream_baseline")?;
     if !run.status.success() {
-        bail!("stream_baseline failed: {}", String::from_utf8_lossy(&run.stderr));
+        bail!(
+            "stream_baseline failed: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
     }
     let report = String::from_utf8_lossy(&run.stdout).to_string();
     let (b_secs, b_rss) = report_fields(&report);
-    println!("{:>40} {b_secs:>9} {b_rss:>14}", "same pass, nothing accumulated");
+    println!(
+        "{:>40} {b_secs:>9} {b_rss:>14}",
+        "same pass, nothing accumulated"
+    );
     let out = dir.join("points-70m.safetensors");
     let (p_secs, p_rss) = run_extract(exe, &model, &text, &["--n-points", "2048"], &out)?;
-    println!("{:>40} {p_secs:>9} {p_rss:>14}", "point extraction, 2048 points");
+    println!(
+        "{:>40} {p_secs:>9} {p_rss:>14}",
+        "point extraction, 2048 points"
+    );
     let ratio = |a: &str, b: &str| -> String {
         match (a.parse::<f64>(), b.parse::<f64>()) {
             (Ok(a), Ok(b)) if b > 0.0 => format!("{:.2}", a / b),
