@@ -956,7 +956,7 @@ impl Extractor {
         let contexts: Vec<usize> = points.iter().map(|w| w.window.start).collect();
         let mut extra = vec![
             (
-                "word_contexts",
+                repgeom_io::WORD_CONTEXTS_KEY,
                 serde_json::to_string(&contexts).unwrap_or_default(),
             ),
             (
