@@ -669,16 +669,14 @@ impl Extractor {
         Ok(out)
     }
 
-    /// Token ids of `text` (no special tokens added) and each token's byte span in `text`.
-    fn encode_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
-        let enc = self
-            .tokenizer
+    /// `text` tokenised without special tokens: its ids and each token's byte span in `text`.
+    fn encode_offsets(&self, text: &str) -> Result<tokenizers::Encoding> {
+        self.tokenizer
             .encode(text, false)
             .map_err(|e| Error::Tokenizer {
                 path: self.tokenizer_path.clone(),
                 reason: e.to_string(),
-            })?;
-        Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
+            })
     }
 
     /// `text`'s token ids and the number of whole sequences of `len` tokens they make (an
@@ -886,7 +884,8 @@ impl Extractor {
             for (slot, (_, range)) in chunk.iter().enumerate() {
                 let first = &points[range.start];
                 let at = first.window_bytes.start;
-                let (ids, offsets) = self.encode_offsets(&text[first.window_bytes.clone()])?;
+                let enc = self.encode_offsets(&text[first.window_bytes.clone()])?;
+                let (ids, offsets) = (enc.get_ids().to_vec(), enc.get_offsets());
                 if ids.len() > p.seq_len {
                     return Err(Error::WindowTooLong {
                         path: self.tokenizer_path.clone(),
@@ -898,8 +897,7 @@ impl Extractor {
                 }
                 for i in range.clone() {
                     let w = &points[i];
-                    let toks =
-                        word_tokens(&offsets, w.word_bytes.start - at..w.word_bytes.end - at);
+                    let toks = word_tokens(offsets, w.word_bytes.start - at..w.word_bytes.end - at);
                     let Some(&last) = toks.last() else {
                         return Err(Error::WordWithoutTokens {
                             path: self.tokenizer_path.clone(),

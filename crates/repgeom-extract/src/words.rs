@@ -196,7 +196,7 @@ pub fn sample_words(text: &str, params: &ValidExtractParams) -> Result<WordSampl
                 needed,
                 sequences: candidates.len(),
                 detail: format!(
-                    "only {} windows hold {m} words or more ({})",
+                    "only {} windows hold {m} words or more ({}; with word points a lower points_per_sequence lets more windows qualify)",
                     candidates.len(),
                     detail()
                 ),

@@ -228,7 +228,10 @@ fn word_sample_matches_the_committed_list() {
 }
 
 /// `expected/words_<name>.safetensors`: each tensor `[n, d]` and the words' token ids.
-fn read_word_expected(name: &str) -> (Vec<(String, Vec<f32>)>, Vec<Vec<u32>>) {
+/// Named f32 tensors, flattened.
+type Tensors = Vec<(String, Vec<f32>)>;
+
+fn read_word_expected(name: &str) -> (Tensors, Vec<Vec<u32>>) {
     let file = name.rsplit('/').next().unwrap();
     let bytes =
         std::fs::read(fixture("expected").join(format!("words_{file}.safetensors"))).unwrap();
