@@ -101,6 +101,47 @@ pub enum Error {
         /// How `available` was counted.
         detail: String,
     },
+    /// A word-point design asked for more words than the text offers.
+    #[error("n_points = {requested} words asked for, but the text offers {available} ({detail})")]
+    TooFewWords {
+        /// Points requested.
+        requested: usize,
+        /// Words that can be sampled.
+        available: usize,
+        /// How `available` was counted.
+        detail: String,
+    },
+    /// A word window made more tokens than `seq_len` (windows hold at most `seq_len - 1`
+    /// bytes, which fits any tokenizer making at most one token per byte).
+    #[error(
+        "tokenizer {}: the word window at characters {start}..{end} of the text is {tokens} tokens, more than seq_len {seq_len} (the tokenizer makes more than one token per byte; word points cannot give this model the same characters as others)", path.display()
+    )]
+    WindowTooLong {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// First character of the window.
+        start: usize,
+        /// One past its last character.
+        end: usize,
+        /// Tokens of the window.
+        tokens: usize,
+        /// The sequence length.
+        seq_len: usize,
+    },
+    /// A sampled word has no token of its own (the tokenizer dropped its characters).
+    #[error(
+        "tokenizer {}: no token covers the word {word:?} at characters {start}..{end} of the text", path.display()
+    )]
+    WordWithoutTokens {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// The word.
+        word: String,
+        /// Its first character.
+        start: usize,
+        /// One past its last character.
+        end: usize,
+    },
     /// A line of the input is empty in `Pool::Mean` mode (one line is one example).
     #[error("line {line} of the text is empty; with --pool mean every line is one example")]
     EmptyLine {

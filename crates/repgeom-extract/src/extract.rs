@@ -8,6 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use tokenizers::Tokenizer;
 
 use crate::model::Model;
+use crate::words::{WordPool, sample_words, word_tokens};
 use crate::{Error, Result};
 
 /// How hidden states become points.
@@ -18,6 +19,11 @@ pub enum Pool {
     Tokens,
     /// One point per input line: the mean of the line's hidden states (for probes).
     Mean,
+    /// One point per sampled word of the text (`--points words`): words, their windows and
+    /// the sample come from the text alone ([`crate::sample_words`]), so every model given
+    /// the same text and settings holds the same points whatever its tokenizer; the word's
+    /// state is read from its tokens as the [`WordPool`] says.
+    Words(WordPool),
 }
 
 impl Pool {
@@ -26,6 +32,52 @@ impl Pool {
         match self {
             Pool::Tokens => "tokens",
             Pool::Mean => "mean",
+            Pool::Words(_) => "words",
+        }
+    }
+
+    /// The point design as one phrase (`tokens`, `line means`, `words (last token)`, `words
+    /// (mean over tokens)`), for messages that refuse to mix designs.
+    ///
+    /// ```
+    /// use repgeom_extract::{Pool, WordPool};
+    /// assert_eq!(Pool::Words(WordPool::Mean).design(), "words (mean over tokens)");
+    /// assert_eq!(Pool::Tokens.design(), "tokens");
+    /// ```
+    pub fn design(self) -> &'static str {
+        match self {
+            Pool::Tokens => "tokens",
+            Pool::Mean => "line means",
+            Pool::Words(WordPool::Last) => "words (last token)",
+            Pool::Words(WordPool::Mean) => "words (mean over tokens)",
+        }
+    }
+
+    /// The point design a points file's metadata records (`pool`, and `word_pool` for word
+    /// points), as [`Pool::design`] words it; a file without `pool` (written by an earlier
+    /// version, or not by `repgeom extract`) holds token points.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use repgeom_extract::Pool;
+    /// let meta = BTreeMap::from([("pool".to_string(), "words".to_string()),
+    ///                            ("word_pool".to_string(), "last".to_string())]);
+    /// assert_eq!(Pool::design_of(&meta), "words (last token)");
+    /// assert_eq!(Pool::design_of(&BTreeMap::new()), "tokens");
+    /// ```
+    pub fn design_of(metadata: &BTreeMap<String, String>) -> String {
+        let pool = metadata.get("pool").map_or("tokens", String::as_str);
+        let word_pool = metadata
+            .get("word_pool")
+            .and_then(|w| WordPool::from_name(w));
+        match (pool, word_pool) {
+            ("tokens", _) => Pool::Tokens.design().into(),
+            ("mean", _) => Pool::Mean.design().into(),
+            ("words", Some(w)) => Pool::Words(w).design().into(),
+            (other, _) => match metadata.get("word_pool") {
+                Some(w) => format!("{other} ({w})"),
+                None => other.into(),
+            },
         }
     }
 }
@@ -46,10 +98,12 @@ impl Pool {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExtractParams {
-    /// Tokens per sequence (`Pool::Tokens`), or the most tokens kept of one line (`Pool::Mean`).
+    /// Tokens per sequence (`Pool::Tokens`), the most tokens kept of one line (`Pool::Mean`),
+    /// or, with `Pool::Words`, one more than the bytes of a word window (which then always
+    /// fits in `seq_len` tokens).
     pub seq_len: usize,
-    /// Points to sample (`Pool::Tokens`, required), or the first lines to use (`Pool::Mean`;
-    /// `None` = every line).
+    /// Points to sample (`Pool::Tokens` and `Pool::Words`, required), or the first lines to
+    /// use (`Pool::Mean`; `None` = every line).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub n_points: Option<usize>,
     /// Seed of the position sampler (and of the loss's sequence sample).
@@ -60,14 +114,17 @@ pub struct ExtractParams {
     /// positions from each (the last drawn sequence holds the remainder): `M` times fewer
     /// tokens run; more than a sequence's positions is an error. `None`: the default density,
     /// [`DEFAULT_POINTS_PER_SEQUENCE`] or every position of shorter sequences
-    /// ([`ExtractParams::density`]).
+    /// ([`ExtractParams::density`]). `Pool::Words`: words per window, the same way (`None`:
+    /// the default, lowered until the text's windows hold enough words).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub points_per_sequence: Option<usize>,
     /// Never sample position 0 of a sequence (and leave it out of line means when the line
-    /// has more than one token). Written only when `false` (the default is `true`).
+    /// has more than one token); with `Pool::Words`, never the first word of a window.
+    /// Written only when `false` (the default is `true`).
     #[serde(skip_serializing_if = "is_true")]
     pub skip_first: bool,
-    /// Points are token positions or line means (set by the caller, not a settings key).
+    /// Points are token positions, line means or words (set by the caller, not a settings
+    /// key).
     #[serde(skip)]
     pub pool: Pool,
     /// Also compute the mean next-token cross-entropy, over every sequence of the text or
@@ -197,6 +254,7 @@ impl ExtractParams {
         match (self.pool, self.n_points) {
             (_, Some(0)) => return bad("n_points", "must be at least 1"),
             (Pool::Tokens, None) => return bad("n_points", "required with Pool::Tokens"),
+            (Pool::Words(_), None) => return bad("n_points", "required with Pool::Words"),
             _ => {}
         }
         Ok(ValidExtractParams(self))
@@ -268,8 +326,11 @@ pub struct Extraction {
     pub hidden_size: usize,
     /// `Pool::Tokens`: (sequence, position in the sequence) of each point.
     /// `Pool::Mean`: (0-based line, number of tokens averaged).
+    /// `Pool::Words`: the word's characters (first, one past the last) in the text: the same
+    /// for every tokenizer.
     pub positions: Vec<(usize, usize)>,
     /// `Pool::Tokens`: the token at each point (one id). `Pool::Mean`: the line's token ids.
+    /// `Pool::Words`: the word's token ids.
     pub token_ids: Vec<Vec<u32>>,
     /// The loss, when asked for.
     pub loss: Option<Loss>,
@@ -388,6 +449,7 @@ impl Extractor {
         let (mut ex, extra) = match p.pool {
             Pool::Tokens => self.extract_tokens(text, p, progress)?,
             Pool::Mean => self.extract_mean(text, p, progress)?,
+            Pool::Words(wp) => self.extract_words(text, p, wp, progress)?,
         };
         let c = self.model.config();
         let mut m = BTreeMap::new();
@@ -409,13 +471,16 @@ impl Extractor {
         put("n_points", ex.n_points.to_string());
         put("skip_first", p.skip_first.to_string());
         put("pool", p.pool.name().into());
+        if let Pool::Words(wp) = p.pool {
+            put("word_pool", wp.name().into());
+        }
         let pos: Vec<[usize; 2]> = ex.positions.iter().map(|&(a, b)| [a, b]).collect();
         put("positions", serde_json::to_string(&pos).unwrap_or_default());
         let ids = match p.pool {
             Pool::Tokens => {
                 serde_json::to_string(&ex.token_ids.iter().map(|v| v[0]).collect::<Vec<_>>())
             }
-            Pool::Mean => serde_json::to_string(&ex.token_ids),
+            Pool::Mean | Pool::Words(_) => serde_json::to_string(&ex.token_ids),
         };
         put("token_ids", ids.unwrap_or_default());
         for (k, v) in extra {
@@ -550,6 +615,16 @@ impl Extractor {
         )
     }
 
+    /// `text` tokenised without special tokens: its ids and each token's byte span in `text`.
+    fn encode_offsets(&self, text: &str) -> Result<tokenizers::Encoding> {
+        self.tokenizer
+            .encode(text, false)
+            .map_err(|e| Error::Tokenizer {
+                path: self.tokenizer_path.clone(),
+                reason: e.to_string(),
+            })
+    }
+
     /// `text`'s token ids and the number of whole sequences of `len` tokens they make (an
     /// error when there is none).
     fn sequences(&self, text: &str, len: usize) -> Result<(Vec<u32>, usize)> {
@@ -583,7 +658,15 @@ impl Extractor {
         params: &ValidExtractParams,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Loss> {
-        let p = params.get();
+        self.loss_of(text, params.get(), progress)
+    }
+
+    fn loss_of(
+        &self,
+        text: &str,
+        p: &ExtractParams,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Loss> {
         let len = p.seq_len;
         let (ids, n_seq) = self.sequences(text, len)?;
         let seqs: Vec<usize> = match p.loss_tokens {
@@ -711,6 +794,139 @@ impl Extractor {
             ));
         }
         Ok((acc.finish(points, token_ids, loss.finish()), extra))
+    }
+
+    /// `Pool::Words`: the sampled words' states, each window run once (batched, right-padded),
+    /// its text tokenised alone; the loss, when asked for, over the text's token sequences as
+    /// with `Pool::Tokens`.
+    fn extract_words(
+        &self,
+        text: &str,
+        p: &ExtractParams,
+        word_pool: WordPool,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(Extraction, Vec<(&'static str, String)>)> {
+        let sample = sample_words(text, &ValidExtractParams(p.clone()))?;
+        let points = &sample.points;
+        let n = points.len();
+        // The drawn windows in order, each with the range of its points (points are sorted by
+        // window).
+        let mut windows: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        for (i, w) in points.iter().enumerate() {
+            match windows.last_mut() {
+                Some((win, r)) if *win == w.window_index => r.end = i + 1,
+                _ => windows.push((w.window_index, i..i + 1)),
+            }
+        }
+        let mut acc = Accumulator::new(&self.model, n);
+        let d = acc.d;
+        let mut token_ids: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let mut last_pos = vec![0usize; n];
+        let (mut tokens_run, mut done) = (0, 0);
+        for chunk in windows.chunks(p.batch_size) {
+            let mut seqs: Vec<Vec<u32>> = Vec::with_capacity(chunk.len());
+            // (slot in the batch, point index, the word's token positions in its window)
+            let mut rows: Vec<(usize, usize, Vec<usize>)> = Vec::new();
+            for (slot, (_, range)) in chunk.iter().enumerate() {
+                let first = &points[range.start];
+                let at = first.window_bytes.start;
+                let enc = self.encode_offsets(&text[first.window_bytes.clone()])?;
+                let (ids, offsets) = (enc.get_ids().to_vec(), enc.get_offsets());
+                if ids.len() > p.seq_len {
+                    return Err(Error::WindowTooLong {
+                        path: self.tokenizer_path.clone(),
+                        start: first.window.start,
+                        end: first.window.end,
+                        tokens: ids.len(),
+                        seq_len: p.seq_len,
+                    });
+                }
+                for i in range.clone() {
+                    let w = &points[i];
+                    let toks = word_tokens(offsets, w.word_bytes.start - at..w.word_bytes.end - at);
+                    let Some(&last) = toks.last() else {
+                        return Err(Error::WordWithoutTokens {
+                            path: self.tokenizer_path.clone(),
+                            word: text[w.word_bytes.clone()].to_string(),
+                            start: w.word.start,
+                            end: w.word.end,
+                        });
+                    };
+                    token_ids[i] = toks.iter().map(|&t| ids[t]).collect();
+                    last_pos[i] = last;
+                    rows.push((slot, i, toks));
+                }
+                seqs.push(ids);
+            }
+            let batch: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+            let t_max = batch.iter().map(|s| s.len()).max().unwrap_or(0);
+            self.model.forward_batch(&batch, false, &mut |layer, h| {
+                for (slot, i, toks) in &rows {
+                    let out = &mut acc.out[layer][i * d..(i + 1) * d];
+                    let row = |t: usize| &h[(slot * t_max + t) * d..(slot * t_max + t + 1) * d];
+                    match word_pool {
+                        WordPool::Last => out.copy_from_slice(row(toks[toks.len() - 1])),
+                        WordPool::Mean => {
+                            let mut mean = vec![0f64; d];
+                            for &t in toks {
+                                for (m, x) in mean.iter_mut().zip(row(t)) {
+                                    *m += f64::from(*x);
+                                }
+                            }
+                            let count = toks.len() as f64;
+                            for (o, m) in out.iter_mut().zip(&mean) {
+                                *o = (m / count) as f32;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+            tokens_run += batch.iter().map(|s| s.len()).sum::<usize>();
+            done += chunk.len();
+            progress(Progress {
+                sequences_done: done,
+                sequences_total: windows.len(),
+                tokens_done: tokens_run,
+                tokens_total: tokens_run * windows.len() / done,
+            });
+        }
+        let loss = if p.loss {
+            Some(self.loss_of(text, p, progress)?)
+        } else {
+            None
+        };
+        let positions = points.iter().map(|w| (w.word.start, w.word.end)).collect();
+        let contexts: Vec<usize> = points.iter().map(|w| w.window.start).collect();
+        let mut extra = vec![
+            (
+                repgeom_io::WORD_CONTEXTS_KEY,
+                serde_json::to_string(&contexts).unwrap_or_default(),
+            ),
+            (
+                "word_last_tokens",
+                serde_json::to_string(&last_pos).unwrap_or_default(),
+            ),
+            ("text_words", sample.words.to_string()),
+            ("word_windows", sample.windows.to_string()),
+            ("n_sequences", windows.len().to_string()),
+            ("points_per_sequence", sample.words_per_window.to_string()),
+            ("tokens_run", tokens_run.to_string()),
+        ];
+        if sample.words_too_long > 0 {
+            extra.push(("words_too_long", sample.words_too_long.to_string()));
+        }
+        if p.points_per_sequence.is_none() && sample.words_per_window != DEFAULT_POINTS_PER_SEQUENCE
+        {
+            extra.push((
+                "points_per_sequence_note",
+                format!(
+                    "the default {DEFAULT_POINTS_PER_SEQUENCE} words per window would need more windows holding that many words than the text gives: took {} per window (set points_per_sequence to choose)",
+                    sample.words_per_window
+                ),
+            ));
+        }
+        Ok((acc.finish(positions, token_ids, loss), extra))
     }
 
     fn extract_mean(

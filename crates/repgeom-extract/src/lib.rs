@@ -1,6 +1,7 @@
 //! `repgeom-extract` gets hidden states out of HuggingFace checkpoints on disk, without Python:
 //! it tokenises a text with the checkpoint's `tokenizer.json`, runs the model on the CPU and
-//! keeps every layer's hidden states at sampled token positions (or line means), in
+//! keeps every layer's hidden states at sampled token positions, line means or sampled words
+//! (word-aligned points, the same for every tokenizer: [`Pool::Words`], [`sample_words`]), in
 //! HuggingFace's `output_hidden_states` convention (L + 1 entries: the embedding output
 //! first, the last layer after the final norm).
 //!
@@ -30,6 +31,7 @@ mod error;
 mod extract;
 mod kernels;
 mod model;
+mod words;
 
 pub use config::{Activation, Family, ModelConfig, RopeScaling};
 pub use error::{Error, Result};
@@ -40,6 +42,7 @@ pub use extract::{
     text_blocks,
 };
 pub use model::{Forward, Model};
+pub use words::{WordPoint, WordPool, WordSample, sample_words};
 
 #[cfg(test)]
 mod tests;

@@ -114,10 +114,16 @@ pub fn read_safetensors_metadata(path: &Path) -> Result<BTreeMap<String, String>
     Ok(st::StFile::open(path)?.metadata())
 }
 
+/// The metadata key of word points (`repgeom extract --points words`): the first character of
+/// each point's window, the context its words share (written by `repgeom-extract`).
+pub const WORD_CONTEXTS_KEY: &str = "word_contexts";
+
 /// The sequence each of the `n` points of an activation file came from, read from the
 /// `positions` metadata that `repgeom extract` writes (a JSON list of `[sequence, position]`
-/// pairs, one per point). `Ok(None)` when the file records none (not a `.safetensors` file, or
-/// no `positions` entry): callers that resample sequences then fall back to points and say so.
+/// pairs, one per point), or for word points from [`WORD_CONTEXTS_KEY`] (the window a word was
+/// read in is its sequence: `positions` then holds the word's characters). `Ok(None)` when the
+/// file records none (not a `.safetensors` file, or no `positions` entry): callers that
+/// resample sequences then fall back to points and say so.
 ///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap();
@@ -126,6 +132,30 @@ pub fn read_safetensors_metadata(path: &Path) -> Result<BTreeMap<String, String>
 /// assert_eq!(repgeom_io::read_sequence_ids(&path, 3).unwrap(), None);
 /// ```
 pub fn read_sequence_ids(path: &Path, n: usize) -> Result<Option<Vec<usize>>> {
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
+        && let Some(text) = read_safetensors_metadata(path)?.remove(WORD_CONTEXTS_KEY)
+    {
+        let ids: Vec<usize> = serde_json::from_str(&text).map_err(|e| {
+            Error::format(
+                path,
+                "safetensors",
+                format!("metadata `{WORD_CONTEXTS_KEY}` is not a JSON list of numbers: {e}"),
+            )
+        })?;
+        if ids.len() != n {
+            return Err(Error::format(
+                path,
+                "safetensors",
+                format!(
+                    "metadata `{WORD_CONTEXTS_KEY}` has {} entries but the activations have {n} points",
+                    ids.len()
+                ),
+            ));
+        }
+        return Ok(Some(ids));
+    }
     Ok(read_positions(path, n)?.map(|pos| pos.iter().map(|p| p[0]).collect()))
 }
 

@@ -33,7 +33,7 @@ fn resolve_model(
 /// Hidden states of a local checkpoint on `text`: `(layer, [N, d] float32 array)` per layer,
 /// the token positions and the metadata `repgeom extract` writes.
 #[pyfunction]
-#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress, revision=None, points_per_sequence=None))]
+#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress, revision=None, points_per_sequence=None, points=None, word_pool=None))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub(crate) fn extract<'py>(
     py: Python<'py>,
@@ -46,19 +46,45 @@ pub(crate) fn extract<'py>(
     progress: Option<bool>,
     revision: Option<String>,
     points_per_sequence: Option<usize>,
+    points: Option<String>,
+    word_pool: Option<String>,
 ) -> PyResult<(
     Vec<Bound<'py, PyAny>>,
     Vec<(usize, usize)>,
     Vec<(String, String)>,
 )> {
-    let pool = match pool.as_str() {
-        "tokens" => repgeom_extract::Pool::Tokens,
-        "mean" => repgeom_extract::Pool::Mean,
-        other => {
-            return Err(Failure::Invalid(format!(
-                "pool = {other:?}: expected \"tokens\" or \"mean\""
-            ))
-            .into_py(py));
+    let invalid = |msg: String| Err(Failure::Invalid(msg).into_py(py));
+    let word_pool = match word_pool.as_deref() {
+        None => None,
+        Some(w) => match repgeom_extract::WordPool::from_name(w) {
+            Some(w) => Some(w),
+            None => {
+                return invalid(format!(
+                    "word_pool = {w:?}: expected one of {}",
+                    repgeom_extract::WordPool::NAMES
+                ));
+            }
+        },
+    };
+    let pool = match (pool.as_str(), points.as_deref().unwrap_or("tokens")) {
+        ("mean", "words") => {
+            return invalid(
+                "pool = \"mean\" makes one point per line and points = \"words\" one per word: choose one".into(),
+            );
+        }
+        (_, "tokens") if word_pool.is_some() => {
+            return invalid("word_pool applies to points = \"words\" only".into());
+        }
+        ("tokens", "tokens") => repgeom_extract::Pool::Tokens,
+        ("mean", "tokens") => repgeom_extract::Pool::Mean,
+        ("tokens", "words") => repgeom_extract::Pool::Words(word_pool.unwrap_or_default()),
+        (p, "tokens" | "words") => {
+            return invalid(format!("pool = {p:?}: expected \"tokens\" or \"mean\""));
+        }
+        (_, other) => {
+            return invalid(format!(
+                "points = {other:?}: expected \"tokens\" or \"words\""
+            ));
         }
     };
     let ex = run_blocking(py, move |cancel| {

@@ -188,6 +188,28 @@ def test_extract_matches_the_cli(tmp_path):
     assert got["positions"].shape == (24, 2)
 
 
+def test_extract_word_points_match_the_cli(tmp_path):
+    if not hasattr(repgeom._native, "extract"):
+        pytest.skip("built without the extract feature")
+    corpus = ROOT / "fixtures" / "extract" / "words" / "text.txt"
+    text = corpus.read_text(encoding="utf-8")
+    out = tmp_path / "words.safetensors"
+    model = "fixtures/extract/gpt2_tied"
+    run_cli("extract", "--model", model, "--text", str(corpus), "--points", "words", "--word-pool", "mean",
+            "--n-points", "12", "--seq-len", "40", "--seed", "5", "--out", str(out))
+    got = repgeom.extract(ROOT / "fixtures" / "extract" / "gpt2_tied", text, n_points=12, seq_len=40, seed=5,
+                          points="words", word_pool="mean", progress=False)
+    want = repgeom.read_activations(out)
+    for layer, arr in want.items():
+        assert np.array_equal(got[f"hidden_states.{layer}"], arr)
+    # positions are the words' characters: the text's words
+    for start, end in got["positions"]:
+        assert any(c.isalnum() for c in text[start:end])
+    with pytest.raises(repgeom.InvalidInputError, match="word_pool"):
+        repgeom.extract(ROOT / "fixtures" / "extract" / "gpt2_tied", text, n_points=12, seq_len=40,
+                        word_pool="first", points="words", progress=False)
+
+
 def test_extract_missing_checkpoint():
     if not hasattr(repgeom._native, "extract"):
         pytest.skip("built without the extract feature")

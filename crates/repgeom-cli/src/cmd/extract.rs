@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
-use repgeom_extract::{ExtractParams, Extractor, Pool};
+use repgeom_extract::{ExtractParams, Extractor, Pool, WordPool};
 
 use crate::context::Context;
 
@@ -16,6 +16,20 @@ pub(crate) enum PoolArg {
     Tokens,
     /// One point per input line: the mean over the line's tokens (for probes).
     Mean,
+}
+
+/// What a point is.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PointsArg {
+    /// Token positions (or, with --pool mean, lines).
+    Tokens,
+    /// Words of the text, sampled from the text alone: the same points for every tokenizer.
+    Words,
+}
+
+/// `--word-pool`: a name the library knows (`WordPool::from_name`).
+fn parse_word_pool(s: &str) -> Result<WordPool, String> {
+    WordPool::from_name(s).ok_or_else(|| format!("expected one of {}", WordPool::NAMES))
 }
 
 /// Run a checkpoint on a text and save every layer's hidden states (HF output_hidden_states order).
@@ -31,7 +45,8 @@ pub(crate) struct ExtractArgs {
     /// UTF-8 text file: split into sequences (tokens), or one example per line (--pool mean).
     #[arg(long)]
     text: PathBuf,
-    /// Token positions to sample (tokens; default 2048), or the first lines to use (mean; default all).
+    /// Token positions (tokens) or words (--points words) to sample (default 2048), or the
+    /// first lines to use (mean; default all).
     #[arg(long)]
     n_points: Option<usize>,
     /// Tokens per sequence (with --pool mean: the most tokens kept of one line).
@@ -52,6 +67,16 @@ pub(crate) struct ExtractArgs {
     /// Points are token positions, or one mean per line.
     #[arg(long, value_enum, default_value_t = PoolArg::Tokens)]
     pool: PoolArg,
+    /// Points are token positions, or words of the text (Unicode word boundaries) read in
+    /// windows of at most --seq-len - 1 bytes: models with different tokenizers then hold the
+    /// same points, read after the same characters (docs/extraction.md, Word-aligned points).
+    /// With words, --n-points counts words and --points-per-sequence words per window.
+    #[arg(long, value_enum, default_value_t = PointsArg::Tokens)]
+    points: PointsArg,
+    /// With --points words: a word's state is its last token's (last, the default) or the mean
+    /// over its tokens (mean).
+    #[arg(long, value_name = "last|mean", value_parser = parse_word_pool)]
+    word_pool: Option<WordPool>,
     /// Also report the mean next-token cross-entropy (with its standard error over
     /// sequences), over every sequence of the text or the sample --loss-tokens asks for.
     #[arg(long)]
@@ -69,7 +94,7 @@ pub(crate) struct ExtractArgs {
     /// unless --keep-first), accumulated batch by batch, so memory does not grow with the
     /// text. A:B pairs, e.g. 0:6,3:6, or `all` (every pair). --out is then a table (.csv,
     /// .json or .txt).
-    #[arg(long, value_name = "PAIRS", conflicts_with_all = ["loss", "n_points", "points_per_sequence", "pool"])]
+    #[arg(long, value_name = "PAIRS", conflicts_with_all = ["loss", "n_points", "points_per_sequence", "pool", "points", "word_pool"])]
     cka_pairs: Option<String>,
     /// With --cka-pairs: CKA between two models on the same batches, A:B pairing hidden
     /// state A of --model with hidden state B of this one (`all`: every such pair). Both must
@@ -85,7 +110,7 @@ pub(crate) struct ExtractArgs {
     /// covariance accumulated batch by batch (d x d memory per layer), each at 2^10, 2^11, ...
     /// tokens and over all of them, with the count after which it stays within 1 % of its
     /// final value (column stable_from). Layers as 0,3,6 or `all`. --out is then a table.
-    #[arg(long, value_name = "LAYERS", conflicts_with_all = ["loss", "n_points", "points_per_sequence", "pool", "cka_pairs"])]
+    #[arg(long, value_name = "LAYERS", conflicts_with_all = ["loss", "n_points", "points_per_sequence", "pool", "points", "word_pool", "cka_pairs"])]
     spectra: Option<String>,
     /// With --cka-pairs or --spectra: stop after this many tokens (default: the whole text).
     #[arg(long)]
@@ -108,12 +133,21 @@ pub(crate) struct ExtractArgs {
 }
 
 pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
-    let pool = match args.pool {
-        PoolArg::Tokens => Pool::Tokens,
-        PoolArg::Mean => Pool::Mean,
+    let pool = match (args.pool, args.points, args.word_pool) {
+        (PoolArg::Mean, PointsArg::Words, _) => anyhow::bail!(
+            "--pool mean makes one point per line and --points words one per word: choose one"
+        ),
+        (_, PointsArg::Tokens, Some(_)) => {
+            anyhow::bail!("--word-pool applies to --points words only")
+        }
+        (PoolArg::Tokens, PointsArg::Tokens, None) => Pool::Tokens,
+        (PoolArg::Mean, PointsArg::Tokens, None) => Pool::Mean,
+        (PoolArg::Tokens, PointsArg::Words, wp) => Pool::Words(wp.unwrap_or_default()),
     };
     let n_points = match pool {
-        Pool::Tokens => Some(args.n_points.unwrap_or(repgeom_extract::DEFAULT_N_POINTS)),
+        Pool::Tokens | Pool::Words(_) => {
+            Some(args.n_points.unwrap_or(repgeom_extract::DEFAULT_N_POINTS))
+        }
         _ => args.n_points,
     };
     let params = ExtractParams {

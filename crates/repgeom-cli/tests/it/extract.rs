@@ -66,3 +66,136 @@ fn extract_refuses_a_zero_batch_size() {
     assert!(run.stderr.contains("batch_size"), "{}", run.stderr);
     assert!(!out.exists(), "no output on error");
 }
+
+/// `repgeom extract --points words` on `model` (a fixture), `n` words of the word fixture text.
+fn extract_words(model: &str, n: &str, extra: &[&str], out: &std::path::Path) -> crate::Run {
+    let mut args = vec![
+        "extract",
+        "--model",
+        model,
+        "--text",
+        "fixtures/extract/words/text.txt",
+        "--points",
+        "words",
+        "--n-points",
+        n,
+        "--seq-len",
+        "40",
+        "--seed",
+        "5",
+    ];
+    args.extend(extra);
+    args.extend(["--out", out.to_str().unwrap()]);
+    crate::repgeom(&args)
+}
+
+/// Word points of two models with different tokenizers hold the same points (their
+/// `positions` are the words' characters), so `compare` takes the pair; a token-point file
+/// against a word-point file is refused, naming both files and both designs, nothing written.
+#[test]
+fn word_points_of_different_tokenizers_compare_and_mixed_designs_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("gpt2-words.safetensors");
+    let b = tmp.path().join("llama-words.safetensors");
+    for (model, out) in [
+        ("fixtures/extract/gpt2_tied", &a),
+        ("fixtures/extract/words/llama_metaspace", &b),
+    ] {
+        let run = extract_words(model, "20", &["--word-pool", "mean"], out);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    let meta_a = repgeom_io::read_safetensors_metadata(&a).unwrap();
+    let meta_b = repgeom_io::read_safetensors_metadata(&b).unwrap();
+    assert_eq!(meta_a["pool"], "words");
+    assert_eq!(meta_a["word_pool"], "mean");
+    assert_eq!(meta_a["positions"], meta_b["positions"]);
+    assert_ne!(
+        meta_a["token_ids"], meta_b["token_ids"],
+        "different tokenizers"
+    );
+    let table = tmp.path().join("cmp.csv");
+    let (sa, sb, st) = (
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        table.to_str().unwrap(),
+    );
+    let run = crate::repgeom(&[
+        "compare",
+        "--a",
+        sa,
+        "--b",
+        sb,
+        "--metric",
+        "cka_linear",
+        "--out",
+        st,
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(table.is_file());
+
+    // the same model's token points against its word points: refused by design
+    let tokens = tmp.path().join("gpt2-tokens.safetensors");
+    let run = crate::repgeom(&[
+        "extract",
+        "--model",
+        "fixtures/extract/gpt2_tied",
+        "--text",
+        "fixtures/extract/words/text.txt",
+        "--n-points",
+        "20",
+        "--seq-len",
+        "40",
+        "--out",
+        tokens.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let refused = tmp.path().join("refused.csv");
+    let run = crate::repgeom(&[
+        "compare",
+        "--a",
+        tokens.to_str().unwrap(),
+        "--b",
+        sa,
+        "--metric",
+        "cka_linear",
+        "--out",
+        refused.to_str().unwrap(),
+    ]);
+    assert_ne!(run.code, 0);
+    for f in [
+        "gpt2-tokens.safetensors",
+        "gpt2-words.safetensors",
+        "design tokens",
+        "design words (mean over tokens)",
+    ] {
+        assert!(run.stderr.contains(f), "{f:?} not in {}", run.stderr);
+    }
+    assert!(!refused.exists(), "nothing written on error");
+}
+
+/// Bad word-point requests: more words than the text has, and word points mixed with line
+/// means or a word pool without word points; each an error naming the problem, no file.
+#[test]
+fn word_point_errors_name_the_mismatch_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("w.safetensors");
+    let run = extract_words("fixtures/extract/gpt2_tied", "5000", &[], &out);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("n_points = 5000") && run.stderr.contains("words"),
+        "{}",
+        run.stderr
+    );
+    let run = extract_words("fixtures/extract/gpt2_tied", "5", &["--pool", "mean"], &out);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("--pool mean"), "{}", run.stderr);
+    let run = extract_words(
+        "fixtures/extract/gpt2_tied",
+        "5",
+        &["--word-pool", "first"],
+        &out,
+    );
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("last, mean"), "{}", run.stderr);
+    assert!(!out.exists(), "nothing written on error");
+}

@@ -6,6 +6,7 @@ mod extraction;
 mod hashing;
 mod parity;
 mod sampling;
+mod words;
 
 use std::path::{Path, PathBuf};
 

@@ -507,6 +507,8 @@ def extract(
     seed: int = 0,
     pool: str = "tokens",
     points_per_sequence: Optional[int] = None,
+    points: str = "tokens",
+    word_pool: Optional[str] = None,
     progress: Optional[bool] = None,
 ) -> dict[str, np.ndarray]:
     """Hidden states of every layer of a HuggingFace checkpoint (``repgeom extract``): a local
@@ -518,11 +520,18 @@ def extract(
     ``points_per_sequence`` (``repgeom extract --points-per-sequence``): positions taken from
     each sampled sequence, 1 drawing every point uniformly from all positions; default
     ``_DEFAULTS["points_per_sequence"]`` (16), or
-    every position of shorter sequences."""
+    every position of shorter sequences. ``points="words"`` (``repgeom extract --points
+    words``): points are words of the text (Unicode word boundaries), sampled from the text
+    alone and read in the same character windows by every model, so models with different
+    tokenizers hold the same points; ``positions`` are then each word's characters ``[start,
+    end)`` in the text, ``n_points`` counts words and ``points_per_sequence`` words per window;
+    ``word_pool`` (``"last"``, the default, or ``"mean"``) reads a word at its last token or as
+    the mean over its tokens."""
     text = texts if isinstance(texts, str) else "\n".join(texts)
     arrays, positions, _metadata = _native.extract(
         os.fspath(model), text, n_points=n_points, seq_len=int(seq_len), seed=int(seed), pool=pool,
         progress=progress, revision=revision, points_per_sequence=points_per_sequence,
+        points=points, word_pool=word_pool,
     )
     out = {f"hidden_states.{i}": a for i, a in enumerate(arrays)}
     out["positions"] = np.asarray(positions, dtype=np.int64).reshape(-1, 2)

@@ -70,6 +70,9 @@ def extract(
     pool: str,
     progress: Optional[bool],
     revision: Optional[str] = None,
+    points_per_sequence: Optional[int] = None,
+    points: Optional[str] = None,
+    word_pool: Optional[str] = None,
 ) -> tuple[list[np.ndarray], list[tuple[int, int]], list[tuple[str, str]]]: ...
 def input_info(obj: Any) -> tuple[int, bool, str]: ...
 def _panic_for_tests() -> None: ...
