@@ -31,6 +31,7 @@ mod error;
 mod extract;
 mod kernels;
 mod model;
+mod points;
 mod words;
 
 pub use config::{Activation, Family, ModelConfig, RopeScaling};
@@ -42,6 +43,7 @@ pub use extract::{
     text_blocks,
 };
 pub use model::{Forward, Model};
+pub use points::{POINTS_NAMES, PointsDiffer, PointsRecord, same_points};
 pub use words::{WordPoint, WordPool, WordSample, sample_words};
 
 #[cfg(test)]

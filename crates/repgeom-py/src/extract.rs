@@ -54,38 +54,15 @@ pub(crate) fn extract<'py>(
     Vec<(String, String)>,
 )> {
     let invalid = |msg: String| Err(Failure::Invalid(msg).into_py(py));
-    let word_pool = match word_pool.as_deref() {
-        None => None,
-        Some(w) => match repgeom_extract::WordPool::from_name(w) {
-            Some(w) => Some(w),
-            None => {
-                return invalid(format!(
-                    "word_pool = {w:?}: expected one of {}",
-                    repgeom_extract::WordPool::NAMES
-                ));
-            }
-        },
-    };
-    let pool = match (pool.as_str(), points.as_deref().unwrap_or("tokens")) {
-        ("mean", "words") => {
-            return invalid(
-                "pool = \"mean\" makes one point per line and points = \"words\" one per word: choose one".into(),
-            );
-        }
-        (_, "tokens") if word_pool.is_some() => {
-            return invalid("word_pool applies to points = \"words\" only".into());
-        }
-        ("tokens", "tokens") => repgeom_extract::Pool::Tokens,
-        ("mean", "tokens") => repgeom_extract::Pool::Mean,
-        ("tokens", "words") => repgeom_extract::Pool::Words(word_pool.unwrap_or_default()),
-        (p, "tokens" | "words") => {
-            return invalid(format!("pool = {p:?}: expected \"tokens\" or \"mean\""));
-        }
-        (_, other) => {
-            return invalid(format!(
-                "points = {other:?}: expected \"tokens\" or \"words\""
-            ));
-        }
+    // The design by its names, through the library's one rule (the command line's flags and
+    // a study's [extract] read the same).
+    let pool = match repgeom_extract::Pool::from_names(
+        &pool,
+        points.as_deref().unwrap_or("tokens"),
+        word_pool.as_deref(),
+    ) {
+        Ok(p) => p,
+        Err(e) => return invalid(e.to_string()),
     };
     let ex = run_blocking(py, move |cancel| {
         let model = resolve_model(

@@ -44,6 +44,21 @@ pub enum Error {
         /// What the data hold.
         found: String,
     },
+    /// The two models of a pair do not hold the same points (another design, count, place,
+    /// token or word window: [`repgeom_extract::same_points`]).
+    #[error("pairs [{a:?}, {b:?}]: {} against {}: {reason}", file_a.display(), file_b.display())]
+    PairPoints {
+        /// The first model's label.
+        a: String,
+        /// The second's.
+        b: String,
+        /// The first model's points file.
+        file_a: PathBuf,
+        /// The second's.
+        file_b: PathBuf,
+        /// What differs.
+        reason: Box<repgeom_extract::PointsDiffer>,
+    },
     /// A part file or directory could not be read or written.
     #[error("{op} {}: {source}", path.display())]
     Io {

@@ -255,11 +255,14 @@ fn extraction_inputs(manifest: &Manifest, origin: &str) -> Result<Option<String>
         }
         None => None,
     };
-    let key = serde_json::json!({
+    let mut key = serde_json::json!({
         "extract": e2,
         "text_sha256": text_sha,
         "probe": probe,
     });
+    if let Some(d) = e.design_keys() {
+        key["points"] = d;
+    }
     Ok(Some(hex(&Sha256::digest(key.to_string().as_bytes()))))
 }
 

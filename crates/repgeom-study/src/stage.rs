@@ -288,6 +288,9 @@ fn settings(e: &ExtractSpec) -> serde_json::Value {
     if e.params.loss {
         s["loss_tokens"] = e.loss_tokens().into();
     }
+    if let Some(d) = e.design_keys() {
+        s["points"] = d;
+    }
     s
 }
 

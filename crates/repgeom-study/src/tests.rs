@@ -333,6 +333,63 @@ fn paper_manifest_parses_and_names_hub_revisions() {
             .all(|c| c.revision.is_some() && c.activations.is_none() && c.val_loss.is_none()),
         "every checkpoint by revision, loss computed",
     );
+    // Word points, so that the four families pair with each other.
+    let e = m.extract.as_ref().unwrap();
+    check(
+        e.params.pool == repgeom_extract::Pool::Words(repgeom_extract::WordPool::Last),
+        "word points",
+    );
+    let family = |label: &str| {
+        let x = m.models.iter().find(|x| x.label == label).unwrap();
+        x.family.clone()
+    };
+    let cross_family = (m.pairs.iter())
+        .filter(|[a, b]| family(a) != family(b))
+        .count();
+    check(cross_family == 6, "each of four families with each other");
+}
+
+/// `[extract] points` and `word_pool`: read by the extraction library's names, entering the
+/// inputs hash and the activations' cache key only for words (token studies keep their keys),
+/// and refused with the library's words when they do not name a design.
+#[test]
+fn extract_points_names_the_design() {
+    let parse = |extra: &str| {
+        toml::from_str::<Manifest>(&format!("[extract]\ntext = \"t.txt\"\n{extra}"))
+            .map(|m| m.extract.unwrap())
+            .map_err(|e| e.to_string())
+    };
+    let tokens = parse("").unwrap();
+    check(
+        parse("points = \"tokens\"").unwrap() == tokens,
+        "tokens is the default",
+    );
+    check(tokens.design_keys().is_none(), "no key for tokens");
+    let words = parse("points = \"words\"\nword_pool = \"mean\"").unwrap();
+    check(
+        words.params().pool == repgeom_extract::Pool::Words(repgeom_extract::WordPool::Mean),
+        "words, mean",
+    );
+    check(
+        words.design_keys() == Some(serde_json::json!({"points": "words", "word_pool": "mean"})),
+        "words enter the keys",
+    );
+    for (bad, want) in [
+        (
+            "word_pool = \"mean\"",
+            "word_pool applies to points = words only",
+        ),
+        ("points = \"lines\"", "expected one of tokens, words"),
+        (
+            "points = \"words\"\nword_pool = \"first\"",
+            "expected one of last, mean",
+        ),
+    ] {
+        let e = parse(bad).unwrap_err();
+        check(e.contains(want), &format!("{bad}: {e}"));
+    }
+    let e = parse("pointz = \"words\"").unwrap_err();
+    check(e.contains("`points`, `word_pool`"), &e);
 }
 
 /// Hub models: each bad combination names the model, checkpoint and what to do.

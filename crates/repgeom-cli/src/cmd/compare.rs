@@ -2,11 +2,11 @@
 //! layers of two activation files over the same inputs, as a layer × layer table or along the
 //! matched-depth diagonal.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+use repgeom_extract::PointsRecord;
 use repgeom_linalg::MatRef;
 use repgeom_metrics::analysis::{ModelContext, ModelPair, PairModel, Readout, pair_needs};
 use repgeom_metrics::calibrate::{Aggregate, CompareSettings};
@@ -329,84 +329,29 @@ fn parse_aggregate(s: &str) -> Result<Aggregate, String> {
     s.parse().map_err(|e: repgeom_metrics::Error| e.to_string())
 }
 
-/// The two files hold the same points in the same order: one point design ([`same_design`]),
-/// the same `N`, and equal `positions` metadata where both record it.
+/// The two files hold the same points in the same order, by the library's one rule
+/// ([`repgeom_extract::same_points`]: one design, the same count, positions, tokens and word
+/// windows, where both files record them; `.npy` files record only their count).
 fn same_points(
     a: &Side,
     path_a: &std::path::Path,
     b: &Side,
     path_b: &std::path::Path,
 ) -> anyhow::Result<()> {
-    same_design(path_a, path_b)?;
-    let (na, nb) = (a.acts.layers[0].acts.rows, b.acts.layers[0].acts.rows);
-    anyhow::ensure!(
-        na == nb,
-        "{} has {na} points and {} has {nb}: a comparison needs the same inputs in both \
-         (extract both models from the same corpus with the same --n-points and --seed)",
-        path_a.display(),
-        path_b.display()
-    );
-    let pa = repgeom_io::read_positions(path_a, na)?;
-    let pb = repgeom_io::read_positions(path_b, nb)?;
-    if let (Some(pa), Some(pb)) = (pa, pb)
-        && let Some(i) = (0..na).find(|&i| pa[i] != pb[i])
-    {
-        anyhow::bail!(
-            "{} and {} hold different points (by their `positions` metadata, point {i} is \
-             [sequence, position] {:?} in the first and {:?} in the second): extract both \
-             from the same corpus with the same sampling options",
-            path_a.display(),
-            path_b.display(),
-            pa[i],
-            pb[i]
-        );
-    }
-    Ok(())
-}
-
-/// Both files hold points of one design (token positions, line means, or words read at their
-/// last token or as the mean over their tokens, by the `pool` and `word_pool` metadata
-/// `repgeom extract` writes), and word points read in the same character windows: a word of
-/// one and a token of the other are not the same input. Files without metadata (`.npy`) are
-/// not judged.
-fn same_design(path_a: &std::path::Path, path_b: &std::path::Path) -> anyhow::Result<()> {
-    let meta = |p: &std::path::Path| -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    let record = |side: &Side, p: &std::path::Path| -> anyhow::Result<PointsRecord> {
+        let n = side.acts.layers[0].acts.rows;
         let is_st = p
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
-        Ok(if is_st {
-            Some(repgeom_io::read_safetensors_metadata(p)?)
-        } else {
-            None
-        })
+        if !is_st {
+            return Ok(PointsRecord::unrecorded(n));
+        }
+        let meta = repgeom_io::read_safetensors_metadata(p)?;
+        PointsRecord::from_metadata(&meta, n).with_context(|| p.display().to_string())
     };
-    let (Some(ma), Some(mb)) = (meta(path_a)?, meta(path_b)?) else {
-        return Ok(());
-    };
-    let (da, db) = (
-        repgeom_extract::Pool::design_of(&ma),
-        repgeom_extract::Pool::design_of(&mb),
-    );
-    anyhow::ensure!(
-        da == db,
-        "{} holds points of design {da} and {} of design {db}: a comparison needs both \
-         sides on the same points (extract both with the same --points and --word-pool)",
-        path_a.display(),
-        path_b.display()
-    );
-    if let (Some(ca), Some(cb)) = (
-        ma.get(repgeom_io::WORD_CONTEXTS_KEY),
-        mb.get(repgeom_io::WORD_CONTEXTS_KEY),
-    ) && ca != cb
-    {
-        anyhow::bail!(
-            "{} and {} read their words in different windows (metadata `word_contexts`): \
-             extract both with the same --seq-len, --seed and sampling options",
-            path_a.display(),
-            path_b.display()
-        );
-    }
-    Ok(())
+    let (ra, rb) = (record(a, path_a)?, record(b, path_b)?);
+    repgeom_extract::same_points(&ra, &rb)
+        .map_err(|e| anyhow::anyhow!("{} against {}: {e}", path_a.display(), path_b.display()))
 }
 
 /// One layer of one side as a metric input, with that side's readout basis and null bases.

@@ -133,17 +133,19 @@ pub(crate) struct ExtractArgs {
 }
 
 pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
-    let pool = match (args.pool, args.points, args.word_pool) {
-        (PoolArg::Mean, PointsArg::Words, _) => anyhow::bail!(
-            "--pool mean makes one point per line and --points words one per word: choose one"
-        ),
-        (_, PointsArg::Tokens, Some(_)) => {
-            anyhow::bail!("--word-pool applies to --points words only")
-        }
-        (PoolArg::Tokens, PointsArg::Tokens, None) => Pool::Tokens,
-        (PoolArg::Mean, PointsArg::Tokens, None) => Pool::Mean,
-        (PoolArg::Tokens, PointsArg::Words, wp) => Pool::Words(wp.unwrap_or_default()),
-    };
+    // The design by its names, through the library's one rule (Python and a study's
+    // [extract] read the same).
+    let pool = Pool::from_names(
+        match args.pool {
+            PoolArg::Tokens => "tokens",
+            PoolArg::Mean => "mean",
+        },
+        match args.points {
+            PointsArg::Tokens => "tokens",
+            PointsArg::Words => "words",
+        },
+        args.word_pool.map(WordPool::name),
+    )?;
     let n_points = match pool {
         Pool::Tokens | Pool::Words(_) => {
             Some(args.n_points.unwrap_or(repgeom_extract::DEFAULT_N_POINTS))

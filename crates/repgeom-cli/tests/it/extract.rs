@@ -171,6 +171,42 @@ fn word_points_of_different_tokenizers_compare_and_mixed_designs_are_refused() {
         assert!(run.stderr.contains(f), "{f:?} not in {}", run.stderr);
     }
     assert!(!refused.exists(), "nothing written on error");
+
+    // token points of two tokenizers: refused (not the same inputs), naming the remedy
+    let other = tmp.path().join("llama-tokens.safetensors");
+    let run = crate::repgeom(&[
+        "extract",
+        "--model",
+        "fixtures/extract/words/llama_metaspace",
+        "--text",
+        "fixtures/extract/words/text.txt",
+        "--n-points",
+        "20",
+        "--seq-len",
+        "40",
+        "--out",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = crate::repgeom(&[
+        "compare",
+        "--a",
+        tokens.to_str().unwrap(),
+        "--b",
+        other.to_str().unwrap(),
+        "--metric",
+        "cka_linear",
+        "--out",
+        refused.to_str().unwrap(),
+    ]);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("use points = words")
+            || run.stderr.contains("share points only as words"),
+        "{}",
+        run.stderr
+    );
+    assert!(!refused.exists(), "nothing written on error");
 }
 
 /// Bad word-point requests: more words than the text has, and word points mixed with line
@@ -188,7 +224,11 @@ fn word_point_errors_name_the_mismatch_and_write_nothing() {
     );
     let run = extract_words("fixtures/extract/gpt2_tied", "5", &["--pool", "mean"], &out);
     assert_ne!(run.code, 0);
-    assert!(run.stderr.contains("--pool mean"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("pool = mean makes one point per line"),
+        "{}",
+        run.stderr
+    );
     let run = extract_words(
         "fixtures/extract/gpt2_tied",
         "5",

@@ -319,3 +319,175 @@ fn data_by_name_that_does_not_exist_is_named() {
         "test-org/no-such-data: no such dataset",
     );
 }
+
+/// A pair of models with different tokenizers: neox-d32 (byte-level BPE) and neox-sp-d32 (a
+/// SentencePiece-style tokenizer, same shape, recipe and training text; made by
+/// `fixtures/trained/make_second_tokenizer.py`). On word points (`[extract] points =
+/// "words"`) the study pairs them, with a calibrated CKA row in the results and the report;
+/// on token points the pair is refused, naming the remedy, before it is compared.
+#[test]
+fn a_cross_tokenizer_pair_on_word_points() {
+    let repos = [("neox-d32", &[600u64][..]), ("neox-sp-d32", &[0, 600][..])]
+        .iter()
+        .map(|(name, steps)| {
+            let mut r = TestRepo::new(&format!("test-org/{name}"));
+            for s in *steps {
+                r.branch_from_dir(&format!("step{s}"), &trained(&format!("{name}/step{s}")))
+                    .unwrap();
+            }
+            r
+        })
+        .collect();
+    let hub = TestHub::start(repos);
+    let cache = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = |points: &str| {
+        let model = |name: &str, steps: &[u64]| {
+            let ckpts: String = (steps.iter())
+                .map(|s| {
+                    format!(
+                        "\n[[model.checkpoint]]\nname = \"step{s}\"\nstep = {s}\nrevision = \"step{s}\"\n"
+                    )
+                })
+                .collect();
+            format!(
+                "\n[[model]]\nlabel = \"{name}\"\nfamily = \"{name}\"\nhub = \"test-org/{name}\"\nd = 32\nn_layers = 5\n{ckpts}"
+            )
+        };
+        format!(
+            r#"
+title = "a cross-tokenizer pair (test hub)"
+pairs = [["neox-d32", "neox-sp-d32"]]
+
+[analysis]
+k_frac = 0.25
+n_null = 20
+ccr = [1]
+spectral = ["rankme"]
+pc_share = 0
+probe = false
+cross = ["cka_linear"]
+cross_n_perm = 20
+cross_aggregate = ["max"]
+
+[extract]
+text = {:?}
+points = "{points}"
+n_points = 256
+seq_len = 128
+loss = true
+
+[report]
+small_max_d = 16
+large_min_d = 64
+{}{}"#,
+            trained("corpus.txt").display().to_string(),
+            model("neox-d32", &[600]),
+            model("neox-sp-d32", &[0, 600]),
+        )
+    };
+
+    // Word points: the pair is compared, calibrated, and in the report.
+    let m = tmp.path().join("words.toml");
+    std::fs::write(&m, manifest("words")).unwrap();
+    let work = tmp.path().join("work");
+    let out = tmp.path().join("paper");
+    let (ws, os) = (work.to_str().unwrap(), out.to_str().unwrap());
+    ok(&repgeom_hub(
+        &hub,
+        cache.path(),
+        &["sweep", "--manifest", m.to_str().unwrap(), "--out", ws],
+        &[],
+    ));
+    ok(&repgeom_hub(
+        &hub,
+        cache.path(),
+        &["report", "--work", ws, "--out", os],
+        &[],
+    ));
+    let csv_text = read(out.join("results.csv"));
+    let mut rdr = csv::Reader::from_reader(csv_text.as_bytes());
+    let h = rdr.headers().unwrap().clone();
+    let col = |n: &str| h.iter().position(|c| c == n).unwrap();
+    let (model, metric, other, z, p) = (
+        col("model"),
+        col("metric"),
+        col("other_model"),
+        col("z"),
+        col("p_value"),
+    );
+    let rows: Vec<csv::StringRecord> = rdr
+        .records()
+        .map(Result::unwrap)
+        .filter(|r| r[metric].starts_with("cka_linear"))
+        .collect();
+    assert!(!rows.is_empty(), "CKA rows of the pair");
+    for r in &rows {
+        assert_eq!((&r[model], &r[other]), ("neox-d32", "neox-sp-d32"), "{r:?}");
+        let z: f64 = r[z].parse().unwrap();
+        let p: f64 = r[p].parse().unwrap();
+        assert!(z.is_finite() && p > 0.0 && p <= 1.0, "calibrated: {r:?}");
+    }
+    assert!(
+        rows.iter().any(|r| r[metric].starts_with("cka_linear_max")),
+        "the calibrated aggregate"
+    );
+    let summary = read(out.join("summary.md"));
+    assert!(
+        summary.contains("neox-sp-d32") && summary.contains("cka_linear_max"),
+        "{summary}"
+    );
+    // The second tokenizer is read as transformers reads it: the loss of both checkpoints.
+    let reference: serde_json::Value =
+        serde_json::from_str(&read(trained("reference-sp.json"))).unwrap();
+    let v = values(&csv_text);
+    for (i, s) in [0, 600].iter().enumerate() {
+        let want = reference["models"]["neox-sp-d32"]["checkpoints"][i]["val_loss"]
+            .as_f64()
+            .unwrap();
+        let key = (
+            "neox-sp-d32".to_string(),
+            format!("step{s}"),
+            "val_loss".to_string(),
+            String::new(),
+            "0".to_string(),
+        );
+        let got = v[&key];
+        assert!(
+            (got - want).abs() <= LOSS_TOL,
+            "step{s}: {got} vs transformers {want}"
+        );
+    }
+
+    // Token points: two tokenizers do not hold the same token positions; refused.
+    let m = tmp.path().join("tokens.toml");
+    std::fs::write(&m, manifest("tokens")).unwrap();
+    let work = tmp.path().join("work-tokens");
+    let r = repgeom_hub(
+        &hub,
+        cache.path(),
+        &[
+            "sweep",
+            "--manifest",
+            m.to_str().unwrap(),
+            "--out",
+            work.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("pairs [\"neox-d32\", \"neox-sp-d32\"]")
+            && r.stderr.contains("use points = words"),
+        "{}",
+        r.stderr
+    );
+    let cross_parts = std::fs::read_dir(work.join("parts"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.contains("cross"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(cross_parts, 0, "no cross-model part written");
+}

@@ -64,13 +64,18 @@ pub struct ExtractSpec {
     /// Share of the text's lines, at its end, held out for the loss (never sampled as points).
     pub val_fraction: f64,
     /// The extraction parameters (`n_points`, `seq_len`, `seed`, `points_per_sequence`,
-    /// `batch_size`, `loss`, `loss_tokens`, `skip_first`), as keys of `[extract]` itself.
+    /// `batch_size`, `loss`, `loss_tokens`, `skip_first`), as keys of `[extract]` itself, and
+    /// the point design (`pool`: token positions, or words by `points = "words"` and
+    /// `word_pool`; written to the inputs hash and the cache key only when words, so that
+    /// token studies keep their keys).
     #[serde(flatten)]
     pub params: repgeom_extract::ExtractParams,
 }
 
-/// `[extract]`'s own keys, beside the extraction parameters'.
-const EXTRACT_KEYS: [&str; 2] = ["text", "val_fraction"];
+/// `[extract]`'s own keys, beside the extraction parameters'. `points` and `word_pool` name
+/// the point design (`repgeom extract --points`, `--word-pool`), read by the extraction
+/// library's [`repgeom_extract::Pool::from_names`] into the parameters' `pool`.
+const EXTRACT_KEYS: [&str; 4] = ["text", "val_fraction", "points", "word_pool"];
 
 /// The default share of held-out lines.
 const DEFAULT_VAL_FRACTION: f64 = 0.1;
@@ -87,13 +92,31 @@ impl<'de> Deserialize<'de> for ExtractSpec {
             Some(v) => serde_json::from_value(v).map_err(D::Error::custom)?,
             None => DEFAULT_VAL_FRACTION,
         };
-        let params = serde_json::from_value(serde_json::Value::Object(keys)).map_err(|e| {
-            let own: Vec<String> = EXTRACT_KEYS.iter().map(|k| format!("`{k}`")).collect();
-            D::Error::custom(format!(
-                "{e}, or one of the study's own: {}",
-                own.join(", ")
-            ))
-        })?;
+        let mut name = |key: &str| -> std::result::Result<Option<String>, D::Error> {
+            match keys.remove(key) {
+                Some(v) => serde_json::from_value(v)
+                    .map(Some)
+                    .map_err(|e| D::Error::custom(format!("{key}: {e}"))),
+                None => Ok(None),
+            }
+        };
+        let points = name("points")?;
+        let word_pool = name("word_pool")?;
+        let pool = repgeom_extract::Pool::from_names(
+            "tokens",
+            points.as_deref().unwrap_or("tokens"),
+            word_pool.as_deref(),
+        )
+        .map_err(D::Error::custom)?;
+        let mut params: repgeom_extract::ExtractParams =
+            serde_json::from_value(serde_json::Value::Object(keys)).map_err(|e| {
+                let own: Vec<String> = EXTRACT_KEYS.iter().map(|k| format!("`{k}`")).collect();
+                D::Error::custom(format!(
+                    "{e}, or one of the study's own: {}",
+                    own.join(", ")
+                ))
+            })?;
+        params.pool = pool;
         Ok(Self {
             text,
             val_fraction,
@@ -104,13 +127,26 @@ impl<'de> Deserialize<'de> for ExtractSpec {
 
 impl ExtractSpec {
     /// The extraction settings of the points' pass (`check` them); the loss pass
-    /// (`Extractor::loss`) reads the same `seq_len`, `seed`, `loss_tokens` and `batch_size`.
+    /// (`Extractor::loss`) reads the same `seq_len`, `seed`, `loss_tokens` and `batch_size`
+    /// (with word points, `seq_len` bounds a word window's bytes for the points and is the
+    /// loss's sequence length in tokens).
     pub fn params(&self) -> repgeom_extract::ExtractParams {
         repgeom_extract::ExtractParams {
-            pool: repgeom_extract::Pool::Tokens,
             // The loss runs on the held-out part only, never on the points' text.
             loss: false,
             ..self.params.clone()
+        }
+    }
+
+    /// The point design's keys as the manifest writes them (`points`, `word_pool`), or
+    /// `None` for token points (the default, and what caches made before the key hold).
+    pub fn design_keys(&self) -> Option<serde_json::Value> {
+        match self.params.pool {
+            repgeom_extract::Pool::Words(w) => Some(serde_json::json!({
+                "points": "words",
+                "word_pool": w.name(),
+            })),
+            _ => None,
         }
     }
 

@@ -359,6 +359,38 @@ impl<'s> Loader<'s> {
         }
     }
 
+    /// The activation file of model `m` at `ckpt` and what it records about its `n` points
+    /// (design, places, tokens, word windows; [`repgeom_extract::PointsRecord`]), for the
+    /// pair rule; `None` for synthetic models, whose points are independent draws.
+    pub(super) fn points_record(
+        &self,
+        m: &ModelInfo,
+        ckpt: &str,
+        n: usize,
+    ) -> Result<Option<(std::path::PathBuf, repgeom_extract::PointsRecord)>> {
+        let ModelSource::Files(spec) = &m.source else {
+            return Ok(None);
+        };
+        let path = self.activations_path(m, spec, ckpt)?;
+        let is_st = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+        let record = if is_st {
+            let meta = repgeom_io::read_safetensors_metadata(&path)?;
+            repgeom_extract::PointsRecord::from_metadata(&meta, n).map_err(|e| {
+                Error::DataMismatch {
+                    model: m.label.clone(),
+                    what: format!("metadata of {}", path.display()),
+                    expected: "what repgeom extract writes".into(),
+                    found: e.to_string(),
+                }
+            })?
+        } else {
+            repgeom_extract::PointsRecord::unrecorded(n)
+        };
+        Ok(Some((path, record)))
+    }
+
     /// The activation file of file model `m` at checkpoint `ckpt`: the manifest's
     /// `activations`, or the extraction stage's cached file for a hub revision.
     fn activations_path(

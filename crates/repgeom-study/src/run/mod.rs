@@ -184,6 +184,21 @@ fn cross_pair(
     let ockpt = o.final_checkpoint().name.clone();
     let mine = loader.layers(m, ckpt, &m.layers)?;
     let theirs = loader.layers(o, &ockpt, &o.layers)?;
+    // Both hold the same points (one design, places, tokens, word windows): the rule
+    // `repgeom compare` applies, from the same library function.
+    let rows = |x: &BTreeMap<usize, Mat<f32>>| x.values().next().map_or(0, Mat::nrows);
+    if let (Some((fa, pa)), Some((fb, pb))) = (
+        loader.points_record(m, ckpt, rows(&mine))?,
+        loader.points_record(o, &ockpt, rows(&theirs))?,
+    ) {
+        repgeom_extract::same_points(&pa, &pb).map_err(|reason| Error::PairPoints {
+            a: m.label.clone(),
+            b: o.label.clone(),
+            file_a: fa,
+            file_b: fb,
+            reason: Box::new(reason),
+        })?;
+    }
     let va: Vec<MatRef<'_, f32>> = mine.values().map(Mat::as_ref).collect();
     let vb: Vec<MatRef<'_, f32>> = theirs.values().map(Mat::as_ref).collect();
     let (what_a, what_b) = (format!("model {}", m.label), format!("model {}", o.label));
