@@ -81,11 +81,28 @@ pub fn main() -> ExitCode {
         Err(err) => {
             #[allow(clippy::print_stderr)] // the binary's one error channel
             {
-                eprintln!("error: {err:#}");
+                eprintln!("error: {}", message(&err));
             }
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose words the message
+/// already ends with (library errors that name their file and include the OS's reason also
+/// hand that reason on as their source, which `{:#}` would print twice).
+fn message(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -239,3 +239,35 @@ fn word_point_errors_name_the_mismatch_and_write_nothing() {
     assert!(run.stderr.contains("last, mean"), "{}", run.stderr);
     assert!(!out.exists(), "nothing written on error");
 }
+
+/// An output folder that does not exist: one error naming the file, the OS's reason said once.
+#[test]
+fn an_output_in_a_missing_folder_is_named_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("missing/points.safetensors");
+    let run = crate::repgeom(&[
+        "extract",
+        "--model",
+        "fixtures/extract/gpt2_tied",
+        "--text",
+        "fixtures/extract/words/text.txt",
+        "--n-points",
+        "8",
+        "--seq-len",
+        "40",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("missing/points.safetensors"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        run.stderr.matches("No such file or directory").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+}
