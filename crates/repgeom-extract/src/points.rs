@@ -185,8 +185,7 @@ pub enum PointsDiffer {
     #[error(
         "point {point} is token id {a} in the first and {b} in the second at the same position \
          (metadata `token_ids`): the two tokenize the text differently, so token positions are \
-         not the same inputs; models with different tokenizers share points only as words \
-         (points = words)"
+         not the same inputs (with different tokenizers, use points = words)"
     )]
     Tokens {
         /// The first point that differs.

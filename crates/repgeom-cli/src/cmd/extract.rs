@@ -713,6 +713,36 @@ mod tests {
         (Extractor::load(&dir).unwrap(), text)
     }
 
+    /// Every streamed token of `layers` gathered whole (row-major, one vector per layer), and
+    /// the stream's counts.
+    fn gather(
+        ex: &Extractor,
+        text: &str,
+        params: &repgeom_extract::ValidExtractParams,
+        max_tokens: Option<usize>,
+        layers: &[usize],
+    ) -> (Vec<Vec<f32>>, repgeom_extract::Streamed) {
+        let mut whole: Vec<Vec<f32>> = vec![Vec::new(); layers.len()];
+        let streamed = ex
+            .stream(
+                text,
+                params,
+                max_tokens,
+                layers,
+                &mut |views| -> anyhow::Result<()> {
+                    for (w, v) in whole.iter_mut().zip(views) {
+                        for i in 0..v.nrows() {
+                            w.extend((0..v.ncols()).map(|j| v[(i, j)]));
+                        }
+                    }
+                    Ok(())
+                },
+                &mut |_| {},
+            )
+            .unwrap();
+        (whole, streamed)
+    }
+
     /// `cka_linear` (biased, debiased) on the whole of two row-major `[n, d]` matrices.
     fn full_batch(x: &[f32], y: &[f32], d: usize) -> (f64, f64) {
         full_batch_2(x, y, (d, d))
@@ -752,24 +782,7 @@ mod tests {
         let d = ex.model().config().hidden_size;
         let pairs = parse_pairs("0:3,1:2,2:2", 4, None).unwrap();
         for max_tokens in [None, Some(37)] {
-            let mut whole: Vec<Vec<f32>> = vec![Vec::new(); 4];
-            let streamed = ex
-                .stream(
-                    &text,
-                    &params,
-                    max_tokens,
-                    &[0, 1, 2, 3],
-                    &mut |views| -> anyhow::Result<()> {
-                        for (w, v) in whole.iter_mut().zip(views) {
-                            for i in 0..v.nrows() {
-                                w.extend((0..v.ncols()).map(|j| v[(i, j)]));
-                            }
-                        }
-                        Ok(())
-                    },
-                    &mut |_| {},
-                )
-                .unwrap();
+            let (whole, streamed) = gather(&ex, &text, &params, max_tokens, &[0, 1, 2, 3]);
             let (s, values, _) = stream_cka(
                 (&ex, None),
                 &text,
@@ -823,27 +836,11 @@ mod tests {
         }
         .check()
         .unwrap();
-        let gather = |ex: &Extractor| {
-            let mut whole: Vec<Vec<f32>> = vec![Vec::new(); 5];
-            ex.stream(
-                &text,
-                &params,
-                None,
-                &[0, 1, 2, 3, 4],
-                &mut |views| -> anyhow::Result<()> {
-                    for (w, v) in whole.iter_mut().zip(views) {
-                        for i in 0..v.nrows() {
-                            w.extend((0..v.ncols()).map(|j| v[(i, j)]));
-                        }
-                    }
-                    Ok(())
-                },
-                &mut |_| {},
-            )
-            .unwrap();
-            whole
-        };
-        let (wa, wb) = (gather(&a), gather(&b));
+        let all = [0, 1, 2, 3, 4];
+        let ((wa, _), (wb, _)) = (
+            gather(&a, &text, &params, None, &all),
+            gather(&b, &text, &params, None, &all),
+        );
         let pairs = parse_pairs("0:0,2:4,4:1", 5, Some(5)).unwrap();
         let (s, values, _) = stream_cka(
             (&a, Some(&b)),
@@ -926,23 +923,7 @@ mod tests {
         let d = ex.model().config().hidden_size;
         let layers = parse_layers("3, 1", 4).unwrap();
         assert_eq!(layers, [1, 3]);
-        let mut whole: Vec<Vec<f32>> = vec![Vec::new(); 2];
-        ex.stream(
-            &text,
-            &params,
-            None,
-            &layers,
-            &mut |views| -> anyhow::Result<()> {
-                for (w, v) in whole.iter_mut().zip(views) {
-                    for i in 0..v.nrows() {
-                        w.extend((0..v.ncols()).map(|j| v[(i, j)]));
-                    }
-                }
-                Ok(())
-            },
-            &mut |_| {},
-        )
-        .unwrap();
+        let (whole, _) = gather(&ex, &text, &params, None, &layers);
         let (s, records) =
             stream_spectra(&ex, &text, &params, None, (0, 1), &layers, &mut |_| {}).unwrap();
         for (record, w) in records.iter().zip(&whole) {

@@ -67,8 +67,15 @@ fn extract_refuses_a_zero_batch_size() {
     assert!(!out.exists(), "no output on error");
 }
 
-/// `repgeom extract --points words` on `model` (a fixture), `n` words of the word fixture text.
-fn extract_words(model: &str, n: &str, extra: &[&str], out: &std::path::Path) -> crate::Run {
+/// `repgeom extract --points POINTS` on `model` (a fixture), `n` points of the word fixture
+/// text (`--seq-len 40 --seed 5`).
+fn extract_points(
+    model: &str,
+    points: &str,
+    n: &str,
+    extra: &[&str],
+    out: &std::path::Path,
+) -> crate::Run {
     let mut args = vec![
         "extract",
         "--model",
@@ -76,7 +83,7 @@ fn extract_words(model: &str, n: &str, extra: &[&str], out: &std::path::Path) ->
         "--text",
         "fixtures/extract/words/text.txt",
         "--points",
-        "words",
+        points,
         "--n-points",
         n,
         "--seq-len",
@@ -87,6 +94,26 @@ fn extract_words(model: &str, n: &str, extra: &[&str], out: &std::path::Path) ->
     args.extend(extra);
     args.extend(["--out", out.to_str().unwrap()]);
     crate::repgeom(&args)
+}
+
+/// [`extract_points`] with word points.
+fn extract_words(model: &str, n: &str, extra: &[&str], out: &std::path::Path) -> crate::Run {
+    extract_points(model, "words", n, extra, out)
+}
+
+/// `repgeom compare --metric cka_linear` of two points files into `out`.
+fn compare_cka(a: &std::path::Path, b: &std::path::Path, out: &std::path::Path) -> crate::Run {
+    crate::repgeom(&[
+        "compare",
+        "--a",
+        a.to_str().unwrap(),
+        "--b",
+        b.to_str().unwrap(),
+        "--metric",
+        "cka_linear",
+        "--out",
+        out.to_str().unwrap(),
+    ])
 }
 
 /// Word points of two models with different tokenizers hold the same points (their
@@ -114,53 +141,16 @@ fn word_points_of_different_tokenizers_compare_and_mixed_designs_are_refused() {
         "different tokenizers"
     );
     let table = tmp.path().join("cmp.csv");
-    let (sa, sb, st) = (
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-        table.to_str().unwrap(),
-    );
-    let run = crate::repgeom(&[
-        "compare",
-        "--a",
-        sa,
-        "--b",
-        sb,
-        "--metric",
-        "cka_linear",
-        "--out",
-        st,
-    ]);
+    let run = compare_cka(&a, &b, &table);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(table.is_file());
 
     // the same model's token points against its word points: refused by design
     let tokens = tmp.path().join("gpt2-tokens.safetensors");
-    let run = crate::repgeom(&[
-        "extract",
-        "--model",
-        "fixtures/extract/gpt2_tied",
-        "--text",
-        "fixtures/extract/words/text.txt",
-        "--n-points",
-        "20",
-        "--seq-len",
-        "40",
-        "--out",
-        tokens.to_str().unwrap(),
-    ]);
+    let run = extract_points("fixtures/extract/gpt2_tied", "tokens", "20", &[], &tokens);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let refused = tmp.path().join("refused.csv");
-    let run = crate::repgeom(&[
-        "compare",
-        "--a",
-        tokens.to_str().unwrap(),
-        "--b",
-        sa,
-        "--metric",
-        "cka_linear",
-        "--out",
-        refused.to_str().unwrap(),
-    ]);
+    let run = compare_cka(&tokens, &a, &refused);
     assert_ne!(run.code, 0);
     for f in [
         "gpt2-tokens.safetensors",
@@ -174,38 +164,17 @@ fn word_points_of_different_tokenizers_compare_and_mixed_designs_are_refused() {
 
     // token points of two tokenizers: refused (not the same inputs), naming the remedy
     let other = tmp.path().join("llama-tokens.safetensors");
-    let run = crate::repgeom(&[
-        "extract",
-        "--model",
+    let run = extract_points(
         "fixtures/extract/words/llama_metaspace",
-        "--text",
-        "fixtures/extract/words/text.txt",
-        "--n-points",
+        "tokens",
         "20",
-        "--seq-len",
-        "40",
-        "--out",
-        other.to_str().unwrap(),
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let run = crate::repgeom(&[
-        "compare",
-        "--a",
-        tokens.to_str().unwrap(),
-        "--b",
-        other.to_str().unwrap(),
-        "--metric",
-        "cka_linear",
-        "--out",
-        refused.to_str().unwrap(),
-    ]);
-    assert_ne!(run.code, 0);
-    assert!(
-        run.stderr.contains("use points = words")
-            || run.stderr.contains("share points only as words"),
-        "{}",
-        run.stderr
+        &[],
+        &other,
     );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = compare_cka(&tokens, &other, &refused);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("use points = words"), "{}", run.stderr);
     assert!(!refused.exists(), "nothing written on error");
 }
 
