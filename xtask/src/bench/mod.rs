@@ -66,6 +66,20 @@ pub(crate) fn criterion_dir() -> PathBuf {
     target_dir().join("criterion")
 }
 
+/// Builds example `name` of package `package` in release and returns its path.
+pub(crate) fn build_release_example(package: &str, name: &str) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args(["build", "--release", "-p", package, "--example", name])
+        .status()
+        .with_context(|| format!("build the {name} example"))?;
+    if !status.success() {
+        bail!("building {name} failed ({status})");
+    }
+    Ok(target_dir().join("release/examples").join(name))
+}
+
 /// Builds the release CLI and returns its path.
 pub(crate) fn build_release_cli() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

@@ -182,23 +182,8 @@ pub(crate) fn bench_pga() -> anyhow::Result<()> {
 /// CCR-1, the full-space ranking, 101 draws at their best time): its summary line and their sum
 /// in seconds.
 fn pga_parts(dir: &Path) -> anyhow::Result<(String, f64)> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(&cargo)
-        .current_dir(root())
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "repgeom-metrics",
-            "--example",
-            "profile_pga",
-        ])
-        .status()
-        .context("build the profile_pga example")?;
-    if !status.success() {
-        bail!("building profile_pga failed ({status})");
-    }
-    let out = std::process::Command::new(target_dir().join("release/examples/profile_pga"))
+    let exe = super::build_release_example("repgeom-metrics", "profile_pga")?;
+    let out = std::process::Command::new(exe)
         .env("PGA_FILES", dir)
         .env("RAYON_NUM_THREADS", "1")
         .env("REPS", "5")

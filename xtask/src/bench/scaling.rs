@@ -5,9 +5,8 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
+use super::build_release_cli;
 use super::pga::write_pga_workload;
-use super::{build_release_cli, target_dir};
-use crate::root;
 
 /// `cargo xtask bench scaling [--quick]`: time and peak memory of one PGA layer (k = 100,
 /// CCR-1) against N (d = 2048) and against d (N = 2048), each size in a fresh process, with
@@ -16,24 +15,8 @@ use crate::root;
 /// per size and reports the time scaled to 100 draws alongside; `--quick` stops at N = 4000.
 pub(crate) fn scaling(args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(&cargo)
-        .current_dir(root())
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "repgeom-metrics",
-            "--example",
-            "pga_scaling",
-        ])
-        .status()
-        .context("build the pga_scaling example")?;
-    if !status.success() {
-        bail!("building pga_scaling failed ({status})");
-    }
     let cli = build_release_cli()?;
-    let exe = target_dir().join("release/examples/pga_scaling");
+    let exe = super::build_release_example("repgeom-metrics", "pga_scaling")?;
     let work = tempfile::tempdir().context("a directory for the workload files")?;
     let n_null = 10u64;
     // The command a user runs on files of that size: reading W_U (4000 × d) and the layer,

@@ -157,23 +157,7 @@ const TARGET_TOKENS: usize = 1_000_000;
 /// example of repgeom-extract, built in release) and against the study's point extraction
 /// (2,048 points); seconds and peak resident memory side by side, then the ratios.
 fn bench_70m(exe: &Path, dir: &Path) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(&cargo)
-        .current_dir(root())
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "repgeom-extract",
-            "--example",
-            "stream_baseline",
-        ])
-        .status()
-        .context("build the stream_baseline example")?;
-    if !status.success() {
-        bail!("building stream_baseline failed ({status})");
-    }
-    let baseline = super::target_dir().join("release/examples/stream_baseline");
+    let baseline = super::build_release_example("repgeom-extract", "stream_baseline")?;
     let model = dir.join("model-70m");
     write_checkpoint(&model, 6, Some(50_304))?;
     let text = dir.join("corpus-1m.txt");
