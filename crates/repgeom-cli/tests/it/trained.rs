@@ -77,19 +77,7 @@ fn manifest(null: &str, data: Data<'_>) -> String {
     };
     let models: String = WIDTHS
         .iter()
-        .map(|w| {
-            let ckpts: String = STEPS
-                .iter()
-                .map(|s| {
-                    format!(
-                        "\n[[model.checkpoint]]\nname = \"step{s}\"\nstep = {s}\nrevision = \"step{s}\"\n"
-                    )
-                })
-                .collect();
-            format!(
-                "\n[[model]]\nlabel = \"neox-d{w}\"\nfamily = \"neox\"\nhub = \"test-org/neox-d{w}\"\nd = {w}\nn_layers = 5\n{ckpts}"
-            )
-        })
+        .map(|w| model_toml(&format!("neox-d{w}"), "neox", *w, &STEPS))
         .collect();
     format!(
         r#"
@@ -119,6 +107,22 @@ labels = {labelled}
 small_max_d = 16
 large_min_d = 64
 {models}"#
+    )
+}
+
+/// A `[[model]]` table of the test hub's `test-org/{label}`: 4 layers (5 hidden states), width
+/// `d`, one checkpoint per step, each by its `step<N>` revision.
+fn model_toml(label: &str, family: &str, d: usize, steps: &[u64]) -> String {
+    let ckpts: String = steps
+        .iter()
+        .map(|s| {
+            format!(
+                "\n[[model.checkpoint]]\nname = \"step{s}\"\nstep = {s}\nrevision = \"step{s}\"\n"
+            )
+        })
+        .collect();
+    format!(
+        "\n[[model]]\nlabel = \"{label}\"\nfamily = \"{family}\"\nhub = \"test-org/{label}\"\nd = {d}\nn_layers = 5\n{ckpts}"
     )
 }
 
@@ -342,18 +346,6 @@ fn a_cross_tokenizer_pair_on_word_points() {
     let cache = tempfile::tempdir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let manifest = |points: &str| {
-        let model = |name: &str, steps: &[u64]| {
-            let ckpts: String = (steps.iter())
-                .map(|s| {
-                    format!(
-                        "\n[[model.checkpoint]]\nname = \"step{s}\"\nstep = {s}\nrevision = \"step{s}\"\n"
-                    )
-                })
-                .collect();
-            format!(
-                "\n[[model]]\nlabel = \"{name}\"\nfamily = \"{name}\"\nhub = \"test-org/{name}\"\nd = 32\nn_layers = 5\n{ckpts}"
-            )
-        };
         format!(
             r#"
 title = "a cross-tokenizer pair (test hub)"
@@ -382,8 +374,8 @@ small_max_d = 16
 large_min_d = 64
 {}{}"#,
             trained("corpus.txt").display().to_string(),
-            model("neox-d32", &[600]),
-            model("neox-sp-d32", &[0, 600]),
+            model_toml("neox-d32", "neox", 32, &[600]),
+            model_toml("neox-sp-d32", "neox-sp", 32, &[0, 600]),
         )
     };
 
