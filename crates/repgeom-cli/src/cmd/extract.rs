@@ -713,6 +713,18 @@ mod tests {
         (Extractor::load(&dir).unwrap(), text)
     }
 
+    /// The streaming tests' settings: sequences of 16 tokens, 2 per batch (so the fixture's
+    /// text runs in several batches).
+    fn stream_params() -> repgeom_extract::ValidExtractParams {
+        repgeom_extract::ExtractParams {
+            seq_len: 16,
+            batch_size: 2,
+            ..Default::default()
+        }
+        .check()
+        .unwrap()
+    }
+
     /// Every streamed token of `layers` gathered whole (row-major, one vector per layer), and
     /// the stream's counts.
     fn gather(
@@ -772,13 +784,7 @@ mod tests {
     #[test]
     fn streamed_cka_equals_the_full_batch() {
         let (ex, text) = fixture();
-        let params = repgeom_extract::ExtractParams {
-            seq_len: 16,
-            batch_size: 2,
-            ..Default::default()
-        }
-        .check()
-        .unwrap();
+        let params = stream_params();
         let d = ex.model().config().hidden_size;
         let pairs = parse_pairs("0:3,1:2,2:2", 4, None).unwrap();
         for max_tokens in [None, Some(37)] {
@@ -829,13 +835,7 @@ mod tests {
         };
         let (a, b) = (trained(16), trained(64));
         let text = fixture().1;
-        let params = repgeom_extract::ExtractParams {
-            seq_len: 16,
-            batch_size: 2,
-            ..Default::default()
-        }
-        .check()
-        .unwrap();
+        let params = stream_params();
         let all = [0, 1, 2, 3, 4];
         let ((wa, _), (wb, _)) = (
             gather(&a, &text, &params, None, &all),
@@ -913,13 +913,7 @@ mod tests {
     #[test]
     fn streamed_spectra_equal_the_gathered_tokens() {
         let (ex, text) = fixture();
-        let params = repgeom_extract::ExtractParams {
-            seq_len: 16,
-            batch_size: 2,
-            ..Default::default()
-        }
-        .check()
-        .unwrap();
+        let params = stream_params();
         let d = ex.model().config().hidden_size;
         let layers = parse_layers("3, 1", 4).unwrap();
         assert_eq!(layers, [1, 3]);
