@@ -97,38 +97,12 @@ impl PointsRecord {
     /// The record of a file of `n` points with this metadata; a `positions` or `token_ids`
     /// entry that is not what `repgeom extract` writes is an error naming it.
     pub fn from_metadata(meta: &BTreeMap<String, String>, n: usize) -> Result<Self> {
-        let bad = |key: &'static str, reason: String| Error::InvalidParams {
-            field: key,
-            reason: format!("metadata entry `{key}`: {reason}"),
-        };
-        let positions = match meta.get("positions") {
-            Some(t) => {
-                let p: Vec<[usize; 2]> = serde_json::from_str(t)
-                    .map_err(|e| bad("positions", format!("not a JSON list of pairs ({e})")))?;
-                if p.len() != n {
-                    return Err(bad(
-                        "positions",
-                        format!("{} entries for {n} points", p.len()),
-                    ));
-                }
-                Some(p)
-            }
-            None => None,
-        };
         let design = Pool::design_of(meta);
-        let tokens = match meta.get("token_ids") {
-            Some(t) if design == Pool::Tokens.design() => {
-                let ids: Vec<u32> = serde_json::from_str(t)
-                    .map_err(|e| bad("token_ids", format!("not a JSON list of token ids ({e})")))?;
-                if ids.len() != n {
-                    return Err(bad(
-                        "token_ids",
-                        format!("{} entries for {n} points", ids.len()),
-                    ));
-                }
-                Some(ids)
-            }
-            _ => None,
+        let positions = list::<[usize; 2]>(meta, "positions", "pairs", n)?;
+        let tokens = if design == Pool::Tokens.design() {
+            list::<u32>(meta, "token_ids", "token ids", n)?
+        } else {
+            None
         };
         Ok(Self {
             design: Some(design),
@@ -138,6 +112,29 @@ impl PointsRecord {
             windows: meta.get(repgeom_io::WORD_CONTEXTS_KEY).cloned(),
         })
     }
+}
+
+/// Metadata entry `key`, a JSON list of `n` `what`, when the file has it; an entry that does
+/// not parse or has another length is an error naming it.
+fn list<T: serde::de::DeserializeOwned>(
+    meta: &BTreeMap<String, String>,
+    key: &'static str,
+    what: &str,
+    n: usize,
+) -> Result<Option<Vec<T>>> {
+    let bad = |reason: String| Error::InvalidParams {
+        field: key,
+        reason: format!("metadata entry `{key}`: {reason}"),
+    };
+    let Some(text) = meta.get(key) else {
+        return Ok(None);
+    };
+    let v: Vec<T> =
+        serde_json::from_str(text).map_err(|e| bad(format!("not a JSON list of {what} ({e})")))?;
+    if v.len() != n {
+        return Err(bad(format!("{} entries for {n} points", v.len())));
+    }
+    Ok(Some(v))
 }
 
 /// Why two points files do not hold the same points (see [`same_points`]); the front end
