@@ -110,6 +110,30 @@ large_min_d = 64
     )
 }
 
+/// `repgeom sweep --manifest M --out WORK`, then `repgeom report --work WORK --out OUT`, both
+/// against the test hub and cache; each must succeed.
+fn sweep_and_report(hub: &TestHub, cache: &Path, manifest: &Path, work: &Path, out: &Path) {
+    let ws = work.to_str().unwrap();
+    ok(&repgeom_hub(
+        hub,
+        cache,
+        &[
+            "sweep",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--out",
+            ws,
+        ],
+        &[],
+    ));
+    ok(&repgeom_hub(
+        hub,
+        cache,
+        &["report", "--work", ws, "--out", out.to_str().unwrap()],
+        &[],
+    ));
+}
+
 /// A `[[model]]` table of the test hub's `test-org/{label}`: 4 layers (5 hidden states), width
 /// `d`, one checkpoint per step, each by its `step<N>` revision.
 fn model_toml(label: &str, family: &str, d: usize, steps: &[u64]) -> String {
@@ -167,18 +191,7 @@ fn study_of_trained_models_from_names_end_to_end() {
     let run = |null: &str, data: Data<'_>| {
         let m = tmp.path().join(format!("study-{null}.toml"));
         std::fs::write(&m, manifest(null, data)).unwrap();
-        ok(&repgeom_hub(
-            &hub,
-            cache.path(),
-            &["sweep", "--manifest", m.to_str().unwrap(), "--out", ws],
-            &[],
-        ));
-        ok(&repgeom_hub(
-            &hub,
-            cache.path(),
-            &["report", "--work", ws, "--out", out.to_str().unwrap()],
-            &[],
-        ));
+        sweep_and_report(&hub, cache.path(), &m, &work, &out);
         values(&read(out.join("results.csv")))
     };
     let acts = |w: &Path| std::fs::read_dir(w.join("activations")).unwrap().count();
@@ -384,19 +397,7 @@ large_min_d = 64
     std::fs::write(&m, manifest("words")).unwrap();
     let work = tmp.path().join("work");
     let out = tmp.path().join("paper");
-    let (ws, os) = (work.to_str().unwrap(), out.to_str().unwrap());
-    ok(&repgeom_hub(
-        &hub,
-        cache.path(),
-        &["sweep", "--manifest", m.to_str().unwrap(), "--out", ws],
-        &[],
-    ));
-    ok(&repgeom_hub(
-        &hub,
-        cache.path(),
-        &["report", "--work", ws, "--out", os],
-        &[],
-    ));
+    sweep_and_report(&hub, cache.path(), &m, &work, &out);
     let csv_text = read(out.join("results.csv"));
     let mut rdr = csv::Reader::from_reader(csv_text.as_bytes());
     let h = rdr.headers().unwrap().clone();
