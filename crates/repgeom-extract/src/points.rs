@@ -94,6 +94,18 @@ impl PointsRecord {
         }
     }
 
+    /// The record of points file `path` of `n` points: its metadata for a `.safetensors` file
+    /// ([`PointsRecord::from_metadata`]), nothing but the count for any other (`.npy`, `.npz`).
+    pub fn of_file(path: &std::path::Path, n: usize) -> Result<Self> {
+        let is_st = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+        if !is_st {
+            return Ok(Self::unrecorded(n));
+        }
+        Self::from_metadata(&repgeom_io::read_safetensors_metadata(path)?, n)
+    }
+
     /// The record of a file of `n` points with this metadata; a `positions` or `token_ids`
     /// entry that is not what `repgeom extract` writes is an error naming it.
     pub fn from_metadata(meta: &BTreeMap<String, String>, n: usize) -> Result<Self> {

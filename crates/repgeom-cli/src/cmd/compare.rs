@@ -339,15 +339,8 @@ fn same_points(
     path_b: &std::path::Path,
 ) -> anyhow::Result<()> {
     let record = |side: &Side, p: &std::path::Path| -> anyhow::Result<PointsRecord> {
-        let n = side.acts.layers[0].acts.rows;
-        let is_st = p
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
-        if !is_st {
-            return Ok(PointsRecord::unrecorded(n));
-        }
-        let meta = repgeom_io::read_safetensors_metadata(p)?;
-        PointsRecord::from_metadata(&meta, n).with_context(|| p.display().to_string())
+        PointsRecord::of_file(p, side.acts.layers[0].acts.rows)
+            .with_context(|| p.display().to_string())
     };
     let (ra, rb) = (record(a, path_a)?, record(b, path_b)?);
     repgeom_extract::same_points(&ra, &rb)

@@ -372,22 +372,13 @@ impl<'s> Loader<'s> {
             return Ok(None);
         };
         let path = self.activations_path(m, spec, ckpt)?;
-        let is_st = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
-        let record = if is_st {
-            let meta = repgeom_io::read_safetensors_metadata(&path)?;
-            repgeom_extract::PointsRecord::from_metadata(&meta, n).map_err(|e| {
-                Error::DataMismatch {
-                    model: m.label.clone(),
-                    what: format!("metadata of {}", path.display()),
-                    expected: "what repgeom extract writes".into(),
-                    found: e.to_string(),
-                }
-            })?
-        } else {
-            repgeom_extract::PointsRecord::unrecorded(n)
-        };
+        let record =
+            repgeom_extract::PointsRecord::of_file(&path, n).map_err(|e| Error::DataMismatch {
+                model: m.label.clone(),
+                what: format!("metadata of {}", path.display()),
+                expected: "what repgeom extract writes".into(),
+                found: e.to_string(),
+            })?;
         Ok(Some((path, record)))
     }
 
