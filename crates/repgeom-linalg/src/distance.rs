@@ -34,28 +34,58 @@ pub fn normalize_rows<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> Resu
             norms[i] += v * v;
         }
     }
-    let max = norms.iter().cloned().fold(0.0f64, f64::max).sqrt();
-    for (i, sq) in norms.iter_mut().enumerate() {
-        let norm = sq.sqrt();
-        if !norm.is_finite() {
-            let col = (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0);
-            return Err(Error::NonFinite {
-                what: what.into(),
-                row: i,
-                col,
-            });
-        }
-        if norm == 0.0 || norm <= max * f64::from(f32::EPSILON) {
-            return Err(Error::ZeroNorm {
-                what: what.into(),
-                row: i,
-            });
-        }
-        *sq = 1.0 / norm;
-    }
+    let first_bad = |i: usize| (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0);
+    let inv = inverse_row_norms(&norms, what, first_bad)?;
     Ok(Mat::from_fn(n, d, |i, j| {
-        (x[(i, j)].into() * norms[i]) as f32
+        (x[(i, j)].into() * inv[i]) as f32
     }))
+}
+
+/// `1 / ‖x_i‖` from the squared row norms `sq` (accumulated in `f64`): the scale
+/// [`normalize_rows`] multiplies each row by, in `f64`, before rounding to `f32`. The one home
+/// of its checks, shared with the CUDA engine: a non-finite norm is an error naming the row
+/// and its first non-finite column (`first_bad(row)`), and a norm of zero, or at most
+/// `f32::EPSILON` times the largest, an error naming the row (its direction is noise).
+pub fn inverse_row_norms(
+    sq: &[f64],
+    what: &str,
+    first_bad: impl Fn(usize) -> usize,
+) -> Result<Vec<f64>> {
+    let max = sq.iter().cloned().fold(0.0f64, f64::max).sqrt();
+    sq.iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let norm = s.sqrt();
+            if !norm.is_finite() {
+                return Err(Error::NonFinite {
+                    what: what.into(),
+                    row: i,
+                    col: first_bad(i),
+                });
+            }
+            if norm == 0.0 || norm <= max * f64::from(f32::EPSILON) {
+                return Err(Error::ZeroNorm {
+                    what: what.into(),
+                    row: i,
+                });
+            }
+            Ok(1.0 / norm)
+        })
+        .collect()
+}
+
+/// Checks that every squared row norm `sq` (accumulated in `f64`) is finite, naming the first
+/// row that is not and its first non-finite column (`first_bad(row)`): the check of the
+/// Euclidean distances' rows, shared with the CUDA engine.
+pub fn check_row_norms(sq: &[f64], what: &str, first_bad: impl Fn(usize) -> usize) -> Result<()> {
+    match sq.iter().position(|s| !s.is_finite()) {
+        Some(i) => Err(Error::NonFinite {
+            what: what.into(),
+            row: i,
+            col: first_bad(i),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Cosine distances $1 - \cos(x_i, x_j)$ for all pairs `i < j`, in condensed order.
@@ -271,14 +301,9 @@ fn rows_with_sq_norms<T: Copy + Into<f64>>(
             *s += v * v;
         }
     }
-    if let Some(i) = sq.iter().position(|s| !s.is_finite()) {
-        let col = (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0);
-        return Err(Error::NonFinite {
-            what: what.into(),
-            row: i,
-            col,
-        });
-    }
+    check_row_norms(&sq, what, |i| {
+        (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0)
+    })?;
     let rows = Mat::from_fn(n, d, |i, j| x[(i, j)].into() as f32);
     Ok((rows, sq.into_iter().map(|s| s as f32).collect()))
 }

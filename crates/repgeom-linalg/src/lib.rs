@@ -33,8 +33,9 @@ pub use decomp::{
     top_right_singular_vectors,
 };
 pub use distance::{
-    Distance, condensed_len, cosine_distances, cosine_distances_into, normalize_rows, pair_index,
-    pairwise_distances, spearman_of_cosine, spearman_of_distances,
+    Distance, check_row_norms, condensed_len, cosine_distances, cosine_distances_into,
+    inverse_row_norms, normalize_rows, pair_index, pairwise_distances, spearman_of_cosine,
+    spearman_of_distances,
 };
 pub use error::{Error, Result};
 pub use faer::{Mat, MatMut, MatRef, Par};
@@ -42,7 +43,9 @@ pub use kernel::{
     cross_frobenius_sq, gram_rows, gram_singular_values, hsic_biased_unscaled, hsic_unbiased,
     matmul_abt_add_f32, matmul_abt_f32, matmul_atb_add_f64, singular_values, syrk_add_f64,
 };
-pub use rank::{RankScratch, RankedReference, average_ranks, float_key, pearson, spearman};
+pub use rank::{
+    RankScratch, RankedReference, TieSums, average_ranks, float_key, pearson, spearman,
+};
 
 /// Checks that every entry of `x` is finite; returns the first offending `(row, col)`.
 pub fn first_non_finite<T: Copy + Into<f64>>(x: MatRef<'_, T>) -> Option<(usize, usize)> {

@@ -246,8 +246,9 @@ impl RankedReference {
         self.finish(scratch, what)
     }
 
-    /// Twice the reference ranks, by position: the payload of each sort word.
-    pub(crate) fn rank2(&self) -> &[u32] {
+    /// Twice the reference ranks, by position: the payload of each sort word (what the CUDA
+    /// engine uploads beside the distances it sorts).
+    pub fn rank2(&self) -> &[u32] {
         &self.rank2
     }
 
@@ -286,9 +287,16 @@ impl RankedReference {
             next = key;
             ends += u128::from(end * (w & 0xFFFF_FFFF));
         }
+        self.rho_from_tie_sums(TieSums { starts, ends, ties }, what)
+    }
+
+    /// Spearman's rho from the three integer sums of the other values' sorted words (see
+    /// [`TieSums`]): the one formula, shared by the CPU's sort and the CUDA engine's.
+    pub fn rho_from_tie_sums(&self, sums: TieSums, what: &str) -> Result<f64> {
+        let TieSums { starts, ends, ties } = sums;
         // Σ (2 r_p)(2 q_p) = Σ (s + e)(2 q_p) + Σ 2 q_p, and the doubled reference ranks sum
         // to n (n + 1) whatever its ties.
-        let n = n as i128;
+        let n = self.rank2.len() as i128;
         let sxy4 = (starts + ends) as i128 + n * (n + 1) - n * (n + 1) * (n + 1);
         let syy12 = n * (n * n - 1) - 3 * ties as i128;
         if syy12 == 0 {
@@ -297,6 +305,21 @@ impl RankedReference {
         let (sxy, syy) = (sxy4 as f64 / 4.0, syy12 as f64 / 12.0);
         Ok((sxy / (self.sum_sq.sqrt() * syy.sqrt())).clamp(-1.0, 1.0))
     }
+}
+
+/// The sums Spearman's rho against a [`RankedReference`] is computed from, once the other
+/// values' words `(key, 2 q)` are sorted by key (`q` the reference rank a word carries): with
+/// `s` and `e` the start and end (one past the last position) of the tie group of the word at
+/// sorted position `p`, `starts = Σ s · 2q`, `ends = Σ e · 2q` and `ties = Σ j (j + 1)` with
+/// `j = p − s`. The order of the words inside a tie group changes none of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TieSums {
+    /// `Σ s · 2q` over the sorted positions.
+    pub starts: u128,
+    /// `Σ e · 2q` over the sorted positions.
+    pub ends: u128,
+    /// `Σ j (j + 1)`, `j` the position inside the tie group (`Σ_g (t_g³ − t_g) / 3`).
+    pub ties: u128,
 }
 
 /// The sort key of a float: a `u32` whose unsigned order is the float's order (−0 = +0).
