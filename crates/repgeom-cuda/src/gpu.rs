@@ -1,0 +1,211 @@
+//! An open CUDA device: its context, stream, cuBLAS handle and repgeom's compiled kernels.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::nvrtc::CompileOptions;
+
+use crate::libs::{self, CUBLAS, CUBLASLT, DRIVER, NVRTC};
+use crate::{Error, Result};
+
+/// The CUDA source of repgeom's kernels, compiled at run time by NVRTC.
+pub const KERNELS: &str = include_str!("kernels.cu");
+
+/// The oldest compute capability the kernels run on: the oldest CUDA 13 compiles for.
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 5);
+
+/// The kernels' entry points, in `kernels.cu`.
+const FUNCTIONS: [&str; 9] = [
+    "row_sq_norms",
+    "scale_rows",
+    "pair_words",
+    "radix_hist",
+    "radix_scan",
+    "radix_scatter",
+    "tie_bounds",
+    "tie_carry",
+    "tie_sums",
+];
+
+/// Compiles [`KERNELS`] to PTX for `arch` (e.g. `compute_90`) with NVRTC, loading NVRTC first.
+/// Needs no GPU: CI runs it to check that the kernels compile.
+pub fn compile_kernels(arch: &str) -> Result<String> {
+    libs::load(&NVRTC, 0)?;
+    let opts = CompileOptions {
+        fmad: Some(false),
+        prec_sqrt: Some(true),
+        prec_div: Some(true),
+        ftz: Some(false),
+        options: vec![format!("--gpu-architecture={arch}")],
+        name: Some("repgeom_kernels.cu".into()),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts).map_err(|e| Error::Compile {
+        arch: arch.into(),
+        log: match e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                log.to_string_lossy().into_owned()
+            }
+            other => format!("{other:?}"),
+        },
+    })?;
+    Ok(ptx.to_src())
+}
+
+/// An open CUDA device with repgeom's kernels. Opened once per device per process
+/// ([`crate::Device::open`]) and shared; work on it is serialised by an internal lock.
+pub struct Gpu {
+    ordinal: usize,
+    name: String,
+    capability: (i32, i32),
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) inner: Mutex<Inner>,
+}
+
+/// What one piece of work at a time uses.
+pub(crate) struct Inner {
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) blas: CudaBlas,
+    pub(crate) functions: Vec<CudaFunction>,
+}
+
+impl Inner {
+    /// The kernel named `name` (one of [`FUNCTIONS`]).
+    pub(crate) fn function(&self, name: &str) -> &CudaFunction {
+        let i = FUNCTIONS
+            .iter()
+            .position(|f| *f == name)
+            .expect("a kernel of kernels.cu");
+        &self.functions[i]
+    }
+}
+
+static OPEN: Mutex<Vec<Arc<Gpu>>> = Mutex::new(Vec::new());
+
+impl Gpu {
+    /// Opens CUDA device `ordinal` (once per process): loads the driver, NVRTC and cuBLAS,
+    /// checks the index and the compute capability, and compiles the kernels for it.
+    pub fn open(ordinal: usize) -> Result<Arc<Self>> {
+        let mut open = OPEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(g) = open.iter().find(|g| g.ordinal == ordinal) {
+            return Ok(g.clone());
+        }
+        libs::load(&DRIVER, ordinal)?;
+        let driver = |step: &str, e: cudarc::driver::DriverError| Error::Driver {
+            ordinal,
+            step: step.into(),
+            reason: e
+                .error_string()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| format!("{e:?}")),
+        };
+        cudarc::driver::result::init().map_err(|e| driver("initialising the CUDA driver", e))?;
+        let count = CudaContext::device_count().map_err(|e| driver("counting devices", e))?;
+        let count = usize::try_from(count).unwrap_or(0);
+        if ordinal >= count {
+            return Err(Error::NoSuchDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| driver("creating a context", e))?;
+        let name = ctx.name().unwrap_or_else(|_| "unnamed".into());
+        let capability = ctx
+            .compute_capability()
+            .map_err(|e| driver("reading the compute capability", e))?;
+        if capability < MIN_COMPUTE_CAPABILITY {
+            return Err(Error::TooOld {
+                ordinal,
+                name,
+                major: capability.0,
+                minor: capability.1,
+            });
+        }
+        libs::load(&CUBLASLT, ordinal)?;
+        libs::load(&CUBLAS, ordinal)?;
+        let ptx = compile_kernels(&format!("compute_{}{}", capability.0, capability.1))?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| driver("loading the kernels", e))?;
+        let functions = FUNCTIONS
+            .iter()
+            .map(|f| {
+                module
+                    .load_function(f)
+                    .map_err(|e| driver("finding a kernel", e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Blas {
+            ordinal,
+            step: "initialisation",
+            reason: format!("{e:?}"),
+        })?;
+        let gpu = Arc::new(Self {
+            ordinal,
+            name,
+            capability,
+            ctx,
+            inner: Mutex::new(Inner {
+                stream,
+                blas,
+                functions,
+            }),
+        });
+        open.push(gpu.clone());
+        Ok(gpu)
+    }
+
+    /// The device's index.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The device's name, as the driver reports it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device's compute capability.
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.capability
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory(&self) -> Result<(u64, u64)> {
+        let (free, total) = self
+            .ctx
+            .mem_get_info()
+            .map_err(|e| self.driver("reading free memory", e))?;
+        Ok((free as u64, total as u64))
+    }
+
+    pub(crate) fn driver(&self, step: &str, e: cudarc::driver::DriverError) -> Error {
+        Error::Driver {
+            ordinal: self.ordinal,
+            step: step.into(),
+            reason: e
+                .error_string()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| format!("{e:?}")),
+        }
+    }
+
+    pub(crate) fn blas(&self, step: &'static str, e: cudarc::cublas::result::CublasError) -> Error {
+        Error::Blas {
+            ordinal: self.ordinal,
+            step,
+            reason: format!("{e:?}"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.ordinal)
+            .field("name", &self.name)
+            .field("capability", &self.capability)
+            .finish()
+    }
+}

@@ -1,0 +1,110 @@
+//! Finding the CUDA libraries: by full path in the usual folders first (a toolkit's `lib64`
+#![allow(unsafe_code)] // loading the CUDA libraries; see the SAFETY note below.
+//! is often not in the loader's cache), then by name. A library loaded by full path is found
+//! again by its name (the loader matches its soname), which is how cudarc's own loading by
+//! name picks it up.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use crate::{Error, Result};
+
+/// A library repgeom loads: what it is and its file name (the CUDA 13 sonames).
+pub(crate) struct Lib {
+    pub(crate) what: &'static str,
+    pub(crate) file: &'static str,
+    pub(crate) hint: &'static str,
+}
+
+const TOOLKIT_HINT: &str = "Set CUDA_HOME to the CUDA 13 toolkit's folder (the one holding lib64), \
+                            or add its lib64 to LD_LIBRARY_PATH.";
+
+/// The driver (installed with the NVIDIA driver, not the toolkit).
+pub(crate) const DRIVER: Lib = Lib {
+    what: "CUDA driver",
+    file: "libcuda.so.1",
+    hint: "Is the NVIDIA driver installed, and is this a machine (or a job) with a GPU?",
+};
+/// NVRTC, which compiles the kernels.
+pub(crate) const NVRTC: Lib = Lib {
+    what: "NVRTC",
+    file: "libnvrtc.so.13",
+    hint: TOOLKIT_HINT,
+};
+/// cuBLASLt, which cuBLAS loads.
+pub(crate) const CUBLASLT: Lib = Lib {
+    what: "cuBLASLt",
+    file: "libcublasLt.so.13",
+    hint: TOOLKIT_HINT,
+};
+/// cuBLAS, for the matrix products.
+pub(crate) const CUBLAS: Lib = Lib {
+    what: "cuBLAS",
+    file: "libcublas.so.13",
+    hint: TOOLKIT_HINT,
+};
+
+/// The folders looked in besides the loader's path, in order: `$CUDA_HOME`, `$CUDA_PATH`,
+/// `$CUDA_ROOT` (their `lib64`, `lib` and `targets/x86_64-linux/lib`), the usual toolkit
+/// folders, and the driver's usual folders.
+pub(crate) fn folders() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
+        if let Some(root) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            let root = PathBuf::from(root);
+            for sub in ["lib64", "lib", "targets/x86_64-linux/lib"] {
+                out.push(root.join(sub));
+            }
+        }
+    }
+    for dir in [
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda-13.0/lib64",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/opt/cuda/lib64",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/local/nvidia/lib64",
+        "/usr/lib/wsl/lib",
+    ] {
+        out.push(PathBuf::from(dir));
+    }
+    out
+}
+
+/// Libraries loaded so far; never unloaded (cudarc keeps its own handles to them).
+static LOADED: Mutex<Vec<(&'static str, libloading::Library)>> = Mutex::new(Vec::new());
+
+/// Loads `lib` (once per process), or says where it looked.
+pub(crate) fn load(lib: &Lib, ordinal: usize) -> Result<()> {
+    let mut loaded = LOADED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if loaded.iter().any(|(f, _)| *f == lib.file) {
+        return Ok(());
+    }
+    let dirs = folders();
+    let candidates = dirs
+        .iter()
+        .map(|d| d.join(lib.file))
+        .filter(|p| p.exists())
+        .chain(std::iter::once(PathBuf::from(lib.file)));
+    for path in candidates {
+        // SAFETY: loading a CUDA library runs its initialisers, which have no preconditions.
+        if let Ok(handle) = unsafe { libloading::Library::new(&path) } {
+            loaded.push((lib.file, handle));
+            return Ok(());
+        }
+    }
+    Err(Error::LibraryNotFound {
+        ordinal,
+        what: lib.what,
+        file: lib.file,
+        searched: dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        hint: lib.hint,
+    })
+}
