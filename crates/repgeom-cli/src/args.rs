@@ -37,6 +37,28 @@ impl ActsArgs {
     }
 }
 
+/// `--device`: where `pga` and `metrics` run PGA's null draws.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(crate) struct DeviceArgs {
+    /// Where PGA's null draws and readout statistic run: cpu, cuda (the first CUDA device) or
+    /// cuda:N. The CUDA libraries are loaded at run time; without them, or without the
+    /// device, the command fails before reading its inputs (docs/gpu.md).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub(crate) device: repgeom_cuda::Device,
+}
+
+fn parse_device(s: &str) -> Result<repgeom_cuda::Device, String> {
+    s.parse().map_err(|e: repgeom_cuda::Error| e.to_string())
+}
+
+impl DeviceArgs {
+    /// Opens the device (nothing for the CPU): the check front ends make before any work.
+    pub(crate) fn open(&self) -> anyhow::Result<repgeom_cuda::Device> {
+        self.device.open()?;
+        Ok(self.device)
+    }
+}
+
 /// `--n-null` and `--seed`: the random-subspace null of `pga`, `metrics` and `compare`.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub(crate) struct NullArgs {

@@ -65,6 +65,7 @@ pub struct ModelContext {
     null: Option<NullBases>,
     par: Par,
     memory_budget: Option<u64>,
+    device: repgeom_cuda::Device,
 }
 
 impl ModelContext {
@@ -125,6 +126,7 @@ impl ModelContext {
             null: null?,
             par,
             memory_budget: None,
+            device: repgeom_cuda::Device::Cpu,
         })
     }
 
@@ -132,6 +134,12 @@ impl ModelContext {
     /// pass `repgeom_io::default_memory_budget()`.
     pub fn with_memory_budget(mut self, bytes: Option<u64>) -> Self {
         self.memory_budget = bytes;
+        self
+    }
+
+    /// The device its layers carry ([`LayerInput::with_device`]).
+    pub fn with_device(mut self, device: repgeom_cuda::Device) -> Self {
+        self.device = device;
         self
     }
 
@@ -152,8 +160,9 @@ impl ModelContext {
         acts: MatRef<'a, f32>,
         what: impl Into<String>,
     ) -> Result<LayerInput<'a>> {
-        let mut input =
-            LayerInput::new(acts, what, self.par)?.with_memory_budget(self.memory_budget);
+        let mut input = LayerInput::new(acts, what, self.par)?
+            .with_memory_budget(self.memory_budget)
+            .with_device(self.device);
         if let Some(b) = &self.basis {
             input = input.with_readout(b.as_ref())?;
         }

@@ -43,6 +43,7 @@ fn input<'a>(layers: &'a [Mat<f32>], readout: Readout<'a>, ks: &[usize]) -> Mode
         }),
         sequences: None,
         memory_budget: Some(1 << 30),
+        device: Default::default(),
     }
 }
 

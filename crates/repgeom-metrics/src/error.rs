@@ -178,6 +178,9 @@ pub enum Error {
     /// The null distribution failed (degenerate null, bad supplied bases).
     #[error(transparent)]
     Null(#[from] repgeom_null::Error),
+    /// The device could not be opened or used (`--device cuda`).
+    #[error(transparent)]
+    Device(#[from] repgeom_cuda::Error),
 }
 
 /// Result alias of this crate.

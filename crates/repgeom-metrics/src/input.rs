@@ -162,6 +162,7 @@ pub struct LayerInput<'a> {
     what: String,
     par: Par,
     memory_budget: Option<u64>,
+    device: repgeom_cuda::Device,
     centred: OnceLock<Mat<f64>>,
     gram_sq: OnceLock<f64>,
     sv_centred: OnceLock<Vec<f64>>,
@@ -207,6 +208,7 @@ impl<'a> LayerInput<'a> {
             what,
             par,
             memory_budget: None,
+            device: repgeom_cuda::Device::Cpu,
             centred: OnceLock::new(),
             gram_sq: OnceLock::new(),
             sv_centred: OnceLock::new(),
@@ -263,6 +265,18 @@ impl<'a> LayerInput<'a> {
     pub fn with_memory_budget(mut self, bytes: Option<u64>) -> Self {
         self.memory_budget = bytes;
         self
+    }
+
+    /// Sets the device engines that can use one run on (PGA's null draws; `--device`): like
+    /// the memory budget, a setting of the run, not of any metric's options.
+    pub fn with_device(mut self, device: repgeom_cuda::Device) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// The device set with [`Self::with_device`] (default the CPU).
+    pub fn device(&self) -> repgeom_cuda::Device {
+        self.device
     }
 
     /// The memory budget set with [`Self::with_memory_budget`] (`None`: unlimited).

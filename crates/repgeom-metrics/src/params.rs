@@ -280,6 +280,7 @@ impl ValidPgaParams {
             },
             sequences: None,
             memory_budget: None,
+            device: repgeom_cuda::Device::Cpu,
         };
         let hooks = Hooks {
             on_draw: extras.on_draw,

@@ -183,6 +183,14 @@ pub struct EngineOptions {
     /// Relative tolerance of the spectrum-matched null on each draw's captured variance, in
     /// (0, 1) (default [`repgeom_null::DEFAULT_SPECTRUM_TOL`]); unused under Haar.
     pub spectrum_tol: f64,
+    /// Where the null draws and the readout's statistic run: the CPU (default) or a CUDA
+    /// device, on the same null bases and the same reference ranks (the numbers agree to the
+    /// rounding of the `f32` products; docs/gpu.md). A setting of the run, like `max_memory`'s
+    /// budget, not of the question: not a PGA key, never in a unit hash
+    /// ([`crate::Pga::engine_with`] sets it from [`crate::LayerInput::device`]). Sampled pairs
+    /// (`max_pairs`) run on the CPU.
+    #[serde(skip)]
+    pub device: repgeom_cuda::Device,
 }
 
 impl Default for EngineOptions {
@@ -194,6 +202,7 @@ impl Default for EngineOptions {
             max_memory: None,
             null: NullKind::Haar,
             spectrum_tol: repgeom_null::DEFAULT_SPECTRUM_TOL,
+            device: repgeom_cuda::Device::Cpu,
         }
     }
 }
@@ -522,6 +531,13 @@ fn sweep(
         }
         _ => None,
     };
+    // Opened before any work, so a missing driver or device fails first. Sampled pairs stay
+    // on the CPU (their engine is not the exact one the device runs).
+    let gpu = match sample {
+        None => opts.device.open()?,
+        Some(_) => None,
+    };
+    let gpu = gpu.as_deref();
     let haar32: Vec<Mat<f32>> = match opts.null {
         NullKind::Haar => null.bases().iter().map(|q| to_f32(q.as_ref())).collect(),
         NullKind::Spectrum => Vec::new(),
@@ -549,7 +565,7 @@ fn sweep(
                 let label = format!("{what} after CCR-{c}");
                 Some(with_workers(workers, || {
                     let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par)?;
-                    let draws = level.null_draws(&haar32, par, on_draw)?;
+                    let draws = level.null_draws(&haar32, gpu, par, on_draw)?;
                     Ok((level, draws))
                 })?)
             }
@@ -587,7 +603,7 @@ fn sweep(
         .map(|&c| {
             let label = format!("{what} after CCR-{c}");
             if let Some((level, draws)) = first.take() {
-                let mut result = level.finish(readout32.as_ref(), draws)?;
+                let mut result = level.finish(readout32.as_ref(), draws, gpu)?;
                 result.null = opts.null;
                 return Ok(result);
             }
@@ -625,8 +641,8 @@ fn sweep(
                 ),
                 None => with_workers(workers, || {
                     let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par)?;
-                    let draws = level.null_draws(null32, par, on_draw)?;
-                    level.finish(readout32.as_ref(), draws)
+                    let draws = level.null_draws(null32, gpu, par, on_draw)?;
+                    level.finish(readout32.as_ref(), draws, gpu)
                 }),
             }?;
             result.null = opts.null;
@@ -885,13 +901,30 @@ impl Level {
         }
     }
 
-    /// `(rho, captured squared norm)` of every null draw, in draw order.
+    /// `(rho, captured squared norm)` of every null draw, in draw order: on the device when
+    /// one is given (`on_draw` called after each batch's draws), else on the CPU.
     fn null_draws(
         &self,
         null: &[Mat<f32>],
+        gpu: Option<&repgeom_cuda::Gpu>,
         par: Par,
         on_draw: &(dyn Fn() + Sync),
     ) -> Result<Vec<(f64, f64)>> {
+        if let Some(gpu) = gpu {
+            let bases: Vec<MatRef<'_, f32>> = null.iter().map(Mat::as_ref).collect();
+            let label = format!("{}: projection onto a random subspace", self.label);
+            let out = gpu.pga_draws(
+                self.h32.as_ref(),
+                &bases,
+                &self.reference,
+                self.distance,
+                &label,
+            )?;
+            for _ in &out {
+                on_draw();
+            }
+            return Ok(out);
+        }
         let (engine, n) = (self.engine(), self.h32.nrows());
         over_draws(
             null,
@@ -903,11 +936,25 @@ impl Level {
     }
 
     /// The readout's `rho` against the null draws' (from [`Self::null_draws`]).
-    fn finish(&self, readout: MatRef<'_, f32>, draws: Vec<(f64, f64)>) -> Result<PgaResult> {
+    fn finish(
+        &self,
+        readout: MatRef<'_, f32>,
+        draws: Vec<(f64, f64)>,
+        gpu: Option<&repgeom_cuda::Gpu>,
+    ) -> Result<PgaResult> {
         let (n, d, k) = (self.h32.nrows(), self.h32.ncols(), readout.ncols());
-        let (rho_readout, sq_readout) =
-            self.engine()
-                .rho(readout, &mut DrawScratch::new(n), "readout subspace")?;
+        let (rho_readout, sq_readout) = match gpu {
+            Some(gpu) => gpu.pga_draws(
+                self.h32.as_ref(),
+                &[readout],
+                &self.reference,
+                self.distance,
+                &format!("{}: projection onto the readout subspace", self.label),
+            )?[0],
+            None => self
+                .engine()
+                .rho(readout, &mut DrawScratch::new(n), "readout subspace")?,
+        };
         let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
         let mut r = PgaResult::from_null(
             (n, d, k, self.ccr),

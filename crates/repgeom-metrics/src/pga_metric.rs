@@ -82,6 +82,7 @@ impl From<Pga> for PgaKeys {
             max_memory,
             null,
             spectrum_tol,
+            device: _, // a setting of the run, not a key (see EngineOptions::device)
         } = p.engine;
         Self {
             ccr: p.ccr,
@@ -107,6 +108,7 @@ impl From<PgaKeys> for Pga {
                 max_memory: k.max_memory,
                 null: k.null,
                 spectrum_tol: k.spectrum_tol,
+                device: repgeom_cuda::Device::Cpu,
             },
             bootstrap: k.bootstrap,
         }
@@ -115,10 +117,12 @@ impl From<PgaKeys> for Pga {
 
 impl Pga {
     /// The engine settings these options ask for, with the memory budget `max_memory`, else
-    /// `budget` (the run's, e.g. [`LayerInput::memory_budget`]).
-    pub fn engine_with(&self, budget: Option<u64>) -> EngineOptions {
+    /// `budget` (the run's, e.g. [`LayerInput::memory_budget`]), on the run's `device`
+    /// ([`LayerInput::device`]).
+    pub fn engine_with(&self, budget: Option<u64>, device: repgeom_cuda::Device) -> EngineOptions {
         EngineOptions {
             max_memory: self.engine.max_memory.or(budget),
+            device,
             ..self.engine.clone()
         }
     }
@@ -222,6 +226,7 @@ impl Metric for Pga {
                 null: NullSource::Given(null),
                 sequences: input.sequences(),
                 memory_budget: input.memory_budget(),
+                device: input.device(),
             },
             input.par(),
             &Hooks::default(),
@@ -324,6 +329,8 @@ pub struct ModelInput<'a> {
     /// The run's memory budget in bytes where the options' `max_memory` is unset (front ends
     /// pass `repgeom_io::default_memory_budget()`); `None`: unlimited.
     pub memory_budget: Option<u64>,
+    /// Where the null draws run (`--device`; [`EngineOptions::device`]).
+    pub device: repgeom_cuda::Device,
 }
 
 /// Callbacks of [`Pga::run_model`]; `Default` is none.
@@ -383,6 +390,7 @@ impl Pga {
     ///     null: NullSource::Draw(NullParams { n_null: 10, seed: 0 }),
     ///     sequences: None,
     ///     memory_budget: None,
+    ///     device: Default::default(),
     /// };
     /// assert_eq!(Pga { ccr: vec![0, 1], ..Pga::default() }.draws(&input), 2 * 2 * 10);
     /// ```
@@ -424,6 +432,7 @@ impl Pga {
     ///     null: NullSource::Draw(NullParams { n_null: 10, seed: 0 }),
     ///     sequences: None,
     ///     memory_budget: None,
+    ///     device: Default::default(),
     /// };
     /// let run = Pga { ccr: vec![0, 1], ..Pga::default() }.run_model(&input, Par::Seq, &Hooks::default())?;
     /// assert_eq!(run.rows.len(), 2 * 2 * 2); // layers × k × CCR
@@ -470,7 +479,7 @@ impl Pga {
         if let ReadoutView::Unembedding(w_u) = readout {
             check_unembedding(w_u, d, kmax, &first.what)?;
         }
-        let engine = self.engine_with(input.memory_budget);
+        let engine = self.engine_with(input.memory_budget, input.device);
         let on_draw = hooks.on_draw.unwrap_or(&|| {});
         let mut full_basis = match readout {
             ReadoutView::Basis(b) => Some(b.to_owned()),

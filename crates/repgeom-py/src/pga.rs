@@ -99,6 +99,7 @@ pub(crate) fn pga<'py>(
             },
             sequences: None,
             memory_budget: Some(repgeom_io::default_memory_budget()),
+            device: Default::default(),
         };
         let bar = progress_bar(pga.draws(&input), "pga", progress);
         let on_draw = || {

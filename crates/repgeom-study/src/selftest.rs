@@ -320,6 +320,7 @@ fn planted_pga(push: &mut dyn FnMut(Check)) -> Result<()> {
                 null: NullSource::Draw(null.clone()),
                 sequences: None,
                 memory_budget: Some(repgeom_io::default_memory_budget()),
+                device: Default::default(),
             };
             let mut pga = Pga {
                 ccr: vec![c],

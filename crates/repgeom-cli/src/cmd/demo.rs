@@ -76,6 +76,7 @@ pub(crate) fn run(args: &DemoArgs, ctx: &Context) -> anyhow::Result<()> {
             null: NullSource::Draw(null_params.clone()),
             sequences: None,
             memory_budget: Some(repgeom_io::default_memory_budget()),
+            device: Default::default(),
         };
         let run = pga.run_model(
             &input,

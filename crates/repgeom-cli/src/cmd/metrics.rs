@@ -55,6 +55,8 @@ pub(crate) struct MetricsArgs {
     #[command(flatten)]
     pub(crate) null_args: NullArgs,
     #[command(flatten)]
+    pub(crate) device: crate::args::DeviceArgs,
+    #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
 
@@ -78,6 +80,7 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
         "--readout W_U",
     )?;
 
+    let device = args.device.open()?;
     let acts = input.read()?;
     let d = acts.layers[0].acts.cols;
     let model = args.model.clone().unwrap_or_else(|| model_label(acts_path));
@@ -108,7 +111,8 @@ pub(crate) fn run(args: &MetricsArgs, ctx: &Context) -> anyhow::Result<()> {
     .with_memory_budget(Some(
         args.max_memory
             .unwrap_or_else(repgeom_io::default_memory_budget),
-    ));
+    ))
+    .with_device(device);
 
     let bar = ctx.progress(
         (acts.layers.len() * analysis.metrics.len()) as u64,

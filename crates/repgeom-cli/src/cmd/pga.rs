@@ -87,6 +87,8 @@ pub(crate) struct PgaArgs {
     #[command(flatten)]
     pub(crate) null_args: NullArgs,
     #[command(flatten)]
+    pub(crate) device: crate::args::DeviceArgs,
+    #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
 
@@ -143,6 +145,7 @@ impl PgaArgs {
                 max_memory: self.max_memory,
                 null: self.null,
                 spectrum_tol: self.spectrum_tol,
+                device: self.device.device,
             },
             bootstrap: self.bootstrap.map(|replicates| BootstrapOptions {
                 replicates,
@@ -156,6 +159,7 @@ impl PgaArgs {
 pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     let pga = args.options();
     pga.check().map_err(flag_error)?;
+    let device = args.device.open()?;
     let acts = args.input.read()?;
     let d = acts.layers[0].acts.cols;
     let given_basis = match &args.readout_basis {
@@ -242,6 +246,7 @@ pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
         },
         sequences: sequences.as_deref(),
         memory_budget: Some(repgeom_io::default_memory_budget()),
+        device,
     };
     let bar = ctx.progress(pga.draws(&input), "pga");
     let run = pga.run_model(

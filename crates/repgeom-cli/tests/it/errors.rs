@@ -587,3 +587,48 @@ fn manifest_with_huge_layer_count_is_refused_before_planning() {
     );
     assert!(!out.join("plan.json").exists());
 }
+
+/// `--device`: an unknown name is refused by the flag's parser; a CUDA device this machine
+/// does not have (no driver or libraries, or fewer devices: index 99) fails before the inputs
+/// are read (the activations named do not exist), naming the device, and writes nothing.
+#[test]
+fn device_that_is_unknown_or_absent() {
+    let t = tempfile::tempdir().unwrap();
+    let missing = t.path().join("not-read.npy");
+    let out = t.path().join("out.csv");
+    check(
+        &pga_args(
+            s(&missing),
+            s(&missing),
+            "2",
+            &["--device", "gpu", "--out", s(&out)],
+        ),
+        &["unknown device `gpu`", "cpu, cuda", "cuda:N"],
+        Some((&out, None)),
+    );
+    check(
+        &pga_args(
+            s(&missing),
+            s(&missing),
+            "2",
+            &["--device", "cuda:99", "--out", s(&out)],
+        ),
+        &["device cuda:99: "],
+        Some((&out, None)),
+    );
+    let run = repgeom(&[
+        "metrics",
+        "--acts",
+        s(&missing),
+        "--all",
+        "--device",
+        "cuda:99",
+    ]);
+    let stderr = &run.stderr;
+    assert_eq!(run.code, 2, "{stderr}");
+    assert!(stderr.contains("device cuda:99: "), "{stderr}");
+    assert!(
+        !stderr.contains("not-read.npy"),
+        "the inputs were read first: {stderr}"
+    );
+}

@@ -167,7 +167,8 @@ pub(super) fn generic_draw(
                     format!("{} (points permuted)", b[j].what()),
                     b[j].par(),
                 )?
-                .with_memory_budget(b[j].memory_budget());
+                .with_memory_budget(b[j].memory_budget())
+                .with_device(b[j].device());
                 if let Some(basis) = b[j].readout_basis_opt() {
                     ib = ib.with_readout(basis)?;
                 }

@@ -96,8 +96,9 @@ fn rows_of(x: MatRef<'_, f32>, keep: &[usize]) -> Mat<f32> {
 /// `x` with only the kept rows `m`, its readout basis, null bases and memory budget carried.
 fn kept_input<'a>(m: &'a Mat<f32>, x: &LayerInput<'a>, dropped: usize) -> Result<LayerInput<'a>> {
     let what = format!("{} ({dropped} duplicate points dropped)", x.what());
-    let mut input =
-        LayerInput::new(m.as_ref(), what, x.par())?.with_memory_budget(x.memory_budget());
+    let mut input = LayerInput::new(m.as_ref(), what, x.par())?
+        .with_memory_budget(x.memory_budget())
+        .with_device(x.device());
     if let Some(basis) = x.readout_basis_opt() {
         input = input.with_readout(basis)?;
     }
