@@ -14,12 +14,15 @@
 //!   `bench calibrate` times the calibrated aggregate over layer pairs beside
 //!   calibrated-similarity; `bench streaming` measures the peak memory of streaming CKA
 //!   (`repgeom extract --cka-pairs`) at 100 k and 1 M tokens.
+//! - `cargo xtask gpu kernels`: compile the CUDA kernels with NVRTC for the oldest supported
+//!   and the Hopper compute capability (no GPU needed; CI runs it).
 //! - `cargo xtask validate`: every check CI runs, cheapest first: `cargo fmt --check`,
 //!   `cargo clippy --workspace --all-targets -D warnings`, `cargo test --workspace` (the
 //!   README's test command) and `paper --check`; stops at the first failure.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool reports on its streams
 
 mod bench;
+mod gpu;
 mod paper;
 mod validate;
 
@@ -38,6 +41,7 @@ pub(crate) const USAGE: &str = "usage:
   cargo xtask bench streaming 70m  # --spectra all over 1M tokens of a 70M-shaped model: time and memory against no accumulators and the point extraction
   cargo xtask bench pair           # pair metrics and the spectrum null beside their NumPy references
   cargo xtask bench pga            # `repgeom pga` end to end on the standard workload beside NumPy/SciPy
+  cargo xtask gpu kernels          # compile the CUDA kernels with NVRTC (no GPU needed)
   cargo xtask validate             # fmt --check, clippy -D warnings, cargo test --workspace, paper --check";
 
 fn main() -> std::process::ExitCode {
@@ -56,6 +60,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         Some("paper") => paper::paper(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
         Some("validate") => validate::validate(),
+        Some("gpu") => gpu::gpu(&args[1..]),
         Some("-h" | "--help") | None => {
             println!("{USAGE}");
             Ok(())
