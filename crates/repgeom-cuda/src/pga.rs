@@ -108,6 +108,11 @@ impl Gpu {
             .inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // This thread (a rayon worker, in a study) may not have the context current yet;
+        // cuBLAS calls need it.
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.driver("making the context current", e))?;
         let mut host = Vec::with_capacity(n * d);
         col_major(h, &mut host);
         let s = &inner.stream;
@@ -198,10 +203,13 @@ impl Gpu {
         .map_err(run)?;
         let norms = s.clone_dtoh(&norms).map_err(dev("copying norms back"))?;
         // The projection's entries, for naming the first non-finite column of a row.
+        // The first non-finite column of a row, for the error naming it: the projection is
+        // copied back only then (the checks call it only for a row that fails).
         let first_bad = |draw: usize| {
-            let p = s.clone_dtoh(&p).ok();
+            let p = &p;
             move |i: usize| {
-                p.as_ref()
+                s.clone_dtoh(p)
+                    .ok()
                     .and_then(|p| (0..k).find(|&c| !p[(draw * k + c) * n + i].is_finite()))
                     .unwrap_or(0)
             }
