@@ -47,7 +47,7 @@ pub(crate) struct DeviceArgs {
     pub(crate) device: repgeom_cuda::Device,
 }
 
-fn parse_device(s: &str) -> Result<repgeom_cuda::Device, String> {
+pub(crate) fn parse_device(s: &str) -> Result<repgeom_cuda::Device, String> {
     s.parse().map_err(|e: repgeom_cuda::Error| e.to_string())
 }
 

@@ -136,6 +136,9 @@ pub enum Error {
     /// A probe failed.
     #[error(transparent)]
     Probe(Box<repgeom_probe::Error>),
+    /// The manifest's `device` could not be opened.
+    #[error(transparent)]
+    Device(Box<repgeom_cuda::Error>),
     /// Building the table, the figures or the report failed.
     #[error(transparent)]
     Report(Box<repgeom_report::Error>),
@@ -188,6 +191,12 @@ impl From<repgeom_linalg::Error> for Error {
 impl From<repgeom_null::Error> for Error {
     fn from(e: repgeom_null::Error) -> Self {
         Self::Null(Box::new(e))
+    }
+}
+
+impl From<repgeom_cuda::Error> for Error {
+    fn from(e: repgeom_cuda::Error) -> Self {
+        Self::Device(Box::new(e))
     }
 }
 

@@ -123,6 +123,10 @@ struct PartFile {
     id: String,
     config_hash: String,
     unit: Unit,
+    /// Where the unit was computed, when not on the CPU (part files of CPU runs are
+    /// unchanged).
+    #[serde(default, skip_serializing_if = "repgeom_cuda::Device::is_cpu")]
+    device: repgeom_cuda::Device,
     rows: Vec<PartRow>,
 }
 
@@ -137,18 +141,26 @@ pub struct Part {
     pub config_hash: String,
     /// The unit.
     pub unit: Unit,
+    /// The device it was computed on (the manifest's `device`).
+    pub device: repgeom_cuda::Device,
     /// Its rows.
     pub rows: Vec<Row>,
 }
 
-/// Writes one unit's rows atomically to `DIR/parts/<id>.json`.
-pub fn write_part(dir: &Path, unit: &PlannedUnit, rows: &[Row]) -> Result<PathBuf> {
+/// Writes one unit's rows, computed on `device`, atomically to `DIR/parts/<id>.json`.
+pub fn write_part(
+    dir: &Path,
+    unit: &PlannedUnit,
+    rows: &[Row],
+    device: repgeom_cuda::Device,
+) -> Result<PathBuf> {
     let path = part_path(dir, &unit.id);
     let file = PartFile {
         format: PART_FORMAT.into(),
         id: unit.id.clone(),
         config_hash: unit.config_hash.clone(),
         unit: unit.unit.clone(),
+        device,
         rows: rows.iter().map(PartRow::from_row).collect(),
     };
     let mut text = serde_json::to_string_pretty(&file).expect("plain data serialises");
@@ -184,6 +196,7 @@ pub fn read_part(path: &Path) -> Result<Part> {
         id: f.id,
         config_hash: f.config_hash,
         unit: f.unit,
+        device: f.device,
         rows,
     })
 }
@@ -221,7 +234,12 @@ pub fn write_plan(dir: &Path, study: &Study) -> Result<()> {
     let plan = PlanFile {
         format: PLAN_FORMAT.into(),
         origin: study.origin.clone(),
-        manifest: study.manifest.clone(),
+        // Without the device: the plan is the same bytes whichever device a shard runs on
+        // (each part file records its own).
+        manifest: Manifest {
+            device: repgeom_cuda::Device::Cpu,
+            ..study.manifest.clone()
+        },
         units: study.units.clone(),
     };
     let mut text = serde_json::to_string_pretty(&plan).expect("plain data serialises");

@@ -472,7 +472,7 @@ fn part_files_round_trip_every_float_bit_for_bit() {
             )
         })
         .collect();
-    let path = crate::write_part(dir.path(), unit, &rows).unwrap();
+    let path = crate::write_part(dir.path(), unit, &rows, Default::default()).unwrap();
     let back = crate::read_part(&path).unwrap();
     assert_eq!(back.config_hash, unit.config_hash);
     for (a, b) in rows.iter().zip(&back.rows) {
@@ -959,4 +959,54 @@ fn spectral_tokens_is_checked_up_front() {
     );
     let e = with("[]").unwrap_err();
     check(e.contains("needs spectral metrics"), &e);
+}
+
+/// The manifest's `device`: read from the top level, written back only when not the CPU, never
+/// in a unit's hash; a study on a device this machine lacks fails before any unit, writing no
+/// part; a part file records the device it was computed on.
+#[test]
+fn device_is_a_setting_of_the_run() {
+    let cpu = small();
+    let mut cuda = small();
+    cuda.device = repgeom_cuda::Device::Cuda(99);
+    let (a, b) = (
+        Study::new(cpu, "t").unwrap(),
+        Study::new(cuda.clone(), "t").unwrap(),
+    );
+    assert_eq!(
+        a.plan_hash(),
+        b.plan_hash(),
+        "the device is not in any hash"
+    );
+    let text = toml::to_string(&cuda).unwrap();
+    assert!(text.contains("device = \"cuda:99\""), "{text}");
+    let back: Manifest = toml::from_str(&text).unwrap();
+    assert_eq!(back.device, repgeom_cuda::Device::Cuda(99));
+    assert!(!toml::to_string(&small()).unwrap().contains("device"));
+    let err = toml::from_str::<Manifest>(&text.replace("cuda:99", "tpu")).unwrap_err();
+    assert!(err.to_string().contains("unknown device `tpu`"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(crate::parts_dir(dir.path())).unwrap();
+    let err = crate::run_units(&b, &b.units, dir.path(), &|_| {}).unwrap_err();
+    assert!(err.to_string().starts_with("device cuda:99: "), "{err}");
+    let parts = std::fs::read_dir(crate::parts_dir(dir.path()))
+        .unwrap()
+        .count();
+    assert_eq!(parts, 0, "no unit ran");
+
+    let unit = &b.units[0];
+    let path = crate::write_part(dir.path(), unit, &[], repgeom_cuda::Device::Cuda(1)).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"device\": \"cuda:1\""), "{text}");
+    assert_eq!(
+        crate::read_part(&path).unwrap().device,
+        repgeom_cuda::Device::Cuda(1)
+    );
+    let cpu_part = crate::write_part(dir.path(), unit, &[], repgeom_cuda::Device::Cpu).unwrap();
+    assert!(
+        !std::fs::read_to_string(&cpu_part)
+            .unwrap()
+            .contains("device")
+    );
 }

@@ -30,6 +30,10 @@ pub(crate) struct SweepArgs {
     /// List the units and estimate the work, compute nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Where PGA's null draws run: cpu, cuda or cuda:N [default: the manifest's `device`,
+    /// else cpu]. Never changes a unit's hash (docs/gpu.md).
+    #[arg(long, value_parser = crate::args::parse_device)]
+    pub(crate) device: Option<repgeom_cuda::Device>,
 }
 
 /// Sub-modes of `repgeom sweep`.
@@ -53,10 +57,14 @@ pub(crate) fn run(args: &SweepArgs, ctx: &Context) -> anyhow::Result<()> {
     if let Some(SweepAction::Merge(m)) = &args.action {
         return merge(&m.dir, m.allow_partial, ctx);
     }
-    let study = match &args.manifest {
-        Some(p) => Study::new(Manifest::load(p)?, &p.display().to_string())?,
-        None => Study::new(Manifest::synthetic_default(), BUILTIN)?,
+    let (mut manifest, origin) = match &args.manifest {
+        Some(p) => (Manifest::load(p)?, p.display().to_string()),
+        None => (Manifest::synthetic_default(), BUILTIN.to_owned()),
     };
+    if let Some(device) = args.device {
+        manifest.device = device;
+    }
+    let study = Study::new(manifest, &origin)?;
     let shard = match &args.shard {
         Some(s) => Some(repgeom_study::parse_shard(s)?),
         None => repgeom_study::shard_from_env(|k| std::env::var(k).ok())?,

@@ -25,6 +25,12 @@ pub struct Manifest {
     /// Free-text title shown nowhere numeric (kept for the reader of the manifest).
     #[serde(default)]
     pub title: String,
+    /// Where PGA's null draws run: `cpu` (default), `cuda` or `cuda:N` (`docs/gpu.md`). A
+    /// setting of the run: recorded in each part file it computes, never in a unit's hash
+    /// (the numbers agree with the CPU's within the tolerance docs/gpu.md states), so a study
+    /// can be resumed on another device. `repgeom sweep --device` overrides it.
+    #[serde(default, skip_serializing_if = "repgeom_cuda::Device::is_cpu")]
+    pub device: repgeom_cuda::Device,
     /// Analysis settings shared by every model.
     #[serde(default)]
     pub analysis: Analysis,
@@ -851,6 +857,7 @@ impl Manifest {
             .collect();
         Self {
             title: "built-in synthetic study (SYNTHETIC DATA, not a real model)".into(),
+            device: repgeom_cuda::Device::Cpu,
             analysis: Analysis {
                 // Figure 9: z against k/d around the zoo's own k = d/8.
                 k_sensitivity: vec![1.0 / 32.0, 1.0 / 16.0, 1.0 / 4.0],

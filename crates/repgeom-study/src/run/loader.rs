@@ -309,7 +309,8 @@ impl<'s> Loader<'s> {
             &what,
             Par::Seq,
         )?
-        .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+        .with_memory_budget(Some(repgeom_io::default_memory_budget()))
+        .with_device(self.study.manifest.device);
         let ks = m.sensitivity_ks(&a.k_sensitivity);
         let mut sensitivity = BTreeMap::new();
         if let Some(&kmax) = ks.last() {
@@ -329,7 +330,8 @@ impl<'s> Loader<'s> {
                 sensitivity.insert(
                     k,
                     ModelContext::new(d, k, Some(basis), null, &what, Par::Seq)?
-                        .with_memory_budget(budget),
+                        .with_memory_budget(budget)
+                        .with_device(self.study.manifest.device),
                 );
             }
         }

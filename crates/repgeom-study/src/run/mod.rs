@@ -48,6 +48,8 @@ pub fn run_units(
     dir: &Path,
     on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
 ) -> Result<()> {
+    // The device first: a machine without it fails before any unit is computed.
+    study.manifest.device.open()?;
     let loader = Loader::with_dir(study, dir);
     let mut groups: Vec<((String, String), Vec<&PlannedUnit>)> = Vec::new();
     for u in todo {
@@ -138,7 +140,7 @@ pub fn run_units(
                 cross: &cross,
             };
             let rows = compute_unit(&inputs, &u.unit)?;
-            write_part(dir, u, &rows)?;
+            write_part(dir, u, &rows, study.manifest.device)?;
             on_done(&UnitDone {
                 unit: u,
                 rows: rows.len(),
