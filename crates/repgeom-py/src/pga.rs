@@ -19,7 +19,7 @@ use crate::run::{check_cancel, progress_bar, run_blocking};
 /// [`repgeom_metrics::Pga`] option struct, so every PGA option reaches Python by its own name.
 /// One JSON object (a `PgaResult` plus `layer`) per layer, `k` and CCR.
 #[pyfunction]
-#[pyo3(signature = (layers, readout, *, options, ks, k_frac, n_null, seed, readout_is_basis, null_bases, progress, vocab_rows, readout_tensor, revision=None, readout_fold_norm=false, readout_center=false))]
+#[pyo3(signature = (layers, readout, *, options, ks, k_frac, n_null, seed, readout_is_basis, null_bases, progress, vocab_rows, readout_tensor, revision=None, readout_fold_norm=false, readout_center=false, device="cpu"))]
 pub(crate) fn pga<'py>(
     py: Python<'py>,
     layers: Vec<(usize, Bound<'py, PyAny>)>,
@@ -37,7 +37,16 @@ pub(crate) fn pga<'py>(
     revision: Option<String>,
     readout_fold_norm: bool,
     readout_center: bool,
+    device: &str,
 ) -> PyResult<Vec<String>> {
+    // The device first, as on the command line: a bad name or a missing device fails before
+    // any input is read.
+    let device: repgeom_cuda::Device = device
+        .parse()
+        .map_err(|e: repgeom_cuda::Error| Failure::Invalid(e.to_string()).into_py(py))?;
+    device
+        .open()
+        .map_err(|e| Failure::from(repgeom_metrics::Error::from(e)).into_py(py))?;
     let pga: repgeom_metrics::Pga = serde_json::from_str(&options)
         .map_err(|e| Failure::Invalid(format!("invalid pga options {options}: {e}")).into_py(py))?;
     repgeom_metrics::Metric::check(&pga).map_err(|e| Failure::from(e).into_py(py))?;
@@ -99,7 +108,7 @@ pub(crate) fn pga<'py>(
             },
             sequences: None,
             memory_budget: Some(repgeom_io::default_memory_budget()),
-            device: Default::default(),
+            device,
         };
         let bar = progress_bar(pga.draws(&input), "pga", progress);
         let on_draw = || {

@@ -139,3 +139,14 @@ def test_one_null_draw_is_refused_as_on_the_command_line(monkeypatch):
     assert "n_null" in str(e.value) and "at least 2" in str(e.value)
     cli = run_cli("pga", "--acts", "fixtures/pga/acts.npy", "--readout", "fixtures/pga/readout.npy", "-k", "8", "--n-null", "1", check=False)
     assert cli.returncode != 0 and "at least 2" in cli.stderr
+
+
+def test_device_is_checked_before_the_inputs_as_on_the_cli(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(repgeom.InvalidInputError, match=r"unknown device `tpu`: expected cpu, cuda"):
+        repgeom.pga("fixtures/pga/nope.npy", "fixtures/pga/readout.npy", k=8, device="tpu", progress=False)
+    # cuda:99: no machine has it (no driver, or fewer devices); the missing file is never read.
+    with pytest.raises(repgeom.InvalidInputError) as e:
+        repgeom.pga("fixtures/pga/nope.npy", "fixtures/pga/readout.npy", k=8, device="cuda:99", progress=False)
+    cli = run_cli("pga", "--acts", "fixtures/pga/nope.npy", "--readout", "fixtures/pga/readout.npy", "--device", "cuda:99", check=False)
+    assert str(e.value).startswith("device cuda:99: ") and str(e.value) in cli.stderr

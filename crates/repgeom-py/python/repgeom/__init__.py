@@ -245,6 +245,7 @@ def pga(
     bootstrap_seed: int = 0,
     readout_fold_norm: bool = False,
     readout_center: bool = False,
+    device: str = "cpu",
 ) -> Union[PgaResult, PgaResults]:
     """Subspace PGA: is each layer's distance structure preserved better by the readout
     subspace than by random subspaces? (``repgeom pga``)
@@ -285,6 +286,9 @@ def pga(
         readout_fold_norm: multiply ``W_U`` by the final norm's effective gain (read from the
             checkpoint by its architecture) before the SVD.
         readout_center: centre ``W_U``'s rows before the SVD.
+        device: where the null draws run: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``
+            (``--device``; docs/gpu.md). A missing driver, library or device raises before
+            any input is read.
 
     Returns:
         A :class:`PgaResult` for a single ``[N, d]`` layer and one CCR level, else
@@ -321,6 +325,7 @@ def pga(
         revision=revision,
         readout_fold_norm=bool(readout_fold_norm),
         readout_center=bool(readout_center),
+        device=str(device),
     )
     results = [PgaResult(json.loads(r)) for r in rows]
     single = not _is_path(acts) and not isinstance(acts, Mapping) and _ndim(acts) == 2 and len(ccrs) == 1 and len(ks) == 1
