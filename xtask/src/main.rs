@@ -15,7 +15,8 @@
 //!   calibrated-similarity; `bench streaming` measures the peak memory of streaming CKA
 //!   (`repgeom extract --cka-pairs`) at 100 k and 1 M tokens.
 //! - `cargo xtask gpu kernels`: compile the CUDA kernels with NVRTC for the oldest supported
-//!   and the Hopper compute capability (no GPU needed; CI runs it).
+//!   and the Hopper compute capability (no GPU needed; CI runs it); `gpu bundle`: the stripped
+//!   release binary to carry to a GPU machine; `gpu check`: the GPU check (docs/gpu.md).
 //! - `cargo xtask validate`: every check CI runs, cheapest first: `cargo fmt --check`,
 //!   `cargo clippy --workspace --all-targets -D warnings`, `cargo test --workspace` (the
 //!   README's test command) and `paper --check`; stops at the first failure.
@@ -42,6 +43,8 @@ pub(crate) const USAGE: &str = "usage:
   cargo xtask bench pair           # pair metrics and the spectrum null beside their NumPy references
   cargo xtask bench pga            # `repgeom pga` end to end on the standard workload beside NumPy/SciPy
   cargo xtask gpu kernels          # compile the CUDA kernels with NVRTC (no GPU needed)
+  cargo xtask gpu bundle           # the stripped release binary in target/gpu-bundle/, to carry to a GPU machine
+  cargo xtask gpu check            # bundle, then fixtures/gpu/check.py: parity and speed on this machine's GPU
   cargo xtask validate             # fmt --check, clippy -D warnings, cargo test --workspace, paper --check";
 
 fn main() -> std::process::ExitCode {
