@@ -27,6 +27,96 @@ fn col_major(m: MatRef<'_, f32>, out: &mut Vec<f32>) {
 }
 
 impl Gpu {
+    /// The sort words of the full-space distances of `rows` (`N × d`), sorted by key on the
+    /// device, `(order_key(distance) << 32) | pair` for every pair in condensed order: what
+    /// [`RankedReference::from_sorted_words`] ranks. For cosine, `rows` are the rows
+    /// normalised by [`repgeom_linalg::normalize_rows`] and `sq` is `None`; for Euclidean, the
+    /// rows and squared norms of [`repgeom_linalg::rows_with_sq_norms`]. The Gram product is
+    /// one `f32` cuBLAS product, the distances and keys the CPU's formulas.
+    pub fn reference_words(
+        &self,
+        rows: MatRef<'_, f32>,
+        sq: Option<&[f32]>,
+        what: &str,
+    ) -> Result<Vec<u64>> {
+        let (n, d) = (rows.nrows(), rows.ncols());
+        let m = condensed_len(n);
+        if n < 2 || m >= (1 << 31) || sq.is_some_and(|s| s.len() != n) {
+            return Err(Error::Input {
+                what: what.into(),
+                reason: format!(
+                    "{n} points (the device engine takes 2 to 65,536), {} squared norms",
+                    sq.map_or(0, <[f32]>::len)
+                ),
+            });
+        }
+        let (n64, d64, m64) = (n as u64, d as u64, m as u64);
+        let tiles = m64.div_ceil(TILE);
+        let needed = 4 * n64 * d64 + 4 * n64 * n64 + 20 * m64 + 1024 * tiles + 4 * n64;
+        let (free, _) = self.memory()?;
+        if needed > free / 10 * 8 {
+            return Err(Error::OutOfMemory {
+                what: what.into(),
+                ordinal: self.ordinal(),
+                needed,
+                free,
+            });
+        }
+        let inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.driver("making the context current", e))?;
+        let s = &inner.stream;
+        let dev = |step: &'static str| move |e| self.driver(step, e);
+        let mut host = Vec::with_capacity(n * d);
+        col_major(rows, &mut host);
+        let x = s.clone_htod(&host).map_err(dev("copying to the device"))?;
+        drop(host);
+        let mut gram = s
+            .alloc_zeros::<f32>(n * n)
+            .map_err(dev("allocating the Gram matrix"))?;
+        let (ni, di) = (n as i32, d as i32);
+        let cfg = GemmConfig {
+            transa: CUBLAS_OP_N,
+            transb: CUBLAS_OP_T,
+            m: ni,
+            n: ni,
+            k: di,
+            alpha: 1.0f32,
+            lda: ni,
+            ldb: ni,
+            beta: 0.0f32,
+            ldc: ni,
+        };
+        // SAFETY: x is n·d and gram n·n, as allocated.
+        unsafe { inner.blas.gemm(cfg, &x, &x, &mut gram) }
+            .map_err(|e| self.blas("Gram product", e))?;
+        drop(x);
+        let sq32 = match sq {
+            Some(sq) => s.clone_htod(sq),
+            None => s.alloc_zeros::<f32>(n),
+        }
+        .map_err(dev("copying norms"))?;
+        let pairs: Vec<u32> = (0..m as u32).collect();
+        let pairs = s.clone_htod(&pairs).map_err(dev("copying pair indices"))?;
+        let euclidean = i32::from(sq.is_some());
+        let (keys, vals) = self.sorted_pairs(&inner, gram, &sq32, &pairs, n, 1, euclidean)?;
+        let keys = s
+            .clone_dtoh(&keys)
+            .map_err(dev("copying sorted words back"))?;
+        let vals = s
+            .clone_dtoh(&vals)
+            .map_err(dev("copying sorted words back"))?;
+        Ok(keys
+            .iter()
+            .zip(&vals)
+            .map(|(&k, &v)| (u64::from(k) << 32) | u64::from(v))
+            .collect())
+    }
+
     /// `(rho, squared norm of the projection)` for every basis, in order: Spearman's rho
     /// between the `reference` distances (of `h`'s rows in the full space) and the
     /// `distance`s of `h`'s rows projected onto the basis (`h · basis`, `f32`), and the
@@ -275,79 +365,7 @@ impl Gpu {
         unsafe { inner.blas.gemm_strided_batched(cfg, &p, &p, &mut gram) }
             .map_err(|e| self.blas("Gram product", e))?;
         drop(p);
-        let words = (m * b as u64) as usize;
-        let mut keys = s
-            .alloc_zeros::<u32>(words)
-            .map_err(dev("allocating sort words"))?;
-        let mut vals = s
-            .alloc_zeros::<u32>(words)
-            .map_err(dev("allocating sort words"))?;
-        let mut keys2 = s
-            .alloc_zeros::<u32>(words)
-            .map_err(dev("allocating sort words"))?;
-        let mut vals2 = s
-            .alloc_zeros::<u32>(words)
-            .map_err(dev("allocating sort words"))?;
-        let jtiles = nu.div_ceil(TILE_THREADS);
-        unsafe {
-            s.launch_builder(inner.function("pair_words"))
-                .arg(&gram)
-                .arg(&sq32)
-                .arg(rank2)
-                .arg(&mut keys)
-                .arg(&mut vals)
-                .arg(&nu)
-                .arg(&jtiles)
-                .arg(&bu)
-                .arg(&euclidean)
-                .launch(launch((nu * jtiles, bu), TILE_THREADS))
-        }
-        .map_err(run)?;
-        drop(gram);
-        let hist_len = 256 * tiles;
-        let mut hist = s
-            .alloc_zeros::<u32>(hist_len as usize * b)
-            .map_err(dev("allocating digit counts"))?;
-        for pass in 0..4u32 {
-            let shift = 8 * pass;
-            let (kin, vin, kout, vout) = if pass % 2 == 0 {
-                (&keys, &vals, &mut keys2, &mut vals2)
-            } else {
-                (&keys2, &vals2, &mut keys, &mut vals)
-            };
-            unsafe {
-                s.launch_builder(inner.function("radix_hist"))
-                    .arg(kin)
-                    .arg(&mut hist)
-                    .arg(&m)
-                    .arg(&tiles)
-                    .arg(&shift)
-                    .launch(launch((tiles, bu), TILE_THREADS))
-            }
-            .map_err(run)?;
-            unsafe {
-                s.launch_builder(inner.function("radix_scan"))
-                    .arg(&mut hist)
-                    .arg(&hist_len)
-                    .launch(launch((bu, 1), 1024))
-            }
-            .map_err(run)?;
-            unsafe {
-                s.launch_builder(inner.function("radix_scatter"))
-                    .arg(kin)
-                    .arg(vin)
-                    .arg(kout)
-                    .arg(vout)
-                    .arg(&hist)
-                    .arg(&m)
-                    .arg(&tiles)
-                    .arg(&shift)
-                    .launch(launch((tiles, bu), TILE_THREADS))
-            }
-            .map_err(run)?;
-        }
-        // After an even number of passes the sorted words are back in `keys`, `vals`.
-        drop((keys2, vals2, hist));
+        let (keys, vals) = self.sorted_pairs(inner, gram, &sq32, rank2, n, b, euclidean)?;
         let tb = tiles as usize * b;
         let mut open_start = s
             .alloc_zeros::<i64>(tb)
@@ -403,5 +421,106 @@ impl Gpu {
                 Ok((reference.rho_from_tie_sums(t, what)?, sq))
             })
             .collect()
+    }
+
+    /// The sort words of every pair of each of `b` Gram matrices (`n × n`, column-major, side
+    /// by side), sorted by key per draw: the keys of the distances (`sq32`: the rows' squared
+    /// norms, for Euclidean) and `payload[p]` for pair `p`.
+    #[allow(clippy::too_many_arguments)]
+    fn sorted_pairs(
+        &self,
+        inner: &Inner,
+        gram: CudaSlice<f32>,
+        sq32: &CudaSlice<f32>,
+        payload: &CudaSlice<u32>,
+        n: usize,
+        b: usize,
+        euclidean: i32,
+    ) -> Result<(CudaSlice<u32>, CudaSlice<u32>)> {
+        let s = &inner.stream;
+        let m = condensed_len(n) as u64;
+        let tiles = m.div_ceil(TILE) as u32;
+        let (nu, bu) = (n as u32, b as u32);
+        let dev = |step: &'static str| move |e| self.driver(step, e);
+        let run = |e| self.driver("running a kernel", e);
+        let launch = |grid: (u32, u32), block: u32| LaunchConfig {
+            grid_dim: (grid.0, grid.1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let words = (m * b as u64) as usize;
+        let mut keys = s
+            .alloc_zeros::<u32>(words)
+            .map_err(dev("allocating sort words"))?;
+        let mut vals = s
+            .alloc_zeros::<u32>(words)
+            .map_err(dev("allocating sort words"))?;
+        let mut keys2 = s
+            .alloc_zeros::<u32>(words)
+            .map_err(dev("allocating sort words"))?;
+        let mut vals2 = s
+            .alloc_zeros::<u32>(words)
+            .map_err(dev("allocating sort words"))?;
+        let jtiles = nu.div_ceil(TILE_THREADS);
+        unsafe {
+            s.launch_builder(inner.function("pair_words"))
+                .arg(&gram)
+                .arg(sq32)
+                .arg(payload)
+                .arg(&mut keys)
+                .arg(&mut vals)
+                .arg(&nu)
+                .arg(&jtiles)
+                .arg(&bu)
+                .arg(&euclidean)
+                .launch(launch((nu * jtiles, bu), TILE_THREADS))
+        }
+        .map_err(run)?;
+        drop(gram);
+        let hist_len = 256 * tiles;
+        let mut hist = s
+            .alloc_zeros::<u32>(hist_len as usize * b)
+            .map_err(dev("allocating digit counts"))?;
+        for pass in 0..4u32 {
+            let shift = 8 * pass;
+            let (kin, vin, kout, vout) = if pass % 2 == 0 {
+                (&keys, &vals, &mut keys2, &mut vals2)
+            } else {
+                (&keys2, &vals2, &mut keys, &mut vals)
+            };
+            unsafe {
+                s.launch_builder(inner.function("radix_hist"))
+                    .arg(kin)
+                    .arg(&mut hist)
+                    .arg(&m)
+                    .arg(&tiles)
+                    .arg(&shift)
+                    .launch(launch((tiles, bu), TILE_THREADS))
+            }
+            .map_err(run)?;
+            unsafe {
+                s.launch_builder(inner.function("radix_scan"))
+                    .arg(&mut hist)
+                    .arg(&hist_len)
+                    .launch(launch((bu, 1), 1024))
+            }
+            .map_err(run)?;
+            unsafe {
+                s.launch_builder(inner.function("radix_scatter"))
+                    .arg(kin)
+                    .arg(vin)
+                    .arg(kout)
+                    .arg(vout)
+                    .arg(&hist)
+                    .arg(&m)
+                    .arg(&tiles)
+                    .arg(&shift)
+                    .launch(launch((tiles, bu), TILE_THREADS))
+            }
+            .map_err(run)?;
+        }
+        // After an even number of passes the sorted words are back in `keys`, `vals`.
+        drop((keys2, vals2, hist));
+        Ok((keys, vals))
     }
 }

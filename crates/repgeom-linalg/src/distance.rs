@@ -287,9 +287,11 @@ impl std::str::FromStr for Distance {
     }
 }
 
-/// Rows as `f32` plus their squared norms (accumulated in `f64`), for Euclidean distances
-/// through one Gram product: $\lVert x_i - x_j\rVert^2 = s_i + s_j - 2\langle x_i, x_j\rangle$.
-fn rows_with_sq_norms<T: Copy + Into<f64>>(
+/// Rows as `f32` plus their squared norms (accumulated in `f64`, rounded to `f32`), for
+/// Euclidean distances through one Gram product:
+/// $\lVert x_i - x_j\rVert^2 = s_i + s_j - 2\langle x_i, x_j\rangle$ (what the CUDA engine
+/// uploads for the full-space distances). Errors on a non-finite row.
+pub fn rows_with_sq_norms<T: Copy + Into<f64>>(
     x: MatRef<'_, T>,
     what: &str,
 ) -> Result<(Mat<f32>, Vec<f32>)> {

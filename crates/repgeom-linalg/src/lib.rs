@@ -34,8 +34,8 @@ pub use decomp::{
 };
 pub use distance::{
     Distance, check_row_norms, condensed_len, cosine_distances, cosine_distances_into,
-    inverse_row_norms, normalize_rows, pair_index, pairwise_distances, spearman_of_cosine,
-    spearman_of_distances,
+    inverse_row_norms, normalize_rows, pair_index, pairwise_distances, rows_with_sq_norms,
+    spearman_of_cosine, spearman_of_distances,
 };
 pub use error::{Error, Result};
 pub use faer::{Mat, MatMut, MatRef, Par};

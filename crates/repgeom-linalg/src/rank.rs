@@ -144,7 +144,18 @@ pub struct RankedReference {
 impl RankedReference {
     /// Ranks `values`. Errors if fewer than 2 values or all are tied.
     pub fn new(values: &[f32], what: &str) -> Result<Self> {
-        let n = values.len();
+        let mut scratch = RankScratch::default();
+        sorted_words(values, &mut scratch);
+        Self::from_sorted_words(&scratch.words, what)
+    }
+
+    /// The reference from its words sorted elsewhere (the CUDA engine sorts them on the
+    /// device): `words[p] = (order_key(value) << 32) | index` (see [`float_key`]), sorted by
+    /// key; the order inside a tie group does not matter. The ranks and their sum of squares
+    /// are computed here, as [`Self::new`] computes them. Errors if fewer than 2 values or all
+    /// are tied.
+    pub fn from_sorted_words(words: &[u64], what: &str) -> Result<Self> {
+        let n = words.len();
         if n < 2 {
             return Err(Error::TooFewPoints {
                 what: what.into(),
@@ -156,12 +167,14 @@ impl RankedReference {
             n < (u32::MAX / 2) as usize,
             "at most 2^31 - 1 values can be ranked"
         );
+        debug_assert!(
+            words.windows(2).all(|w| w[0] >> 32 <= w[1] >> 32),
+            "sorted by key"
+        );
         let mean = (n as f64 + 1.0) / 2.0;
-        let mut scratch = RankScratch::default();
-        sorted_words(values, &mut scratch);
         let mut rank2 = vec![0u32; n];
         let mut sum_sq = 0.0f64;
-        for_each_tie_group(&scratch.words, |r, group| {
+        for_each_tie_group(words, |r, group| {
             let twice = (2.0 * r) as u32;
             sum_sq += (r - mean) * (r - mean) * group.len() as f64;
             for &w in group {

@@ -564,7 +564,7 @@ fn sweep(
                 let corrected = correct(&centred, &directions, c);
                 let label = format!("{what} after CCR-{c}");
                 Some(with_workers(workers, || {
-                    let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par)?;
+                    let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par, gpu)?;
                     let draws = level.null_draws(&haar32, gpu, par, on_draw)?;
                     Ok((level, draws))
                 })?)
@@ -640,7 +640,7 @@ fn sweep(
                     on_draw,
                 ),
                 None => with_workers(workers, || {
-                    let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par)?;
+                    let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par, gpu)?;
                     let draws = level.null_draws(null32, gpu, par, on_draw)?;
                     level.finish(readout32.as_ref(), draws, gpu)
                 }),
@@ -871,17 +871,37 @@ struct Level {
 }
 
 impl Level {
-    /// Ranks the full-space distances of the corrected `N × d` matrix.
+    /// Ranks the full-space distances of the corrected `N × d` matrix: the distances and
+    /// their sort on the device when one is given (the rows prepared and the ranks computed
+    /// here, by the CPU's own functions), else on the CPU.
     fn new(
         corrected: MatRef<'_, f64>,
         ccr: usize,
         distance: Distance,
         label: &str,
         par: Par,
+        gpu: Option<&repgeom_cuda::Gpu>,
     ) -> Result<Self> {
-        let full = pairwise_distances(corrected, distance, label, par)?;
-        let reference = RankedReference::new(&full, &format!("{label}: full-space distances"))?;
-        drop(full);
+        let what = format!("{label}: full-space distances");
+        let reference = match gpu {
+            Some(gpu) => {
+                let words = match distance {
+                    Distance::Cosine => {
+                        let rows = repgeom_linalg::normalize_rows(corrected, label)?;
+                        gpu.reference_words(rows.as_ref(), None, &what)?
+                    }
+                    Distance::Euclidean => {
+                        let (rows, sq) = repgeom_linalg::rows_with_sq_norms(corrected, label)?;
+                        gpu.reference_words(rows.as_ref(), Some(&sq), &what)?
+                    }
+                };
+                RankedReference::from_sorted_words(&words, &what)?
+            }
+            None => {
+                let full = pairwise_distances(corrected, distance, label, par)?;
+                RankedReference::new(&full, &what)?
+            }
+        };
         Ok(Self {
             reference,
             h32: to_f32(corrected),
