@@ -71,6 +71,7 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pga::pga, m)?)?;
+    m.add_function(wrap_pyfunction!(pga::open_device_py, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::metrics, m)?)?;
     m.add_function(wrap_pyfunction!(compare::compare, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::list_metrics, m)?)?;

@@ -39,14 +39,7 @@ pub(crate) fn pga<'py>(
     readout_center: bool,
     device: &str,
 ) -> PyResult<Vec<String>> {
-    // The device first, as on the command line: a bad name or a missing device fails before
-    // any input is read.
-    let device: repgeom_cuda::Device = device
-        .parse()
-        .map_err(|e: repgeom_cuda::Error| Failure::Invalid(e.to_string()).into_py(py))?;
-    device
-        .open()
-        .map_err(|e| Failure::from(repgeom_metrics::Error::from(e)).into_py(py))?;
+    let device = open_device(py, device)?;
     let pga: repgeom_metrics::Pga = serde_json::from_str(&options)
         .map_err(|e| Failure::Invalid(format!("invalid pga options {options}: {e}")).into_py(py))?;
     repgeom_metrics::Metric::check(&pga).map_err(|e| Failure::from(e).into_py(py))?;
@@ -129,4 +122,23 @@ pub(crate) fn pga<'py>(
             .map(|r| Ok(with_layer(r.layer, to_json(&r.result)?)))
             .collect()
     })
+}
+
+/// Parses and opens a device name (`cpu`, `cuda`, `cuda:N`): the check `repgeom.pga` makes
+/// before it reads any input, as the command line does, with the command line's message.
+pub(crate) fn open_device(py: Python<'_>, device: &str) -> PyResult<repgeom_cuda::Device> {
+    let device: repgeom_cuda::Device = device
+        .parse()
+        .map_err(|e: repgeom_cuda::Error| Failure::Invalid(e.to_string()).into_py(py))?;
+    device
+        .open()
+        .map_err(|e| Failure::from(repgeom_metrics::Error::from(e)).into_py(py))?;
+    Ok(device)
+}
+
+/// [`open_device`] for Python (`_native.open_device`).
+#[pyfunction]
+#[pyo3(name = "open_device")]
+pub(crate) fn open_device_py(py: Python<'_>, device: &str) -> PyResult<()> {
+    open_device(py, device).map(|_| ())
 }

@@ -294,6 +294,7 @@ def pga(
         A :class:`PgaResult` for a single ``[N, d]`` layer and one CCR level, else
         :class:`PgaResults` (one result per layer and CCR level, with ``to_pandas()``).
     """
+    _native.open_device(str(device))  # before any input is read, as on the command line
     layers = _layers(acts)
     ccrs = [int(ccr)] if isinstance(ccr, (int, np.integer)) else [int(c) for c in ccr]
     nb = _readout(null_bases)

@@ -23,7 +23,9 @@ def pga(
     revision: Optional[str] = None,
     readout_fold_norm: bool = False,
     readout_center: bool = False,
+    device: str = "cpu",
 ) -> list[str]: ...
+def open_device(device: str) -> None: ...
 def metrics(
     layers: Sequence[tuple[int, Any]],
     configs: Sequence[str],
