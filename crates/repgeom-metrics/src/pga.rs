@@ -922,7 +922,8 @@ impl Level {
     }
 
     /// `(rho, captured squared norm)` of every null draw, in draw order: on the device when
-    /// one is given (`on_draw` called after each batch's draws), else on the CPU.
+    /// one is given (`on_draw` then called once per draw when the device is done), else on
+    /// the CPU.
     fn null_draws(
         &self,
         null: &[Mat<f32>],
