@@ -72,10 +72,33 @@ pub(crate) fn folders() -> Vec<PathBuf> {
     out
 }
 
+/// The files in `dir` whose name starts with `prefix` (not NVRTC's `.alt.` variants), the
+/// highest version first (by name).
+fn companions(dir: &std::path::Path, prefix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(prefix) && !n.contains(".alt."))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.reverse();
+    found
+}
+
 /// Libraries loaded so far; never unloaded (cudarc keeps its own handles to them).
 static LOADED: Mutex<Vec<(&'static str, libloading::Library)>> = Mutex::new(Vec::new());
 
-/// Loads `lib` (once per process), or says where it looked.
+/// Loads `lib` (once per process), or says where it looked. NVRTC comes with its builtins
+/// library, which it opens by name when it compiles: when NVRTC is found in a folder outside
+/// the loader's path, the builtins beside it are loaded too, so that name finds them.
 pub(crate) fn load(lib: &Lib, ordinal: usize) -> Result<()> {
     let mut loaded = LOADED
         .lock()
@@ -93,6 +116,17 @@ pub(crate) fn load(lib: &Lib, ordinal: usize) -> Result<()> {
         // SAFETY: loading a CUDA library runs its initialisers, which have no preconditions.
         if let Ok(handle) = unsafe { libloading::Library::new(&path) } {
             loaded.push((lib.file, handle));
+            if lib.file == NVRTC.file
+                && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            {
+                for builtins in companions(dir, "libnvrtc-builtins.so.13") {
+                    // SAFETY: as above.
+                    if let Ok(handle) = unsafe { libloading::Library::new(&builtins) } {
+                        loaded.push(("libnvrtc-builtins", handle));
+                        break;
+                    }
+                }
+            }
             return Ok(());
         }
     }
