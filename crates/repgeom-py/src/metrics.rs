@@ -42,7 +42,7 @@ fn model_context(
 /// Registered per-layer metrics on each layer; one JSON object (a `MetricValue` plus `layer`)
 /// per value.
 #[pyfunction]
-#[pyo3(signature = (layers, configs, readout, *, k, n_null, seed, readout_is_basis, progress, revision=None, readout_fold_norm=false, readout_center=false))]
+#[pyo3(signature = (layers, configs, readout, *, k, n_null, seed, readout_is_basis, progress, revision=None, readout_fold_norm=false, readout_center=false, device="cpu"))]
 pub(crate) fn metrics<'py>(
     py: Python<'py>,
     layers: Vec<(usize, Bound<'py, PyAny>)>,
@@ -56,7 +56,9 @@ pub(crate) fn metrics<'py>(
     revision: Option<String>,
     readout_fold_norm: bool,
     readout_center: bool,
+    device: &str,
 ) -> PyResult<Vec<String>> {
+    let device = crate::pga::open_device(py, device)?;
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
         let metrics = parse_configs(&configs, repgeom_metrics::metric_from_config)?;
@@ -89,7 +91,7 @@ pub(crate) fn metrics<'py>(
             center: readout_center,
         });
         let null = needs_null.then_some(repgeom_null::NullParams { n_null, seed });
-        let model = model_context(spec.as_ref(), k, null, d, &first)?;
+        let model = model_context(spec.as_ref(), k, null, d, &first)?.with_device(device);
         let bar = progress_bar((layers.len() * metrics.len()) as u64, "metrics", progress);
         let mut out = Vec::new();
         for layer in &layers {

@@ -150,3 +150,7 @@ def test_device_is_checked_before_the_inputs_as_on_the_cli(monkeypatch):
         repgeom.pga("fixtures/pga/nope.npy", "fixtures/pga/readout.npy", k=8, device="cuda:99", progress=False)
     cli = run_cli("pga", "--acts", "fixtures/pga/nope.npy", "--readout", "fixtures/pga/readout.npy", "--device", "cuda:99", check=False)
     assert str(e.value).startswith("device cuda:99: ") and str(e.value) in cli.stderr
+    with pytest.raises(repgeom.InvalidInputError, match=r"^device cuda:99: "):
+        repgeom.metrics("fixtures/pga/nope.npy", names=["rankme"], device="cuda:99", progress=False)
+    with pytest.raises(repgeom.InvalidInputError, match=r"unknown device `tpu`"):
+        repgeom.metric("rankme", "fixtures/pga/nope.npy", device="tpu", progress=False)

@@ -367,16 +367,19 @@ def metrics(
     revision: Optional[str] = None,
     readout_fold_norm: bool = False,
     readout_center: bool = False,
+    device: str = "cpu",
 ) -> Rows:
     """Registered per-layer metrics as tidy rows (``repgeom metrics``).
 
-    ``readout`` is as in :func:`pga` (array, path, or hub model id at ``revision``).
+    ``readout`` is as in :func:`pga` (array, path, or hub model id at ``revision``);
+    ``device`` too (where PGA's null draws run, ``--device``).
 
     ``names`` items are a metric name, ``(name, {options})`` or ``{"metric": name, ...options}``;
     ``None`` runs every registered metric (those needing the readout only when one is given).
     Each row has ``layer``, ``metric``, ``variant``, ``value``, ``null_mean``, ``null_std``,
     ``p_value`` and the metric's extra columns.
     """
+    _native.open_device(str(device))  # before any input is read, as on the command line
     if names is None:
         names = [
             m["name"]
@@ -397,6 +400,7 @@ def metrics(
                 revision=revision,
                 readout_fold_norm=bool(readout_fold_norm),
                 readout_center=bool(readout_center),
+                device=str(device),
             )
         )
     )
@@ -404,11 +408,12 @@ def metrics(
 
 def metric(name: str, acts: Any, readout: Any = None, *, k: int = _DEFAULTS["k"], n_null: int = _DEFAULTS["n_null"], seed: int = 0,
            readout_is_basis: bool = False, progress: Optional[bool] = None,
-           revision: Optional[str] = None, **options: Any) -> Rows:
+           revision: Optional[str] = None, device: str = "cpu", **options: Any) -> Rows:
     """One registered metric with its options as keyword arguments, e.g.
     ``repgeom.metric("rankme", acts)`` or ``repgeom.metric("pga", acts, W_U, ccr=[1, 5])``."""
     return metrics(acts, readout, [(name, options)], k=k, n_null=n_null, seed=seed,
-                   readout_is_basis=readout_is_basis, progress=progress, revision=revision)
+                   readout_is_basis=readout_is_basis, progress=progress, revision=revision,
+                   device=device)
 
 
 def compare(

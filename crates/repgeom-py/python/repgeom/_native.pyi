@@ -39,6 +39,7 @@ def metrics(
     revision: Optional[str] = None,
     readout_fold_norm: bool = False,
     readout_center: bool = False,
+    device: str = "cpu",
 ) -> list[str]: ...
 def compare(
     a: Sequence[tuple[int, Any]],
