@@ -94,14 +94,7 @@ impl Gpu {
             return Ok(g.clone());
         }
         libs::load(&DRIVER, ordinal)?;
-        let driver = |step: &str, e: cudarc::driver::DriverError| Error::Driver {
-            ordinal,
-            step: step.into(),
-            reason: e
-                .error_string()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| format!("{e:?}")),
-        };
+        let driver = |step: &str, e| driver_error(ordinal, step, e);
         cudarc::driver::result::init().map_err(|e| driver("initialising the CUDA driver", e))?;
         let count = CudaContext::device_count().map_err(|e| driver("counting devices", e))?;
         let count = usize::try_from(count).unwrap_or(0);
@@ -181,14 +174,7 @@ impl Gpu {
     }
 
     pub(crate) fn driver(&self, step: &str, e: cudarc::driver::DriverError) -> Error {
-        Error::Driver {
-            ordinal: self.ordinal,
-            step: step.into(),
-            reason: e
-                .error_string()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| format!("{e:?}")),
-        }
+        driver_error(self.ordinal, step, e)
     }
 
     pub(crate) fn blas(&self, step: &'static str, e: cudarc::cublas::result::CublasError) -> Error {
@@ -207,5 +193,17 @@ impl std::fmt::Debug for Gpu {
             .field("name", &self.name)
             .field("capability", &self.capability)
             .finish()
+    }
+}
+
+/// A failed driver call on device `ordinal`, with the driver's description of the error.
+fn driver_error(ordinal: usize, step: &str, e: cudarc::driver::DriverError) -> Error {
+    Error::Driver {
+        ordinal,
+        step: step.into(),
+        reason: e
+            .error_string()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("{e:?}")),
     }
 }

@@ -305,7 +305,8 @@ impl Gpu {
             }
         };
         let mut sq_sums = Vec::with_capacity(b);
-        let mut scales = Vec::with_capacity(n * b);
+        // Cosine: each row's scale 1 / norm; Euclidean: the squared norms themselves, in f32.
+        let (mut scales, mut sq_host) = (Vec::new(), Vec::new());
         for (draw, rows) in norms.chunks(n).enumerate() {
             match distance {
                 Distance::Cosine => {
@@ -314,19 +315,19 @@ impl Gpu {
                 }
                 Distance::Euclidean => {
                     repgeom_linalg::check_row_norms(rows, what, first_bad(draw))?;
-                    scales.extend(rows.iter().map(|&v| f64::from(v as f32)));
+                    sq_host.extend(rows.iter().map(|&v| v as f32));
                 }
             }
             sq_sums.push(rows.iter().sum::<f64>());
         }
         let euclidean = i32::from(distance == Distance::Euclidean);
-        let mut sq32 = s
-            .alloc_zeros::<f32>(n * b)
-            .map_err(dev("allocating norms"))?;
-        if euclidean == 1 {
-            let v: Vec<f32> = scales.iter().map(|&x| x as f32).collect();
-            s.memcpy_htod(&v, &mut sq32).map_err(dev("copying norms"))?;
-        } else {
+        // The pair kernel reads the squared norms only for Euclidean distances.
+        let sq32 = match distance {
+            Distance::Euclidean => s.clone_htod(&sq_host),
+            Distance::Cosine => s.alloc_zeros::<f32>(1),
+        }
+        .map_err(dev("copying norms"))?;
+        if distance == Distance::Cosine {
             let scale = s.clone_htod(&scales).map_err(dev("copying scales"))?;
             unsafe {
                 s.launch_builder(inner.function("scale_rows"))
