@@ -37,14 +37,20 @@ impl ActsArgs {
     }
 }
 
-/// `--device`: where `pga` and `metrics` run PGA's null draws.
+/// `--device`: where `extract` runs its forward passes and `pga` and `metrics` PGA's null
+/// draws.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub(crate) struct DeviceArgs {
-    /// Where PGA's null draws and readout statistic run: cpu, cuda (the first CUDA device) or
-    /// cuda:N. The CUDA libraries are loaded at run time; without them, or without the
-    /// device, the command fails before reading its inputs (docs/gpu.md).
+    /// Where the command computes: cpu, cuda (the first CUDA device) or cuda:N (extract: the
+    /// forward passes and the loss; pga and metrics: PGA's null draws and readout statistic).
+    /// The CUDA libraries are loaded at run time; without them, or without the device, the
+    /// command fails before reading its inputs (docs/gpu.md).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     pub(crate) device: repgeom_cuda::Device,
+}
+
+pub(crate) fn parse_precision(s: &str) -> Result<repgeom_extract::Precision, String> {
+    s.parse().map_err(|e: repgeom_extract::Error| e.to_string())
 }
 
 pub(crate) fn parse_device(s: &str) -> Result<repgeom_cuda::Device, String> {

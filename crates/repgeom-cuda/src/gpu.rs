@@ -9,14 +9,15 @@ use cudarc::nvrtc::CompileOptions;
 use crate::libs::{self, CUBLAS, CUBLASLT, DRIVER, NVRTC};
 use crate::{Error, Result};
 
-/// The CUDA source of repgeom's kernels, compiled at run time by NVRTC.
-pub const KERNELS: &str = include_str!("kernels.cu");
+/// The CUDA source of repgeom's kernels, compiled at run time by NVRTC: the PGA engine's
+/// (`kernels.cu`), then the forward pass's (`forward.cu`).
+pub const KERNELS: &str = concat!(include_str!("kernels.cu"), include_str!("forward.cu"));
 
 /// The oldest compute capability the kernels run on: the oldest CUDA 13 compiles for.
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 5);
 
 /// The kernels' entry points, in `kernels.cu`.
-const FUNCTIONS: [&str; 9] = [
+const FUNCTIONS: [&str; 22] = [
     "row_sq_norms",
     "scale_rows",
     "pair_words",
@@ -26,6 +27,19 @@ const FUNCTIONS: [&str; 9] = [
     "tie_bounds",
     "tie_carry",
     "tie_sums",
+    "embed_rows",
+    "add_positions",
+    "scale_all",
+    "add_bias",
+    "combine",
+    "clamp_all",
+    "activate",
+    "narrow_to",
+    "norm_rows",
+    "gather_heads",
+    "masked_softmax",
+    "merge_heads",
+    "loss_part",
 ];
 
 /// Compiles [`KERNELS`] to PTX for `arch` (e.g. `compute_90`) with NVRTC, loading NVRTC first.

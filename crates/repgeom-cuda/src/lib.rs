@@ -19,12 +19,14 @@
 
 mod device;
 mod error;
+mod forward;
 mod gpu;
 mod libs;
 mod pga;
 
 pub use device::{DEVICE_NAMES, Device};
 pub use error::{Error, Result};
+pub use forward::{Act, ActFn, AttentionSpec, Heads, HostData, Rope, Weight};
 pub use gpu::{Gpu, KERNELS, MIN_COMPUTE_CAPABILITY, compile_kernels};
 
 #[cfg(test)]

@@ -209,6 +209,23 @@ pub enum Error {
         /// The largest batch size that fits (0 if none).
         fits: usize,
     },
+    /// Work that does not fit in a device's free memory.
+    #[error("{device}: {what} needs {needed} bytes of device memory and {free} are free; {hint}")]
+    DeviceTooSmall {
+        /// The device (`cuda:0`).
+        device: String,
+        /// The work.
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes free.
+        free: u64,
+        /// What to do.
+        hint: String,
+    },
+    /// A device could not be opened or failed.
+    #[error(transparent)]
+    Device(#[from] repgeom_cuda::Error),
     /// The checkpoint could not be opened or read (missing config, missing shard, missing
     /// tensor, bad dtype), or the output could not be written.
     #[error(transparent)]

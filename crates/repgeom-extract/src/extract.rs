@@ -414,6 +414,15 @@ impl Extractor {
         Ok((extractor, digest))
     }
 
+    /// Runs the model on a CUDA device from now on ([`Model::to_device`]).
+    pub fn to_device(
+        &mut self,
+        gpu: std::sync::Arc<repgeom_cuda::Gpu>,
+        precision: crate::Precision,
+    ) -> Result<()> {
+        self.model.to_device(gpu, precision)
+    }
+
     /// The model.
     pub fn model(&self) -> &Model {
         &self.model
@@ -471,6 +480,10 @@ impl Extractor {
         put("n_points", ex.n_points.to_string());
         put("skip_first", p.skip_first.to_string());
         put("pool", p.pool.name().into());
+        if let Some((gpu, precision)) = self.model.device() {
+            put("device", format!("cuda:{} ({})", gpu.ordinal(), gpu.name()));
+            put("dtype", precision.name().into());
+        }
         if let Pool::Words(wp) = p.pool {
             put("word_pool", wp.name().into());
         }
@@ -498,7 +511,36 @@ impl Extractor {
 
     /// A batch whose activations would not fit in `p.memory_budget` is refused before
     /// anything runs, with the largest batch size that fits.
+    /// On a device, the batch must fit in the device's free memory beside the weights.
     fn check_budget(&self, p: &ExtractParams) -> Result<()> {
+        if let Some((gpu, _)) = self.model.device() {
+            let need = |b| {
+                self.model
+                    .device_activation_bytes(b, p.seq_len)
+                    .unwrap_or(0)
+            };
+            let (free, _) = gpu.memory()?;
+            if need(p.batch_size) > free / 10 * 9 {
+                let fits = (1..p.batch_size)
+                    .rev()
+                    .find(|&b| need(b) <= free / 10 * 9)
+                    .unwrap_or(0);
+                return Err(Error::DeviceTooSmall {
+                    device: format!("cuda:{}", gpu.ordinal()),
+                    what: format!(
+                        "a batch of {} sequences of {} tokens",
+                        p.batch_size, p.seq_len
+                    ),
+                    needed: need(p.batch_size),
+                    free,
+                    hint: if fits > 0 {
+                        format!("--batch-size {fits} fits")
+                    } else {
+                        "even --batch-size 1 does not fit: use a shorter --seq-len".into()
+                    },
+                });
+            }
+        }
         if let Some(budget) = p.memory_budget {
             let need = self.model.activation_bytes(p.batch_size, p.seq_len);
             if need > budget {

@@ -42,7 +42,7 @@ pub use extract::{
     STREAM_BLOCK_BYTES, Streamed, ValidExtractParams, Visit, available_memory, extract,
     text_blocks,
 };
-pub use model::{Forward, Model};
+pub use model::{Forward, Model, Precision};
 pub use points::{POINTS_NAMES, PointsDiffer, PointsRecord, same_points};
 pub use words::{WordPoint, WordPool, WordSample, sample_words};
 

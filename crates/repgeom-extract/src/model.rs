@@ -15,6 +15,9 @@ use crate::config::{Activation, Family, ModelConfig, RopeScaling};
 use crate::kernels::{Act, MaskedSoftmax, row_lse};
 use crate::{Error, Result};
 
+mod device;
+pub use device::Precision;
+
 /// Rows × vocabulary entries of one tile of logits for the loss: 256 × 1024 `f32` (1 MiB) stays
 /// in a core's cache while its log-sum-exp is taken, so logits never travel to memory, and
 /// the readout's GEMM ran fastest at this size (measured 256 × 1024 against 2048 × 256,
@@ -49,6 +52,8 @@ pub struct Model {
     /// Phi's `lm_head.bias` [V].
     readout_bias: Option<Tensor>,
     device: Device,
+    /// The weights on a CUDA device, when the forward passes run there ([`Model::to_device`]).
+    on_device: Option<Box<device::OnDevice>>,
 }
 
 /// What one forward pass of one sequence returns.
@@ -61,11 +66,25 @@ pub struct Forward {
     pub logits: Option<Vec<f32>>,
 }
 
+/// The model's pieces are generic over where their weights live: candle tensors on the CPU,
+/// [`repgeom_cuda::Weight`]s on a device ([`crate::device`]), one structure for both.
 #[derive(Debug)]
-struct Linear {
+pub(crate) struct Linear<W = Tensor> {
     /// [out, in]
-    weight: Tensor,
-    bias: Option<Tensor>,
+    pub(crate) weight: W,
+    pub(crate) bias: Option<W>,
+}
+
+/// Converts every weight of a piece, keeping its structure.
+pub(crate) type Convert<'a, W> = dyn FnMut(&Tensor) -> Result<W> + 'a;
+
+impl Linear {
+    fn map<W>(&self, f: &mut Convert<'_, W>) -> Result<Linear<W>> {
+        Ok(Linear {
+            weight: f(&self.weight)?,
+            bias: self.bias.as_ref().map(&mut *f).transpose()?,
+        })
+    }
 }
 
 impl Linear {
@@ -99,17 +118,34 @@ impl Linear {
 }
 
 #[derive(Debug)]
-enum Norm {
+pub(crate) enum Norm<W = Tensor> {
     Layer {
-        weight: Tensor,
-        bias: Tensor,
+        weight: W,
+        bias: W,
         eps: f32,
     },
     /// `x / rms(x) * weight`; Gemma's `(1 + w)` is folded into `weight` at load.
-    Rms { weight: Tensor, eps: f32 },
+    Rms {
+        weight: W,
+        eps: f32,
+    },
 }
 
 impl Norm {
+    pub(crate) fn map<W>(&self, f: &mut Convert<'_, W>) -> Result<Norm<W>> {
+        Ok(match self {
+            Norm::Layer { weight, bias, eps } => Norm::Layer {
+                weight: f(weight)?,
+                bias: f(bias)?,
+                eps: *eps,
+            },
+            Norm::Rms { weight, eps } => Norm::Rms {
+                weight: f(weight)?,
+                eps: *eps,
+            },
+        })
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self {
             Norm::Layer { weight, bias, eps } => candle_nn::ops::layer_norm(x, weight, bias, *eps)?,
@@ -120,7 +156,7 @@ impl Norm {
 
 /// How the fused qkv projection's output columns are laid out.
 #[derive(Clone, Copy, Debug)]
-enum FusedLayout {
+pub(crate) enum FusedLayout {
     /// GPT-NeoX: per head `[q | k | v]` (`[T, H, 3·hd]`).
     PerHead,
     /// GPT-2 `c_attn`: `[q (d) | k (d) | v (d)]`.
@@ -128,34 +164,34 @@ enum FusedLayout {
 }
 
 #[derive(Debug)]
-enum Attention {
+pub(crate) enum Attention<W = Tensor> {
     /// One fused projection (GPT-NeoX, GPT-2), as many key/value heads as query heads.
     Fused {
-        qkv: Linear,
-        out: Linear,
+        qkv: Linear<W>,
+        out: Linear<W>,
         layout: FusedLayout,
     },
     /// Separate projections, grouped-query attention, optional norms on the whole q and k
     /// projections (OLMo-2).
     Split {
-        q: Linear,
-        k: Linear,
-        v: Linear,
-        o: Linear,
-        q_norm: Option<Norm>,
-        k_norm: Option<Norm>,
+        q: Linear<W>,
+        k: Linear<W>,
+        v: Linear<W>,
+        o: Linear<W>,
+        q_norm: Option<Norm<W>>,
+        k_norm: Option<Norm<W>>,
     },
 }
 
 #[derive(Debug)]
-enum Mlp {
+pub(crate) enum Mlp<W = Tensor> {
     /// `down(act(up(x)))`.
-    Plain { up: Linear, down: Linear },
+    Plain { up: Linear<W>, down: Linear<W> },
     /// `down(act(gate(x)) * up(x))`.
     Gated {
-        gate: Linear,
-        up: Linear,
-        down: Linear,
+        gate: Linear<W>,
+        up: Linear<W>,
+        down: Linear<W>,
     },
 }
 
@@ -165,15 +201,70 @@ enum Mlp {
 /// `x' = x + attn(attn_pre(x)) + mlp(mlp_pre(x))`, where a missing `mlp_pre` means the MLP
 /// reads `attn_pre(x)` (Phi's one LayerNorm).
 #[derive(Debug)]
-struct Layer {
-    attn_pre: Option<Norm>,
-    attn_post: Option<Norm>,
-    mlp_pre: Option<Norm>,
-    mlp_post: Option<Norm>,
-    attn: Attention,
-    mlp: Mlp,
+pub(crate) struct Layer<W = Tensor> {
+    pub(crate) attn_pre: Option<Norm<W>>,
+    pub(crate) attn_post: Option<Norm<W>>,
+    pub(crate) mlp_pre: Option<Norm<W>>,
+    pub(crate) mlp_post: Option<Norm<W>>,
+    pub(crate) attn: Attention<W>,
+    pub(crate) mlp: Mlp<W>,
     /// Sliding-window width, `None` for full causal attention.
-    window: Option<usize>,
+    pub(crate) window: Option<usize>,
+}
+
+impl Layer {
+    /// The same layer with every weight converted by `f`.
+    pub(crate) fn map<W>(&self, f: &mut Convert<'_, W>) -> Result<Layer<W>> {
+        let mut norm = |n: &Option<Norm>| n.as_ref().map(|n| n.map(&mut *f)).transpose();
+        let (attn_pre, attn_post, mlp_pre, mlp_post) = (
+            norm(&self.attn_pre)?,
+            norm(&self.attn_post)?,
+            norm(&self.mlp_pre)?,
+            norm(&self.mlp_post)?,
+        );
+        let attn = match &self.attn {
+            Attention::Fused { qkv, out, layout } => Attention::Fused {
+                qkv: qkv.map(f)?,
+                out: out.map(f)?,
+                layout: *layout,
+            },
+            Attention::Split {
+                q,
+                k,
+                v,
+                o,
+                q_norm,
+                k_norm,
+            } => Attention::Split {
+                q: q.map(f)?,
+                k: k.map(f)?,
+                v: v.map(f)?,
+                o: o.map(f)?,
+                q_norm: q_norm.as_ref().map(|n| n.map(&mut *f)).transpose()?,
+                k_norm: k_norm.as_ref().map(|n| n.map(&mut *f)).transpose()?,
+            },
+        };
+        let mlp = match &self.mlp {
+            Mlp::Plain { up, down } => Mlp::Plain {
+                up: up.map(f)?,
+                down: down.map(f)?,
+            },
+            Mlp::Gated { gate, up, down } => Mlp::Gated {
+                gate: gate.map(f)?,
+                up: up.map(f)?,
+                down: down.map(f)?,
+            },
+        };
+        Ok(Layer {
+            attn_pre,
+            attn_post,
+            mlp_pre,
+            mlp_post,
+            attn,
+            mlp,
+            window: self.window,
+        })
+    }
 }
 
 /// Precomputed rotary tables for one sequence length (the causal and sliding-window masks are
@@ -558,7 +649,35 @@ impl Model {
             tied,
             readout_bias,
             device: Device::Cpu,
+            on_device: None,
         })
+    }
+
+    /// Runs the forward passes on `gpu` from now on, computing at `precision`: uploads the
+    /// weights (once; refused before any upload when they do not fit in the device's free
+    /// memory). [`Self::forward_batch`] then returns the same hidden states and losses, in
+    /// the same layout, computed on the device.
+    pub fn to_device(
+        &mut self,
+        gpu: std::sync::Arc<repgeom_cuda::Gpu>,
+        precision: Precision,
+    ) -> Result<()> {
+        self.on_device = None; // a second call frees the first upload before the next
+        self.on_device = Some(Box::new(device::OnDevice::new(self, gpu, precision)?));
+        Ok(())
+    }
+
+    /// The device the forward passes run on and its precision, `None` on the CPU.
+    pub fn device(&self) -> Option<(&std::sync::Arc<repgeom_cuda::Gpu>, Precision)> {
+        self.on_device.as_ref().map(|d| d.device())
+    }
+
+    /// [`Self::activation_bytes`] for the device the model is on, with the device's free
+    /// memory: `None` on the CPU.
+    pub fn device_activation_bytes(&self, batch: usize, seq_len: usize) -> Option<u64> {
+        self.on_device
+            .as_ref()
+            .map(|d| d.activation_bytes(self, batch, seq_len))
     }
 
     /// The model's configuration.
@@ -627,19 +746,15 @@ impl Model {
         nll: bool,
         visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<Option<Vec<f64>>> {
+        if let Some(dev) = &self.on_device {
+            return dev.forward_batch(self, batch, nll, visit);
+        }
         let last = self.run(batch, visit)?;
         if !nll {
             return Ok(None);
         }
         let (b, t, d) = last.dims3()?;
-        // Every predicting position of every sequence, in order: (row of `last`, target).
-        let pairs: Vec<(usize, u32)> = batch
-            .iter()
-            .enumerate()
-            .flat_map(|(s, ids)| {
-                (0..ids.len().saturating_sub(1)).map(move |r| (s * t + r, ids[r + 1]))
-            })
-            .collect();
+        let pairs = loss_pairs(batch, t);
         let last = last.contiguous()?;
         let (h_store, h_layout) = last.storage_and_layout();
         let h = f32_slice(&h_store, h_layout, b * t * d)?;
@@ -649,24 +764,13 @@ impl Model {
         }
         let targets: Vec<u32> = pairs.iter().map(|&(_, target)| target).collect();
         let nll = self.nll(&rows, &targets)?;
-        // summed per sequence in position order, as one sequence at a time would
-        let mut sums = Vec::with_capacity(batch.len());
-        let mut rest = nll.as_slice();
-        for ids in batch {
-            let (mine, tail) = rest.split_at(ids.len().saturating_sub(1));
-            sums.push(mine.iter().sum());
-            rest = tail;
-        }
-        Ok(Some(sums))
+        Ok(Some(per_sequence(batch, &nll)))
     }
 
-    /// Checks the batch, runs it, reports every hidden state and returns the last (normed)
-    /// one as `[B, T_max, d]`.
-    fn run(
-        &self,
-        batch: &[&[u32]],
-        visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
-    ) -> Result<Tensor> {
+    /// The batch checked (non-empty sequences, at most `max_position_embeddings` tokens, ids
+    /// in the vocabulary) and flattened to `[B, T_max]`, shorter sequences padded with id 0
+    /// on the right; returns `(T_max, ids)`.
+    pub(crate) fn flat_batch(&self, batch: &[&[u32]]) -> Result<(usize, Vec<u32>)> {
         let c = &self.config;
         let t = batch.iter().map(|s| s.len()).max().unwrap_or(0);
         if batch.iter().any(|s| s.is_empty()) || batch.is_empty() {
@@ -696,6 +800,19 @@ impl Model {
             flat.extend_from_slice(s);
             flat.resize(flat.len() + t - s.len(), 0);
         }
+        Ok((t, flat))
+    }
+
+    /// Checks the batch, runs it, reports every hidden state and returns the last (normed)
+    /// one as `[B, T_max, d]`.
+    fn run(
+        &self,
+        batch: &[&[u32]],
+        visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (t, flat) = self.flat_batch(batch)?;
+        let b = batch.len();
         let ctx = self.context(t)?;
         let idx = Tensor::from_vec(flat, b * t, &self.device)?;
         let mut h = self
@@ -843,21 +960,26 @@ impl Model {
             .collect())
     }
 
-    fn context(&self, t: usize) -> Result<Context> {
-        let c = &self.config;
-        let half = c.rotary_dims / 2;
-        let inv = inv_freq(c);
-        let mut cos = Vec::with_capacity(t * half);
-        let mut sin = Vec::with_capacity(t * half);
+    /// The rotary tables `cos`, `sin` (`[t, rotary_dims / 2]`, row-major) for positions
+    /// `0..t`: as transformers, the angle in f32, cos and sin of that f32 angle.
+    pub(crate) fn rotary_tables(&self, t: usize) -> (Vec<f32>, Vec<f32>) {
+        let inv = inv_freq(&self.config);
+        let mut cos = Vec::with_capacity(t * inv.len());
+        let mut sin = Vec::with_capacity(t * inv.len());
         for pos in 0..t {
             for &f in &inv {
-                // As HF: the angle in f32, cos and sin of that f32 angle.
                 let a = (pos as f32 * f) as f64;
                 cos.push(a.cos() as f32);
                 sin.push(a.sin() as f32);
             }
         }
-        let half = half.max(1);
+        (cos, sin)
+    }
+
+    fn context(&self, t: usize) -> Result<Context> {
+        let c = &self.config;
+        let (cos, sin) = self.rotary_tables(t);
+        let half = (c.rotary_dims / 2).max(1);
         let (cos, sin) = if c.rotary_dims == 0 {
             (
                 Tensor::zeros((t, half), DType::F32, &self.device)?,
@@ -1056,6 +1178,29 @@ impl Model {
         }
         total
     }
+}
+
+/// Every predicting position of every sequence of a batch padded to `t`, in order: (row of
+/// the `[B·t, d]` hidden states, target id).
+fn loss_pairs(batch: &[&[u32]], t: usize) -> Vec<(usize, u32)> {
+    batch
+        .iter()
+        .enumerate()
+        .flat_map(|(s, ids)| (0..ids.len().saturating_sub(1)).map(move |r| (s * t + r, ids[r + 1])))
+        .collect()
+}
+
+/// Per-position losses in [`loss_pairs`]' order, summed per sequence in position order, as
+/// one sequence at a time would.
+fn per_sequence(batch: &[&[u32]], nll: &[f64]) -> Vec<f64> {
+    let mut sums = Vec::with_capacity(batch.len());
+    let mut rest = nll;
+    for ids in batch {
+        let (mine, tail) = rest.split_at(ids.len().saturating_sub(1));
+        sums.push(mine.iter().sum());
+        rest = tail;
+    }
+    sums
 }
 
 /// RoPE inverse frequencies in f32, as transformers computes them (`default` and `llama3`).

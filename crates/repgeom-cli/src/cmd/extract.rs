@@ -130,9 +130,33 @@ pub(crate) struct ExtractArgs {
     /// --cka-pairs the table of CKA values.
     #[arg(long)]
     out: PathBuf,
+    #[command(flatten)]
+    device: crate::args::DeviceArgs,
+    /// With --device cuda: compute in f32 (f32, the default: the CPU's numbers to the
+    /// rounding of the products), or with the weights as stored (stored: bf16/f16 products
+    /// accumulated in f32, as transformers on a GPU; faster, half the memory, about
+    /// transformers' numbers in that dtype). The CPU computes in f32 only.
+    #[arg(long, value_name = "f32|stored", default_value = "f32", value_parser = crate::args::parse_precision)]
+    dtype: repgeom_extract::Precision,
 }
 
 pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
+    // The device first: a missing one fails before any input is read.
+    if args.dtype != repgeom_extract::Precision::F32
+        && args.device.device == repgeom_cuda::Device::Cpu
+    {
+        anyhow::bail!(
+            "--dtype {} needs --device cuda: the CPU computes in f32",
+            args.dtype.name()
+        );
+    }
+    let gpu = args.device.device.open()?;
+    let on_device = |mut ex: Extractor| -> anyhow::Result<Extractor> {
+        if let Some(g) = &gpu {
+            ex.to_device(g.clone(), args.dtype)?;
+        }
+        Ok(ex)
+    };
     // The design by its names, through the library's one rule (Python and a study's
     // [extract] read the same).
     let pool = Pool::from_names(
@@ -173,7 +197,7 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
         &repgeom_hub::Files::Full,
         ctx,
     )?;
-    let extractor = Extractor::load(&dir)?;
+    let extractor = on_device(Extractor::load(&dir)?)?;
     if let Some(spec) = &args.cka_pairs {
         let other = match &args.other_model {
             Some(m) => {
@@ -183,7 +207,7 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
                     &repgeom_hub::Files::Full,
                     ctx,
                 )?;
-                Some(Extractor::load(&dir)?)
+                Some(on_device(Extractor::load(&dir)?)?)
             }
             None => None,
         };

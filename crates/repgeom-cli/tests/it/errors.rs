@@ -631,4 +631,36 @@ fn device_that_is_unknown_or_absent() {
         !stderr.contains("not-read.npy"),
         "the inputs were read first: {stderr}"
     );
+    // extract: the device is opened before the text or the model is read, and --dtype
+    // stored is refused on the CPU (which computes in f32 only).
+    let extract = |extra: &[&str]| {
+        let mut a = vec![
+            "extract",
+            "--model",
+            s(&missing),
+            "--text",
+            s(&missing),
+            "--out",
+            s(&out),
+        ];
+        a.extend_from_slice(extra);
+        repgeom(&a)
+    };
+    for (extra, want) in [
+        (&["--device", "cuda:99"][..], "device cuda:99: "),
+        (
+            &["--dtype", "stored"][..],
+            "--dtype stored needs --device cuda",
+        ),
+        (
+            &["--dtype", "bf16"][..],
+            "unknown dtype `bf16`: expected f32, stored",
+        ),
+    ] {
+        let run = extract(extra);
+        assert_eq!(run.code, 2, "{extra:?}: {}", run.stderr);
+        assert!(run.stderr.contains(want), "{extra:?}: {}", run.stderr);
+        assert!(!run.stderr.contains("not-read.npy"), "{}", run.stderr);
+        assert!(!out.exists());
+    }
 }

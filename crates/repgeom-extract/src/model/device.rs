@@ -1,0 +1,408 @@
+//! The forward pass on a CUDA device: the CPU path's skeleton ([`Model::run`]'s embedding,
+//! layers, final norm and loss) over [`repgeom_cuda`]'s operations, the weights uploaded once
+//! ([`Model::to_device`]). Hidden states come back to the host one at a time, in the CPU
+//! path's order and layout, so everything downstream of [`Model::forward_batch`] (points,
+//! line means, words, accumulators) is the same code on either device.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use candle_core::{DType, Tensor};
+use repgeom_cuda::{Act, ActFn, AttentionSpec, Gpu, Heads, HostData, Rope, Weight};
+
+use super::{Attention, FusedLayout, Layer, Linear, Mlp, Model, Norm, loss_pairs, per_sequence};
+use crate::config::Activation;
+use crate::{Error, Result};
+
+/// How a device computes the forward pass. On the CPU it is always `f32`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Every weight widened to `f32` when uploaded, every product in `f32`: the CPU path's
+    /// numbers to the rounding of the products (within 1e-4 of transformers in f32).
+    #[default]
+    F32,
+    /// Weights kept as stored (bf16, f16), products of bf16/f16 inputs accumulated in `f32`
+    /// (the activations rounded to the weight's type for each product; norms, softmax and
+    /// residuals in `f32`): transformers' speed on a GPU, and about its numbers in that dtype.
+    Stored,
+}
+
+impl Precision {
+    /// The names `--dtype` takes.
+    pub const NAMES: &'static str = "f32, stored";
+
+    /// The name, as `--dtype` and the metadata spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Stored => "stored",
+        }
+    }
+}
+
+impl FromStr for Precision {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "stored" => Ok(Precision::Stored),
+            other => Err(Error::InvalidParams {
+                field: "dtype",
+                reason: format!("unknown dtype `{other}`: expected {}", Precision::NAMES),
+            }),
+        }
+    }
+}
+
+/// The model's weights on a device.
+pub(crate) struct OnDevice {
+    gpu: Arc<Gpu>,
+    precision: Precision,
+    embed: Weight,
+    positions: Option<Weight>,
+    layers: Vec<Layer<Weight>>,
+    final_norm: Norm<Weight>,
+    /// `None` when tied to `embed`.
+    readout: Option<Weight>,
+    readout_bias: Option<Weight>,
+    /// Bytes the weights take on the device.
+    bytes: u64,
+}
+
+impl std::fmt::Debug for OnDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnDevice")
+            .field("gpu", &self.gpu)
+            .field("precision", &self.precision)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+/// Uploads one weight: matrices as stored (or widened, for [`Precision::F32`]), vectors in
+/// the `f32` the CPU path widened them to at load.
+fn upload(gpu: &Gpu, t: &Tensor, widen: bool) -> Result<Weight> {
+    let t = t.flatten_all()?;
+    let what = format!("a weight of {} values", t.elem_count());
+    Ok(match t.dtype() {
+        DType::BF16 => {
+            let bits: Vec<u16> = t
+                .to_vec1::<half::bf16>()?
+                .into_iter()
+                .map(half::bf16::to_bits)
+                .collect();
+            gpu.upload(HostData::Bf16(&bits), widen, &what)?
+        }
+        DType::F16 => {
+            let bits: Vec<u16> = t
+                .to_vec1::<half::f16>()?
+                .into_iter()
+                .map(half::f16::to_bits)
+                .collect();
+            gpu.upload(HostData::F16(&bits), widen, &what)?
+        }
+        _ => gpu.upload(
+            HostData::F32(&t.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+            widen,
+            &what,
+        )?,
+    })
+}
+
+/// Bytes a tensor takes on the device at `precision`.
+fn device_bytes(t: &Tensor, precision: Precision) -> u64 {
+    let size = match precision {
+        Precision::F32 => 4,
+        Precision::Stored => t.dtype().size_in_bytes().min(4),
+    };
+    (t.elem_count() * size) as u64
+}
+
+impl OnDevice {
+    /// Uploads `model`'s weights, after checking that they fit in the device's free memory.
+    pub(crate) fn new(model: &Model, gpu: Arc<Gpu>, precision: Precision) -> Result<Self> {
+        let widen = precision == Precision::F32;
+        let mut bytes = 0u64;
+        let mut count = |t: &Tensor| -> Result<()> {
+            bytes += device_bytes(t, precision);
+            Ok(())
+        };
+        for l in &model.layers {
+            l.map(&mut count)?;
+        }
+        count(&model.embed)?;
+        for t in [&model.positions, &model.readout_bias]
+            .into_iter()
+            .flatten()
+        {
+            count(t)?;
+        }
+        if !model.tied {
+            count(&model.readout)?;
+        }
+        let (free, _) = gpu.memory()?;
+        if bytes > free / 10 * 9 {
+            return Err(Error::DeviceTooSmall {
+                device: format!("cuda:{}", gpu.ordinal()),
+                what: format!("the model's weights at --dtype {}", precision.name()),
+                needed: bytes,
+                free,
+                hint: if widen {
+                    "--dtype stored keeps bf16/f16 weights as stored (half the bytes)".into()
+                } else {
+                    "use a device with more memory, or the CPU".into()
+                },
+            });
+        }
+        let g = &*gpu;
+        let mut up = |t: &Tensor| upload(g, t, widen);
+        let layers = model
+            .layers
+            .iter()
+            .map(|l| l.map(&mut up))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            embed: up(&model.embed)?,
+            positions: model.positions.as_ref().map(&mut up).transpose()?,
+            final_norm: model.final_norm.map(&mut up)?,
+            readout: if model.tied {
+                None
+            } else {
+                Some(up(&model.readout)?)
+            },
+            readout_bias: model.readout_bias.as_ref().map(&mut up).transpose()?,
+            layers,
+            gpu,
+            precision,
+            bytes,
+        })
+    }
+
+    /// The device and the precision it computes in.
+    pub(crate) fn device(&self) -> (&Arc<Gpu>, Precision) {
+        (&self.gpu, self.precision)
+    }
+
+    /// An upper estimate of the device bytes one forward pass of `batch` sequences of
+    /// `seq_len` tokens allocates beyond the weights: the hidden state and the layer's
+    /// temporaries (norm output, projections, heads, scores, MLP), the narrowed inputs of
+    /// half-precision products, and the loss's 1 GiB of logits.
+    pub(crate) fn activation_bytes(&self, model: &Model, batch: usize, seq_len: usize) -> u64 {
+        let c = &model.config;
+        let (b, t) = (batch as u64, seq_len as u64);
+        let (d, qkv, ff) = (
+            c.hidden_size as u64,
+            (c.n_heads * c.head_dim) as u64,
+            c.intermediate_size as u64,
+        );
+        let rows = b * t;
+        let floats = rows * (8 * d + 10 * qkv + 3 * ff) + b * c.n_heads as u64 * t * t;
+        4 * floats + 2 * rows * ff.max(3 * qkv) + (1 << 30)
+    }
+
+    /// [`Model::forward_batch`] on the device.
+    pub(crate) fn forward_batch(
+        &self,
+        model: &Model,
+        batch: &[&[u32]],
+        nll: bool,
+        visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<Option<Vec<f64>>> {
+        let c = &model.config;
+        let (t, flat) = model.flat_batch(batch)?;
+        let b = batch.len();
+        let g = &*self.gpu;
+        let rope = if c.rotary_dims > 0 {
+            let (cos, sin) = model.rotary_tables(t);
+            Some(g.rope(&cos, &sin, t, c.rotary_dims)?)
+        } else {
+            None
+        };
+        let mut h = g.embed(&self.embed, &flat, c.hidden_size)?;
+        if let Some(p) = &self.positions {
+            g.add_positions(&mut h, p, t)?;
+        }
+        if let Some(s) = model.embed_scale {
+            g.scale(&mut h, s as f32)?;
+        }
+        let mut host = Vec::new();
+        let mut report = |i: usize, h: &Act| -> Result<()> {
+            g.download(h, &mut host)?;
+            visit(i, &host)
+        };
+        report(0, &h)?;
+        let n = self.layers.len();
+        for (i, layer) in self.layers.iter().enumerate() {
+            h = self.layer(model, layer, &h, rope.as_ref(), b, t)?;
+            if i + 1 < n {
+                report(i + 1, &h)?;
+            }
+        }
+        let h = self.norm(&self.final_norm, &h)?;
+        report(n, &h)?;
+        if !nll {
+            return Ok(None);
+        }
+        let pairs = loss_pairs(batch, t);
+        let rows: Vec<u32> = pairs.iter().map(|&(r, _)| r as u32).collect();
+        let targets: Vec<u32> = pairs.iter().map(|&(_, target)| target).collect();
+        let nll = g.loss(
+            &h,
+            &rows,
+            &targets,
+            self.readout.as_ref().unwrap_or(&self.embed),
+            self.readout_bias.as_ref(),
+            c.final_logit_softcap.map(|x| x as f32),
+        )?;
+        Ok(Some(per_sequence(batch, &nll)))
+    }
+
+    fn norm(&self, n: &Norm<Weight>, x: &Act) -> Result<Act> {
+        Ok(match n {
+            Norm::Layer { weight, bias, eps } => self.gpu.norm(x, weight, Some(bias), *eps)?,
+            Norm::Rms { weight, eps } => self.gpu.norm(x, weight, None, *eps)?,
+        })
+    }
+
+    /// `n(x)`, or `None` for a missing norm (the identity).
+    fn maybe_norm(&self, n: &Option<Norm<Weight>>, x: &Act) -> Result<Option<Act>> {
+        n.as_ref().map(|n| self.norm(n, x)).transpose()
+    }
+
+    fn linear(&self, l: &Linear<Weight>, x: &Act) -> Result<Act> {
+        let out = l.weight.len() / x.cols().max(1);
+        Ok(self.gpu.linear(x, &l.weight, out, l.bias.as_ref())?)
+    }
+
+    /// [`Model::layer_forward`]'s wiring: sequential, or parallel residual.
+    fn layer(
+        &self,
+        model: &Model,
+        layer: &Layer<Weight>,
+        x: &Act,
+        rope: Option<&Rope>,
+        b: usize,
+        t: usize,
+    ) -> Result<Act> {
+        let g = &*self.gpu;
+        let xn = self.maybe_norm(&layer.attn_pre, x)?;
+        let mut a = self.attention(model, layer, xn.as_ref().unwrap_or(x), rope, b, t)?;
+        if model.config.use_parallel_residual {
+            let m = match &layer.mlp_pre {
+                Some(n) => self.mlp(model, &layer.mlp, &self.norm(n, x)?)?,
+                None => self.mlp(model, &layer.mlp, xn.as_ref().unwrap_or(x))?,
+            };
+            g.combine(&mut a, &m, false)?;
+            g.combine(&mut a, x, false)?;
+            return Ok(a);
+        }
+        let mut h = self.maybe_norm(&layer.attn_post, &a)?.unwrap_or(a);
+        g.combine(&mut h, x, false)?;
+        let hn = self.maybe_norm(&layer.mlp_pre, &h)?;
+        let m = self.mlp(model, &layer.mlp, hn.as_ref().unwrap_or(&h))?;
+        let mut m = self.maybe_norm(&layer.mlp_post, &m)?.unwrap_or(m);
+        g.combine(&mut m, &h, false)?;
+        Ok(m)
+    }
+
+    fn mlp(&self, model: &Model, mlp: &Mlp<Weight>, x: &Act) -> Result<Act> {
+        let g = &*self.gpu;
+        let act = match model.config.activation {
+            Activation::GeluErf => ActFn::GeluErf,
+            Activation::GeluTanh => ActFn::GeluTanh,
+            Activation::Relu => ActFn::Relu,
+            Activation::Silu => ActFn::Silu,
+        };
+        match mlp {
+            Mlp::Plain { up, down } => {
+                let mut u = self.linear(up, x)?;
+                g.activate(&mut u, act)?;
+                self.linear(down, &u)
+            }
+            Mlp::Gated { gate, up, down } => {
+                let mut a = self.linear(gate, x)?;
+                g.activate(&mut a, act)?;
+                g.combine(&mut a, &self.linear(up, x)?, true)?;
+                self.linear(down, &a)
+            }
+        }
+    }
+
+    /// [`Model::attention`] on the device.
+    fn attention(
+        &self,
+        model: &Model,
+        layer: &Layer<Weight>,
+        x: &Act,
+        rope: Option<&Rope>,
+        b: usize,
+        t: usize,
+    ) -> Result<Act> {
+        let c = &model.config;
+        let g = &*self.gpu;
+        let (nh, hd) = (c.n_heads, c.head_dim);
+        let spec = AttentionSpec {
+            batch: b,
+            t,
+            heads: nh,
+            head_dim: hd,
+            scale: c.attention_scale as f32,
+            cap: c.attn_logit_softcap.map(|x| x as f32),
+            window: layer.window,
+        };
+        fn heads(src: &Act, col0: usize, stride: usize, n: usize) -> Heads<'_> {
+            Heads {
+                src,
+                col0,
+                stride,
+                n,
+            }
+        }
+        let y = match &layer.attn {
+            Attention::Fused { qkv, out, layout } => {
+                let p = self.linear(qkv, x)?;
+                let (step, stride) = match layout {
+                    FusedLayout::PerHead => (hd, 3 * hd),
+                    FusedLayout::Blocks => (nh * hd, hd),
+                };
+                let y = g.attention(
+                    heads(&p, 0, stride, nh),
+                    heads(&p, step, stride, nh),
+                    heads(&p, 2 * step, stride, nh),
+                    rope,
+                    &spec,
+                )?;
+                return self.linear(out, &y);
+            }
+            Attention::Split {
+                q,
+                k,
+                v,
+                o,
+                q_norm,
+                k_norm,
+            } => {
+                let proj = |l: &Linear<Weight>, norm: &Option<Norm<Weight>>| -> Result<Act> {
+                    let mut y = self.linear(l, x)?;
+                    if let Some(clip) = c.clip_qkv {
+                        g.clamp(&mut y, clip as f32)?;
+                    }
+                    Ok(self.maybe_norm(norm, &y)?.unwrap_or(y))
+                };
+                let (qp, kp, vp) = (proj(q, q_norm)?, proj(k, k_norm)?, proj(v, &None)?);
+                let nkv = c.n_kv_heads;
+                let y = g.attention(
+                    heads(&qp, 0, hd, nh),
+                    heads(&kp, 0, hd, nkv),
+                    heads(&vp, 0, hd, nkv),
+                    rope,
+                    &spec,
+                )?;
+                (y, o)
+            }
+        };
+        self.linear(y.1, &y.0)
+    }
+}
