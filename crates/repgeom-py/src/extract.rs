@@ -33,7 +33,7 @@ fn resolve_model(
 /// Hidden states of a local checkpoint on `text`: `(layer, [N, d] float32 array)` per layer,
 /// the token positions and the metadata `repgeom extract` writes.
 #[pyfunction]
-#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress, revision=None, points_per_sequence=None, points=None, word_pool=None))]
+#[pyo3(signature = (model, text, *, n_points, seq_len, seed, pool, progress, revision=None, points_per_sequence=None, points=None, word_pool=None, device="cpu".to_string(), dtype="f32".to_string()))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub(crate) fn extract<'py>(
     py: Python<'py>,
@@ -48,6 +48,8 @@ pub(crate) fn extract<'py>(
     points_per_sequence: Option<usize>,
     points: Option<String>,
     word_pool: Option<String>,
+    device: String,
+    dtype: String,
 ) -> PyResult<(
     Vec<Bound<'py, PyAny>>,
     Vec<(usize, usize)>,
@@ -64,6 +66,18 @@ pub(crate) fn extract<'py>(
         Ok(p) => p,
         Err(e) => return invalid(e.to_string()),
     };
+    // The device and its precision before any input is read, as on the command line.
+    let precision: repgeom_extract::Precision = match dtype.parse() {
+        Ok(p) => p,
+        Err(e) => return invalid(format!("{e}")),
+    };
+    let device = crate::pga::open_device(py, &device)?;
+    if precision != repgeom_extract::Precision::F32 && device == repgeom_cuda::Device::Cpu {
+        return invalid(format!(
+            "dtype={:?} needs device=\"cuda\": the CPU computes in f32",
+            precision.name()
+        ));
+    }
     let ex = run_blocking(py, move |cancel| {
         let model = resolve_model(
             &model,
@@ -81,7 +95,11 @@ pub(crate) fn extract<'py>(
         }
         .check()?;
         let bar = progress_bar(0, "extract", progress);
-        let ex = repgeom_extract::extract(&model, &text, &params, &mut |p| {
+        let mut extractor = repgeom_extract::Extractor::load(&model)?;
+        if let Some(gpu) = device.open().map_err(repgeom_extract::Error::from)? {
+            extractor.to_device(gpu, precision)?;
+        }
+        let ex = extractor.extract(&text, &params, &mut |p| {
             check_cancel(cancel);
             bar.set_length(p.sequences_total as u64);
             bar.set_position(p.sequences_done as u64);

@@ -616,10 +616,17 @@ pub(crate) fn extract(
             },
         ));
     }
-    let extractor = match loaded {
+    let mut extractor = match loaded {
         Some(x) => x,
         None => Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?,
     };
+    // On the manifest's device, in f32: the CPU's numbers to the rounding of the products, so
+    // the device is in no cache key and a cache filled on either serves both.
+    if let Some(gpu) = manifest.device.open()? {
+        extractor
+            .to_device(gpu, repgeom_extract::Precision::F32)
+            .map_err(|err| fail(snapshot, err.to_string()))?;
+    }
     let (val_loss, val_loss_se) = match done {
         Some(r) => (r.val_loss, r.val_loss_se),
         None => {

@@ -521,6 +521,8 @@ def extract(
     points: str = "tokens",
     word_pool: Optional[str] = None,
     progress: Optional[bool] = None,
+    device: str = "cpu",
+    dtype: str = "f32",
 ) -> dict[str, np.ndarray]:
     """Hidden states of every layer of a HuggingFace checkpoint (``repgeom extract``): a local
     directory or a hub model id ``"org/name"`` at ``revision`` (e.g. ``"step3000"``; default
@@ -537,12 +539,15 @@ def extract(
     tokenizers hold the same points; ``positions`` are then each word's characters ``[start,
     end)`` in the text, ``n_points`` counts words and ``points_per_sequence`` words per window;
     ``word_pool`` (``"last"``, the default, or ``"mean"``) reads a word at its last token or as
-    the mean over its tokens."""
+    the mean over its tokens. ``device`` (``repgeom extract --device``): ``"cpu"``, ``"cuda"``
+    or ``"cuda:N"``, opened before anything is read; ``dtype`` (``--dtype``), with a CUDA
+    device: ``"f32"`` (the default, the CPU's numbers to the rounding of the products) or
+    ``"stored"`` (bf16/f16 weights as stored, products accumulated in f32)."""
     text = texts if isinstance(texts, str) else "\n".join(texts)
     arrays, positions, _metadata = _native.extract(
         os.fspath(model), text, n_points=n_points, seq_len=int(seq_len), seed=int(seed), pool=pool,
         progress=progress, revision=revision, points_per_sequence=points_per_sequence,
-        points=points, word_pool=word_pool,
+        points=points, word_pool=word_pool, device=str(device), dtype=str(dtype),
     )
     out = {f"hidden_states.{i}": a for i, a in enumerate(arrays)}
     out["positions"] = np.asarray(positions, dtype=np.int64).reshape(-1, 2)
