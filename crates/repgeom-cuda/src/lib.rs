@@ -13,8 +13,13 @@
 //! ([`repgeom_linalg::TieSums`]), so the numbers agree with the CPU's to the rounding of
 //! the `f32` products.
 //!
-//! It is not a tensor library: it holds the few kernels repgeom's engines need, and no
-//! file I/O, no model code and no statistics beyond the sums the CPU path defines.
+//! It also holds the operations of a decoder's forward pass on the device ([`Weight`],
+//! [`Act`], `Gpu::linear`, `Gpu::attention`, `Gpu::norm`, `Gpu::loss`, `forward.cu`), which
+//! `repgeom-extract` strings together per family.
+//!
+//! It is not a tensor library: it holds the few operations and kernels repgeom's engines
+//! need, and no file I/O, no model structure and no statistics beyond the sums the CPU path
+//! defines.
 #![deny(missing_docs)]
 
 mod device;

@@ -22,8 +22,13 @@
 //! come from `repgeom-io`'s architecture table ([`repgeom_io::ARCHS`], [`Family::arch`]), the
 //! one the readout loader folds the final norm by, so analysis and extraction agree.
 //!
-//! It is not a general inference engine: no KV cache, no generation, no GPU, no quantised
-//! weights, and only the architectures listed in `docs/extraction.md`.
+//! [`Model::to_device`] runs the same skeleton on a CUDA device through `repgeom-cuda`'s
+//! operations (the model's pieces are generic over where their weights live), in `f32` or
+//! with the weights as stored ([`Precision`]); hidden states come back in the CPU path's
+//! layout.
+//!
+//! It is not a general inference engine: no KV cache, no generation, no quantised weights,
+//! and only the architectures listed in `docs/extraction.md`.
 #![deny(missing_docs)]
 
 mod config;
