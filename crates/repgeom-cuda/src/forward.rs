@@ -462,11 +462,14 @@ impl Gpu {
 
     /// Layer norm of each row with `bias`, RMS norm without; `weight` and `bias` in `f32`.
     pub fn norm(&self, x: &Act, weight: &Weight, bias: Option<&Weight>, eps: f32) -> Result<Act> {
-        let f32_of = |w: &Weight| match &w.store {
-            Store::F32(s) if w.len == x.cols => Some(s.clone()),
-            _ => None,
-        };
-        let (Some(w), b) = (f32_of(weight), bias.map(f32_of)) else {
+        fn f32_of(w: &Weight, cols: usize) -> Option<&CudaSlice<f32>> {
+            match &w.store {
+                Store::F32(s) if w.len == cols => Some(s),
+                _ => None,
+            }
+        }
+        let (weight, bias) = (f32_of(weight, x.cols), bias.map(|b| f32_of(b, x.cols)));
+        let (Some(w), b) = (weight, bias) else {
             return Err(Error::Input {
                 what: "a norm".into(),
                 reason: format!("its weight must be {} f32 values", x.cols),
@@ -482,10 +485,10 @@ impl Gpu {
         self.with(|inner| {
             let mut y = self.zeros::<f32>(inner, x.rows * x.cols, "a norm's output")?;
             let mut l = inner.stream.launch_builder(inner.function("norm_rows"));
-            l.arg(&x.data).arg(&mut y).arg(&w);
+            l.arg(&x.data).arg(&mut y).arg(w);
             let null = 0u64;
             match &b {
-                Some(Some(b)) => l.arg(b),
+                Some(Some(b)) => l.arg(*b),
                 _ => l.arg(&null),
             };
             l.arg(&cu).arg(&eps);

@@ -8,6 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use tokenizers::Tokenizer;
 
 use crate::model::Model;
+use crate::model::Precision;
 use crate::words::{WordPool, sample_words, word_tokens};
 use crate::{Error, Result};
 
@@ -144,10 +145,21 @@ pub struct ExtractParams {
     /// budget), not a settings key.
     #[serde(skip)]
     pub memory_budget: Option<u64>,
+    /// The precision of the forward passes ([`Precision`]): `f32` (the default, on any
+    /// device) or `stored` (weights as stored, on a CUDA device only). The model must have
+    /// been moved to the device at this precision ([`Extractor::to_device`]); a mismatch is
+    /// an error before any work. Written only when not `f32`, so that settings hashed before
+    /// it existed keep their hash.
+    #[serde(skip_serializing_if = "is_f32")]
+    pub dtype: Precision,
 }
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+fn is_f32(p: &Precision) -> bool {
+    *p == Precision::F32
 }
 
 /// The default `n_points`: token positions sampled per checkpoint (the study's 2,048 points).
@@ -185,6 +197,7 @@ impl Default for ExtractParams {
             loss_tokens: Some(DEFAULT_LOSS_TOKENS),
             batch_size: DEFAULT_BATCH_SIZE,
             memory_budget: None,
+            dtype: Precision::F32,
         }
     }
 }
@@ -511,8 +524,23 @@ impl Extractor {
 
     /// A batch whose activations would not fit in `p.memory_budget` is refused before
     /// anything runs, with the largest batch size that fits.
-    /// On a device, the batch must fit in the device's free memory beside the weights.
+    /// The model computes at `p.dtype` (the CPU in `f32` only); on a device, the batch must
+    /// fit in the device's free memory beside the weights.
     fn check_budget(&self, p: &ExtractParams) -> Result<()> {
+        p.dtype.check_on(self.model.device().is_some())?;
+        if let Some((gpu, at)) = self.model.device()
+            && at != p.dtype
+        {
+            return Err(Error::InvalidParams {
+                field: "dtype",
+                reason: format!(
+                    "{} asked for, but the model was moved to cuda:{} at {}",
+                    p.dtype.name(),
+                    gpu.ordinal(),
+                    at.name()
+                ),
+            });
+        }
         if let Some((gpu, _)) = self.model.device() {
             let need = |b| {
                 self.model
@@ -700,6 +728,7 @@ impl Extractor {
         params: &ValidExtractParams,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Loss> {
+        self.check_budget(params.get())?;
         self.loss_of(text, params.get(), progress)
     }
 

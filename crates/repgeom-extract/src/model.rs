@@ -707,7 +707,8 @@ impl Model {
     }
 
     /// Runs one sequence of token ids and returns the L + 1 hidden states, plus the logits
-    /// when `logits` is true.
+    /// when `logits` is true. Always on the CPU (a reference for tests); the work of an
+    /// extraction goes through [`Self::forward_batch`], which runs where the model is.
     pub fn forward(&self, ids: &[u32], logits: bool) -> Result<Forward> {
         let t = ids.len();
         let mut hidden_states = Vec::with_capacity(self.config.n_layers + 1);

@@ -71,13 +71,10 @@ pub(crate) fn extract<'py>(
         Ok(p) => p,
         Err(e) => return invalid(format!("{e}")),
     };
-    let device = crate::pga::open_device(py, &device)?;
-    if precision != repgeom_extract::Precision::F32 && device == repgeom_cuda::Device::Cpu {
-        return invalid(format!(
-            "dtype={:?} needs device=\"cuda\": the CPU computes in f32",
-            precision.name()
-        ));
+    if let Err(e) = precision.check_on(device.trim() != "cpu") {
+        return invalid(e.to_string());
     }
+    let device = crate::pga::open_device(py, &device)?;
     let ex = run_blocking(py, move |cancel| {
         let model = resolve_model(
             &model,
@@ -91,6 +88,7 @@ pub(crate) fn extract<'py>(
             seed,
             pool,
             points_per_sequence,
+            dtype: precision,
             ..repgeom_extract::ExtractParams::default()
         }
         .check()?;

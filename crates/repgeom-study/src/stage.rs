@@ -291,6 +291,9 @@ fn settings(e: &ExtractSpec) -> serde_json::Value {
     if let Some(d) = e.design_keys() {
         s["points"] = d;
     }
+    if e.params.dtype != repgeom_extract::Precision::F32 {
+        s["dtype"] = e.params.dtype.name().into();
+    }
     s
 }
 
@@ -571,6 +574,11 @@ pub(crate) fn extract(
                 "seq_len": p.spec.seq_len,
                 "pool": "mean",
             });
+            // The precision the features are computed at: [extract]'s (recorded when not
+            // f32 only, so that earlier keys stay).
+            if e.params.dtype != repgeom_extract::Precision::F32 {
+                src["dtype"] = e.params.dtype.name().into();
+            }
             // Recorded when off only, so that the keys of earlier runs (backslashes
             // replaced) stay.
             if !p.spec.backslash_to_space {
@@ -620,11 +628,12 @@ pub(crate) fn extract(
         Some(x) => x,
         None => Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?,
     };
-    // On the manifest's device, in f32: the CPU's numbers to the rounding of the products, so
-    // the device is in no cache key and a cache filled on either serves both.
+    // On the manifest's device, at [extract]'s dtype: in f32 the CPU's numbers to the
+    // rounding of the products, so the device is in no cache key and a cache filled on either
+    // serves both; `stored` is a setting of [extract] and in its keys.
     if let Some(gpu) = manifest.device.open()? {
         extractor
-            .to_device(gpu, repgeom_extract::Precision::F32)
+            .to_device(gpu, e.params.dtype)
             .map_err(|err| fail(snapshot, err.to_string()))?;
     }
     let (val_loss, val_loss_se) = match done {
@@ -678,6 +687,7 @@ pub(crate) fn extract(
             pool: Pool::Mean,
             loss: false,
             batch_size: batch_size.max(1),
+            dtype: e.params.dtype,
             ..Default::default()
         }
         .check()

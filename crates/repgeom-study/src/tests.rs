@@ -872,6 +872,7 @@ fn extract_inputs_hashes_are_pinned() {
         ),
         ("skip_first = true", "55c2248b333c9bcb"),
         ("skip_first = false", "18fb541aa95ad4f0"),
+        ("dtype = \"f32\"", "55c2248b333c9bcb"),
     ];
     let moved: Vec<String> = cases
         .iter()
@@ -884,6 +885,48 @@ fn extract_inputs_hashes_are_pinned() {
     check(moved.is_empty(), &moved.join("\n"));
 }
 
+/// `[extract] dtype = "stored"` (bf16/f16 products on a CUDA device) changes the numbers, so
+/// it is in the inputs hash, unlike the device; on the CPU the run fails before any unit.
+#[test]
+fn stored_dtype_is_an_extraction_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, "one two three\nfour five six\n").unwrap();
+    let study = |extract: &str| {
+        let text = format!(
+            "[extract]\ntext = {corpus:?}\n{extract}\n\n[[model]]\nlabel = \"m\"\nfamily = \"f\"\nd = 8\nk = 2\nn_layers = 2\nhub = \"org/name\"\n\n[[model.checkpoint]]\nname = \"step1\"\nrevision = \"step1\"\n"
+        );
+        Study::new(toml::from_str::<Manifest>(&text).unwrap(), "t.toml").unwrap()
+    };
+    let (f32, stored) = (study(""), study("dtype = \"stored\""));
+    check(
+        f32.inputs != stored.inputs,
+        "dtype stored is in the inputs hash",
+    );
+    let e = toml::from_str::<Manifest>(
+        "[extract]\ntext = \"c.txt\"\ndtype = \"bf16\"\n\n[[model]]\nlabel = \"m\"\nfamily = \"f\"\nd = 8\nk = 2\nn_layers = 2\nhub = \"org/name\"\n\n[[model.checkpoint]]\nname = \"s\"\nrevision = \"s\""
+    )
+    .unwrap_err()
+    .to_string();
+    check(
+        e.contains("unknown variant `bf16`") && e.contains("f32"),
+        &e,
+    );
+    let out = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(crate::parts_dir(out.path())).unwrap();
+    let e = crate::run_units(&stored, &stored.units, out.path(), &|_| {})
+        .unwrap_err()
+        .to_string();
+    check(
+        e.contains("[extract] dtype on device cpu") && e.contains("stored needs a CUDA device"),
+        &e,
+    );
+    let parts = std::fs::read_dir(crate::parts_dir(out.path()))
+        .unwrap()
+        .count();
+    check(parts == 0, "no unit ran");
+}
+
 /// `[extract]` is read by the extraction library's parameters: an unknown key lists theirs and
 /// the study's own, a wrong type names the key, and the library's checks run up front.
 #[test]
@@ -894,7 +937,7 @@ fn extract_takes_the_extraction_parameters() {
     };
     let e = parse("npoints = 5").unwrap_err().to_string();
     check(
-        e.contains("unknown field `npoints`, expected one of `seq_len`, `n_points`, `seed`, `points_per_sequence`, `skip_first`, `loss`, `loss_tokens`, `batch_size`, or one of the study's own: `text`, `val_fraction`"),
+        e.contains("unknown field `npoints`, expected one of `seq_len`, `n_points`, `seed`, `points_per_sequence`, `skip_first`, `loss`, `loss_tokens`, `batch_size`, `dtype`, or one of the study's own: `text`, `val_fraction`"),
         &e,
     );
     let e = parse("seq_len = \"long\"").unwrap_err().to_string();

@@ -141,15 +141,9 @@ pub(crate) struct ExtractArgs {
 }
 
 pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
-    // The device first: a missing one fails before any input is read.
-    if args.dtype != repgeom_extract::Precision::F32
-        && args.device.device == repgeom_cuda::Device::Cpu
-    {
-        anyhow::bail!(
-            "--dtype {} needs --device cuda: the CPU computes in f32",
-            args.dtype.name()
-        );
-    }
+    // The device and its precision first: a missing device fails before any input is read.
+    args.dtype
+        .check_on(args.device.device != repgeom_cuda::Device::Cpu)?;
     let gpu = args.device.device.open()?;
     let on_device = |mut ex: Extractor| -> anyhow::Result<Extractor> {
         if let Some(g) = &gpu {
@@ -187,6 +181,7 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
         loss_tokens: Some(args.loss_tokens),
         batch_size: args.batch_size,
         memory_budget: repgeom_extract::available_memory(),
+        dtype: args.dtype,
     }
     .check()?;
     let text = std::fs::read_to_string(&args.text)

@@ -650,7 +650,7 @@ fn device_that_is_unknown_or_absent() {
         (&["--device", "cuda:99"][..], "device cuda:99: "),
         (
             &["--dtype", "stored"][..],
-            "--dtype stored needs --device cuda",
+            "stored needs a CUDA device (--device cuda)",
         ),
         (
             &["--dtype", "bf16"][..],

@@ -32,6 +32,21 @@ impl Precision {
     /// The names `--dtype` takes.
     pub const NAMES: &'static str = "f32, stored";
 
+    /// Whether a device computes at this precision: a CUDA device (`cuda` true) at either,
+    /// the CPU in `f32` only. The one rule every front end checks before any work.
+    pub fn check_on(self, cuda: bool) -> Result<()> {
+        if cuda || self == Precision::F32 {
+            return Ok(());
+        }
+        Err(Error::InvalidParams {
+            field: "dtype",
+            reason: format!(
+                "{} needs a CUDA device (--device cuda): the CPU computes in f32",
+                self.name()
+            ),
+        })
+    }
+
     /// The name, as `--dtype` and the metadata spell it.
     pub fn name(self) -> &'static str {
         match self {

@@ -48,7 +48,18 @@ pub fn run_units(
     dir: &Path,
     on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
 ) -> Result<()> {
-    // The device first: a machine without it fails before any unit is computed.
+    // The device first: a machine without it fails before any unit is computed, and so does
+    // an [extract] dtype the device does not compute at (`stored` on the CPU).
+    if let Some(e) = &study.manifest.extract {
+        e.params
+            .dtype
+            .check_on(!study.manifest.device.is_cpu())
+            .map_err(|err| Error::InvalidManifest {
+                manifest: study.origin.clone(),
+                place: format!("[extract] dtype on device {}", study.manifest.device),
+                reason: err.to_string(),
+            })?;
+    }
     study.manifest.device.open()?;
     let loader = Loader::with_dir(study, dir);
     let mut groups: Vec<((String, String), Vec<&PlannedUnit>)> = Vec::new();
