@@ -247,6 +247,22 @@ impl Gpu {
         })
     }
 
+    /// Copies rows `rows` of `a` back into their places in `out` (resized to `a`'s
+    /// `rows · cols`; the other rows keep what they held): the copy of the rows a caller
+    /// reads, not of the whole activation.
+    pub fn download_rows(&self, a: &Act, rows: &[u32], out: &mut Vec<f32>) -> Result<()> {
+        let picked = self.rows(a, rows)?;
+        let mut compact = Vec::new();
+        self.download(&picked, &mut compact)?;
+        out.resize(a.rows * a.cols, 0.0);
+        let d = a.cols;
+        for (&r, row) in rows.iter().zip(compact.chunks_exact(d.max(1))) {
+            let r = r as usize;
+            out[r * d..(r + 1) * d].copy_from_slice(row);
+        }
+        Ok(())
+    }
+
     /// Copies `a` back into `out` (resized to `rows · cols`).
     pub fn download(&self, a: &Act, out: &mut Vec<f32>) -> Result<()> {
         out.resize(a.rows * a.cols, 0.0);
@@ -265,10 +281,39 @@ impl Gpu {
     /// The rows `table[ids[r]]` (`table` `[V, d]`), widened to `f32`: the embedding lookup
     /// (ids checked by the caller against `V`).
     pub fn embed(&self, table: &Weight, ids: &[u32], d: usize) -> Result<Act> {
-        if ids.iter().any(|&i| (i as usize + 1) * d > table.len) {
+        let code = table.code();
+        match &table.store {
+            Store::F32(w) => self.gather(w, code, table.len, ids, d, "the embedding lookup"),
+            Store::Half(w, _) => self.gather(w, code, table.len, ids, d, "the embedding lookup"),
+        }
+    }
+
+    /// The rows `a[rows[r]]`, as a new `[rows.len(), cols]` activation.
+    pub fn rows(&self, a: &Act, rows: &[u32]) -> Result<Act> {
+        self.gather(
+            &a.data,
+            0,
+            a.rows * a.cols,
+            rows,
+            a.cols,
+            "a gather of rows",
+        )
+    }
+
+    /// Rows `ids` of a row-major `[len / d, d]` table of dtype `code` (`embed_rows`).
+    fn gather<T: cudarc::driver::DeviceRepr>(
+        &self,
+        table: &CudaSlice<T>,
+        code: i32,
+        len: usize,
+        ids: &[u32],
+        d: usize,
+        what: &str,
+    ) -> Result<Act> {
+        if ids.iter().any(|&i| (i as usize + 1) * d > len) {
             return Err(Error::Input {
-                what: "the embedding lookup".into(),
-                reason: format!("an id past the table's {} rows", table.len / d.max(1)),
+                what: what.into(),
+                reason: format!("an index past the table's {} rows", len / d.max(1)),
             });
         }
         let rows = ids.len();
@@ -277,18 +322,19 @@ impl Gpu {
             let s = &inner.stream;
             let ids_dev = s
                 .clone_htod(ids)
-                .map_err(|e| self.driver("copying token ids", e))?;
-            let mut out = self.zeros::<f32>(inner, rows * d, "the embedding output")?;
-            let mut b = s.launch_builder(inner.function("embed_rows"));
-            let code = table.code();
-            match &table.store {
-                Store::F32(w) => b.arg(w),
-                Store::Half(w, _) => b.arg(w),
-            };
-            b.arg(&code).arg(&ids_dev).arg(&mut out).arg(&du);
-            // SAFETY: table holds V·d values, every id < V (checked), out is rows·d.
-            unsafe { b.launch(cfg((u32_of(rows, "rows")?, 1), threads_for(d))) }
-                .map_err(|e| self.driver("running embed_rows", e))?;
+                .map_err(|e| self.driver("copying row indices", e))?;
+            let mut out = self.zeros::<f32>(inner, rows * d, "gathered rows")?;
+            // SAFETY: table holds len values, every index < len / d (checked), out is rows·d.
+            unsafe {
+                s.launch_builder(inner.function("embed_rows"))
+                    .arg(table)
+                    .arg(&code)
+                    .arg(&ids_dev)
+                    .arg(&mut out)
+                    .arg(&du)
+                    .launch(cfg((u32_of(rows, "rows")?, 1), threads_for(d)))
+            }
+            .map_err(|e| self.driver("running embed_rows", e))?;
             Ok(Act {
                 data: out,
                 rows,
@@ -798,15 +844,7 @@ impl Gpu {
         let mut out = Vec::with_capacity(rows.len());
         let vu = u32_of(vocab, "the vocabulary")?;
         for (rs, ts) in rows.chunks(chunk).zip(targets.chunks(chunk)) {
-            // the rows gathered as an f32 "embedding lookup" of h
-            let picked = self.embed(
-                &Weight {
-                    store: Store::F32(h.data.clone()),
-                    len: h.rows * d,
-                },
-                rs,
-                d,
-            )?;
+            let picked = self.rows(h, rs)?;
             let logits = self.linear(&picked, readout, vocab, None)?;
             drop(picked);
             let parts = self.with(|inner| {

@@ -823,14 +823,16 @@ impl Extractor {
                 }
             }
             let d = acc.d;
-            let nll = self
-                .model
-                .forward_batch(&seqs, with_loss, &mut |layer, h| {
-                    for &(r, i) in &rows {
-                        acc.out[layer][i * d..(i + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
-                    }
-                    Ok(())
-                })?;
+            let read: Vec<usize> = rows.iter().map(|&(r, _)| r).collect();
+            let nll =
+                self.model
+                    .forward_batch_rows(&seqs, with_loss, Some(&read), &mut |layer, h| {
+                        for &(r, i) in &rows {
+                            acc.out[layer][i * d..(i + 1) * d]
+                                .copy_from_slice(&h[r * d..(r + 1) * d]);
+                        }
+                        Ok(())
+                    })?;
             if let Some(nll) = nll {
                 for (sum, seq) in nll.into_iter().zip(&seqs) {
                     loss.add(sum, seq.len());
@@ -931,28 +933,33 @@ impl Extractor {
             }
             let batch: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
             let t_max = batch.iter().map(|s| s.len()).max().unwrap_or(0);
-            self.model.forward_batch(&batch, false, &mut |layer, h| {
-                for (slot, i, toks) in &rows {
-                    let out = &mut acc.out[layer][i * d..(i + 1) * d];
-                    let row = |t: usize| &h[(slot * t_max + t) * d..(slot * t_max + t + 1) * d];
-                    match word_pool {
-                        WordPool::Last => out.copy_from_slice(row(toks[toks.len() - 1])),
-                        WordPool::Mean => {
-                            let mut mean = vec![0f64; d];
-                            for &t in toks {
-                                for (m, x) in mean.iter_mut().zip(row(t)) {
-                                    *m += f64::from(*x);
+            let read: Vec<usize> = rows
+                .iter()
+                .flat_map(|(slot, _, toks)| toks.iter().map(move |t| slot * t_max + t))
+                .collect();
+            self.model
+                .forward_batch_rows(&batch, false, Some(&read), &mut |layer, h| {
+                    for (slot, i, toks) in &rows {
+                        let out = &mut acc.out[layer][i * d..(i + 1) * d];
+                        let row = |t: usize| &h[(slot * t_max + t) * d..(slot * t_max + t + 1) * d];
+                        match word_pool {
+                            WordPool::Last => out.copy_from_slice(row(toks[toks.len() - 1])),
+                            WordPool::Mean => {
+                                let mut mean = vec![0f64; d];
+                                for &t in toks {
+                                    for (m, x) in mean.iter_mut().zip(row(t)) {
+                                        *m += f64::from(*x);
+                                    }
                                 }
-                            }
-                            let count = toks.len() as f64;
-                            for (o, m) in out.iter_mut().zip(&mean) {
-                                *o = (m / count) as f32;
+                                let count = toks.len() as f64;
+                                for (o, m) in out.iter_mut().zip(&mean) {
+                                    *o = (m / count) as f32;
+                                }
                             }
                         }
                     }
-                }
-                Ok(())
-            })?;
+                    Ok(())
+                })?;
             tokens_run += batch.iter().map(|s| s.len()).sum::<usize>();
             done += chunk.len();
             progress(Progress {

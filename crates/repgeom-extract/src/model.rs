@@ -747,8 +747,22 @@ impl Model {
         nll: bool,
         visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<Option<Vec<f64>>> {
+        self.forward_batch_rows(batch, nll, None, visit)
+    }
+
+    /// [`Self::forward_batch`] for a visitor that reads only `rows` of each hidden state
+    /// (indices into its `[B·T_max]` rows): on a device only those rows are copied back to
+    /// the host, and what `visit` gets holds their values in their places (the other rows
+    /// are unspecified). `None`: every row. The CPU computes every row either way.
+    pub fn forward_batch_rows(
+        &self,
+        batch: &[&[u32]],
+        nll: bool,
+        rows: Option<&[usize]>,
+        visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<Option<Vec<f64>>> {
         if let Some(dev) = &self.on_device {
-            return dev.forward_batch(self, batch, nll, visit);
+            return dev.forward_batch(self, batch, nll, rows, visit);
         }
         let last = self.run(batch, visit)?;
         if !nll {

@@ -223,10 +223,21 @@ impl OnDevice {
         model: &Model,
         batch: &[&[u32]],
         nll: bool,
+        rows: Option<&[usize]>,
         visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<Option<Vec<f64>>> {
         let c = &model.config;
         let (t, flat) = model.flat_batch(batch)?;
+        let wanted: Option<Vec<u32>> = match rows {
+            Some(r) if r.iter().any(|&i| i >= flat.len()) => {
+                return Err(Error::InvalidParams {
+                    field: "rows",
+                    reason: format!("a row past the batch's {} rows", flat.len()),
+                });
+            }
+            Some(r) => Some(r.iter().map(|&i| i as u32).collect()),
+            None => None,
+        };
         let b = batch.len();
         let g = &*self.gpu;
         let rope = if c.rotary_dims > 0 {
@@ -244,7 +255,10 @@ impl OnDevice {
         }
         let mut host = Vec::new();
         let mut report = |i: usize, h: &Act| -> Result<()> {
-            g.download(h, &mut host)?;
+            match &wanted {
+                Some(r) => g.download_rows(h, r, &mut host)?,
+                None => g.download(h, &mut host)?,
+            }
             visit(i, &host)
         };
         report(0, &h)?;
