@@ -84,7 +84,7 @@ pub enum Error {
     /// Work that does not fit in the device's free memory.
     #[error(
         "{what}: needs {needed} bytes of device memory for even one draw, and device \
-         cuda:{ordinal} has {free} bytes free; use fewer points, or max_pairs on the CPU"
+         cuda:{ordinal} has {free} bytes free; {hint}"
     )]
     OutOfMemory {
         /// The work.
@@ -95,6 +95,8 @@ pub enum Error {
         needed: u64,
         /// Bytes free.
         free: u64,
+        /// What to do about it.
+        hint: &'static str,
     },
     /// Input the engine cannot take.
     #[error("{what}: {reason}")]

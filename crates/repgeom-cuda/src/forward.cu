@@ -296,3 +296,36 @@ __global__ void loss_part(const float* logits, const float* bias, float cap, con
 }
 
 } // extern "C"
+
+// ---------------------------------------------------------------------------------------------
+// Pair metrics' permutation null (crates/repgeom-cuda/src/pairs.rs): kernel matrices, N x N
+// row-major and symmetric, `count` of them one after another.
+
+extern "C" {
+
+// m[c][i][i] = 0 for every matrix c. Grid: (ceil(n / 256), count).
+__global__ void zero_diagonal(float* m, u32 n) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) m[(u64)blockIdx.y * n * n + (u64)i * n + i] = 0.0f;
+}
+
+// out[c][i][j] = b[c][perm[i]][perm[j]] off the diagonal, 0 on it: matrix c with its points
+// relabelled. Grid: (n rows, count), threads over j.
+__global__ void permute_sym(const float* b, const u32* perm, float* out, u32 n) {
+    u32 i = blockIdx.x;
+    u64 base = (u64)blockIdx.y * n * n;
+    const float* src = b + base + (u64)perm[i] * n;
+    float* dst = out + base + (u64)i * n;
+    for (u32 j = threadIdx.x; j < n; j += blockDim.x) dst[j] = j == i ? 0.0f : src[perm[j]];
+}
+
+// out[c] = sum over k of part[k * cells + c], in double, in k order. One thread per cell.
+__global__ void sum_chunks(const float* part, double* out, u32 chunks, u32 cells) {
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cells) return;
+    double s = 0.0;
+    for (u32 k = 0; k < chunks; ++k) s += (double)part[(u64)k * cells + c];
+    out[c] = s;
+}
+
+} // extern "C"

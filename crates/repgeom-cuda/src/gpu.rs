@@ -17,7 +17,7 @@ pub const KERNELS: &str = concat!(include_str!("kernels.cu"), include_str!("forw
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 5);
 
 /// The kernels' entry points, in `kernels.cu`.
-const FUNCTIONS: [&str; 22] = [
+const FUNCTIONS: [&str; 25] = [
     "row_sq_norms",
     "scale_rows",
     "pair_words",
@@ -40,6 +40,9 @@ const FUNCTIONS: [&str; 22] = [
     "masked_softmax",
     "merge_heads",
     "loss_part",
+    "zero_diagonal",
+    "permute_sym",
+    "sum_chunks",
 ];
 
 /// Compiles [`KERNELS`] to PTX for `arch` (e.g. `compute_90`) with NVRTC, loading NVRTC first.

@@ -27,6 +27,7 @@ mod error;
 mod forward;
 mod gpu;
 mod libs;
+mod pairs;
 mod pga;
 
 pub use device::{DEVICE_NAMES, Device};

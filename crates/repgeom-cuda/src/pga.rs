@@ -16,6 +16,8 @@ use crate::{Error, Gpu, Result};
 /// `kernels.cu`).
 const TILE_THREADS: u32 = 256;
 const TILE: u64 = 256 * 8;
+/// What to do when a draw does not fit.
+const PGA_HINT: &str = "use fewer points, or max_pairs on the CPU";
 /// At most this many draws share a batch (more gains nothing once the device is busy).
 const MAX_BATCH: usize = 64;
 
@@ -60,6 +62,7 @@ impl Gpu {
                 ordinal: self.ordinal(),
                 needed,
                 free,
+                hint: PGA_HINT,
             });
         }
         let inner = self
@@ -191,6 +194,7 @@ impl Gpu {
                 ordinal: self.ordinal(),
                 needed: fixed + per_draw,
                 free,
+                hint: PGA_HINT,
             });
         }
         let batch = fit.min(MAX_BATCH).min(bases.len());
