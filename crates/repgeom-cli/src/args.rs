@@ -37,12 +37,13 @@ impl ActsArgs {
     }
 }
 
-/// `--device`: where `extract` runs its forward passes and `pga` and `metrics` PGA's null
-/// draws.
+/// `--device`: where `extract` runs its forward passes, `pga` and `metrics` PGA's null
+/// draws and `compare` its kernel metrics' nulls.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub(crate) struct DeviceArgs {
     /// Where the command computes: cpu, cuda (the first CUDA device) or cuda:N (extract: the
-    /// forward passes and the loss; pga and metrics: PGA's null draws and readout statistic).
+    /// forward passes and the loss; pga and metrics: PGA's null draws and readout statistic;
+    /// compare: the permutation nulls of kernel metrics such as cka_linear).
     /// The CUDA libraries are loaded at run time; without them, or without the device, the
     /// command fails before reading its inputs (docs/gpu.md).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]

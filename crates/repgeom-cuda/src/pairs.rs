@@ -17,29 +17,29 @@ use crate::{Error, Gpu, Result};
 const ROWS: usize = 8;
 
 impl Gpu {
-    /// `Σ_{i<j} a_ij · b_{p(i) p(j)}` for every draw `p` of `perms` and every pair of a
-    /// matrix of `a` with one of `b` (each `n × n`, row-major, symmetric): the strict upper
-    /// triangle of the relabelled inner product, as `[draw][ia · b.len() + ib]`. Both sides'
-    /// diagonals are left out (a caller adds them itself where its metric counts them).
+    /// `Σ_{i<j} a_ij · b_{p(i) p(j)}` for every draw `t < draws` (`p = perm(t)`, a
+    /// permutation of the `n` points) and every pair of a matrix of `a` with one of `b` (each
+    /// `n × n`, row-major, symmetric): the strict upper triangle of the relabelled inner
+    /// product, as `[draw][ia · b.len() + ib]`. Both sides' diagonals are left out (a caller
+    /// adds them itself where its metric counts them).
     pub fn kernel_upper_sums(
         &self,
         a: &[&[f32]],
         b: &[&[f32]],
         n: usize,
-        perms: &[&[u32]],
+        draws: usize,
+        perm: &dyn Fn(usize) -> Vec<u32>,
         what: &str,
     ) -> Result<Vec<Vec<f64>>> {
         let (na, nb) = (a.len(), b.len());
         let nn = n * n;
-        let bad = a.iter().chain(b).any(|m| m.len() != nn)
-            || perms.iter().any(|p| p.len() != n || p.iter().any(|&x| x as usize >= n));
+        let bad = a.iter().chain(b).any(|m| m.len() != nn);
         if bad || n < 2 || i32::try_from(nn).is_err() || na == 0 || nb == 0 {
             return Err(Error::Input {
                 what: what.into(),
                 reason: format!(
-                    "{na} and {nb} matrices and {} permutations that are not all of {n} points \
-                     (the device engine takes 2 to 46,340 points)",
-                    perms.len()
+                    "{na} and {nb} matrices that are not all of {n} x {n} (the device engine \
+                     takes 2 to 46,340 points)"
                 ),
             });
         }
@@ -102,9 +102,16 @@ impl Gpu {
         }
         .map_err(run("zero_diagonal"))?;
         let (nai, nbi, nni) = (na as i32, nb as i32, nn as i32);
-        let mut out = Vec::with_capacity(perms.len());
-        for perm in perms {
-            let p = s.clone_htod(*perm).map_err(dev("copying a permutation"))?;
+        let mut out = Vec::with_capacity(draws);
+        for t in 0..draws {
+            let perm = perm(t);
+            if perm.len() != n || perm.iter().any(|&x| x as usize >= n) {
+                return Err(Error::Input {
+                    what: what.into(),
+                    reason: format!("draw {t}'s relabelling is not a permutation of {n} points"),
+                });
+            }
+            let p = s.clone_htod(&perm).map_err(dev("copying a permutation"))?;
             // SAFETY: bm and bp hold nb matrices of n·n, p holds n indices < n (checked).
             unsafe {
                 s.launch_builder(inner.function("permute_sym"))

@@ -356,6 +356,17 @@ impl ModelPair {
         }
     }
 
+    /// Both models' device ([`ModelContext::with_device`]): kernel metrics' permutation nulls
+    /// (linear CKA, the distance correlations) run there, and whatever else their layers'
+    /// engines run on a device.
+    pub fn with_device(self, device: repgeom_cuda::Device) -> Self {
+        Self {
+            a: self.a.with_device(device),
+            b: self.b.with_device(device),
+            ..self
+        }
+    }
+
     /// Model A's context: [`ModelContext::layer`] makes its layers' inputs.
     pub fn a(&self) -> &ModelContext {
         &self.a

@@ -16,7 +16,7 @@ use crate::run::{check_cancel, progress_bar, run_blocking};
 
 /// Pair metrics between the layers of two representations of the same inputs.
 #[pyfunction]
-#[pyo3(signature = (a, b, configs, readout_a, readout_b, *, k, n_null, seed, diagonal, progress, readout_fold_norm=false, readout_center=false, n_perm=None, aggregates=Vec::new(), alpha=None))]
+#[pyo3(signature = (a, b, configs, readout_a, readout_b, *, k, n_null, seed, diagonal, progress, readout_fold_norm=false, readout_center=false, n_perm=None, aggregates=Vec::new(), alpha=None, device="cpu".to_string()))]
 pub(crate) fn compare<'py>(
     py: Python<'py>,
     a: Vec<(usize, Bound<'py, PyAny>)>,
@@ -34,7 +34,9 @@ pub(crate) fn compare<'py>(
     n_perm: Option<usize>,
     aggregates: Vec<String>,
     alpha: Option<f64>,
+    device: String,
 ) -> PyResult<Vec<String>> {
+    let device = crate::pga::open_device(py, &device)?;
     let mut keep = Keep::new();
     let prepared = (|| -> Result<_, Failure> {
         let mut metrics = match &configs {
@@ -113,7 +115,8 @@ pub(crate) fn compare<'py>(
             repgeom_null::NullParams { n_null, seed },
             Par::rayon(0),
         )?
-        .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+        .with_memory_budget(Some(repgeom_io::default_memory_budget()))
+        .with_device(device);
         // One input per layer: its caches (centring, CCR, spectra) and its per-draw work under
         // the permutation null serve every pair and every metric it is part of.
         let ia = (xa.iter().zip(&la))

@@ -154,6 +154,8 @@ def test_device_is_checked_before_the_inputs_as_on_the_cli(monkeypatch):
         repgeom.metrics("fixtures/pga/nope.npy", names=["rankme"], device="cuda:99", progress=False)
     with pytest.raises(repgeom.InvalidInputError, match=r"unknown device `tpu`"):
         repgeom.metric("rankme", "fixtures/pga/nope.npy", device="tpu", progress=False)
+    with pytest.raises(repgeom.InvalidInputError, match=r"^device cuda:99: "):
+        repgeom.compare("fixtures/pga/nope.npy", "fixtures/pga/nope.npy", device="cuda:99", progress=False)
     # extract: the device and dtype before the model is looked for (the folder does not exist)
     with pytest.raises(repgeom.InvalidInputError, match=r"^device cuda:99: "):
         repgeom.extract("fixtures/no-such-model", "text", device="cuda:99", progress=False)

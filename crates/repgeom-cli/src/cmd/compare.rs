@@ -86,6 +86,8 @@ pub(crate) struct CompareArgs {
     pub(crate) null_args: NullArgs,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
+    #[command(flatten)]
+    pub(crate) device: crate::args::DeviceArgs,
 }
 
 /// One side of the comparison, loaded.
@@ -125,6 +127,8 @@ impl Side {
 }
 
 pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
+    // The device first: a missing one fails before any input is read.
+    let device = args.device.open()?;
     let mut analysis = match &args.config {
         Some(path) => read_analysis(path)?,
         None => repgeom_metrics::AnalysisParams::default(),
@@ -231,7 +235,8 @@ pub(crate) fn run(args: &CompareArgs, ctx: &Context) -> anyhow::Result<()> {
         analysis.null.clone(),
         ctx.par(),
     )?
-    .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+    .with_memory_budget(Some(repgeom_io::default_memory_budget()))
+    .with_device(device);
 
     let pairs = layer_pairs(a.acts.layers.len(), b.acts.layers.len(), args.diagonal);
     // One input per layer read, paired or not: its cached work (centring, CCR, singular

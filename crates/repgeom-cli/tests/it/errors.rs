@@ -631,6 +631,18 @@ fn device_that_is_unknown_or_absent() {
         !stderr.contains("not-read.npy"),
         "the inputs were read first: {stderr}"
     );
+    let run = repgeom(&[
+        "compare",
+        "--a",
+        s(&missing),
+        "--b",
+        s(&missing),
+        "--device",
+        "cuda:99",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("device cuda:99: "), "{}", run.stderr);
+    assert!(!run.stderr.contains("not-read.npy"), "{}", run.stderr);
     // extract: the device is opened before the text or the model is read, and --dtype
     // stored is refused on the CPU (which computes in f32 only).
     let extract = |extra: &[&str]| {

@@ -76,6 +76,67 @@ fn kernel_draws(
     out
 }
 
+/// Variant `k`'s kernel matrix of every layer of a side (every layer prepared, as kernels).
+fn mats(side: &[Option<Prepared>], k: usize) -> Vec<&KernelMatrix> {
+    side.iter()
+        .map(|p| match p {
+            Some(Prepared(PreparedKind::Kernel(m))) => &m[k],
+            _ => unreachable!("the kernel path has every layer prepared as kernels"),
+        })
+        .collect()
+}
+
+/// Whether a side's prepared work is kernel matrices (the device path's kind).
+pub(super) fn is_kernel(prep: &[Option<Prepared>]) -> bool {
+    prep.iter()
+        .all(|p| matches!(p, Some(Prepared(PreparedKind::Kernel(_)))))
+}
+
+/// [`fast_draws`] of kernel metrics on a CUDA device, every draw `t < draws` (relabelling
+/// `perm(t)`): each variant's matrices uploaded once, each draw's strict upper triangles
+/// summed there ([`repgeom_cuda::Gpu::kernel_upper_sums`]), and each cell's value formed here
+/// as [`kernel_draws`] forms it: `off_weight ·` that sum, plus the diagonal's products when
+/// the metric counts them.
+pub(super) fn device_kernel_draws(
+    gpu: &repgeom_cuda::Gpu,
+    prep_a: &[Option<Prepared>],
+    prep_b: &[Option<Prepared>],
+    pairs: &[(usize, usize)],
+    variants: &[String],
+    draws: usize,
+    perm: &dyn Fn(usize) -> Vec<u32>,
+    what: &str,
+) -> Result<Vec<Vec<f64>>> {
+    let nv = variants.len();
+    let mut out = vec![vec![0.0f64; pairs.len() * nv]; draws];
+    for k in 0..nv {
+        let (a, b) = (mats(prep_a, k), mats(prep_b, k));
+        let n = a[0].n;
+        fn data<'a>(ms: &[&'a KernelMatrix]) -> Vec<&'a [f32]> {
+            ms.iter().map(|m| m.data.as_slice()).collect()
+        }
+        let upper = gpu.kernel_upper_sums(&data(&a), &data(&b), n, draws, perm, what)?;
+        let counts_diagonal = pairs.iter().any(|&(i, _)| a[i].diagonal);
+        for (t, (upper, out)) in upper.iter().zip(out.iter_mut()).enumerate() {
+            let p = if counts_diagonal { perm(t) } else { Vec::new() };
+            for (c, &(i, j)) in pairs.iter().enumerate() {
+                let (ka, kb) = (a[i], b[j]);
+                let mut v = f64::from(ka.off_weight) * upper[i * b.len() + j];
+                if ka.diagonal {
+                    v += (0..n)
+                        .map(|r| {
+                            let q = p[r] as usize;
+                            f64::from(ka.data[r * n + r] * kb.data[q * n + q])
+                        })
+                        .sum::<f64>();
+                }
+                out[c * nv + k] = v;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Draws by prepared work: for each `(perm, inv)`, each B layer relabelled once, then every
 /// cell scored (kernels: the draws in one pass, see [`kernel_draws`]).
 pub(super) fn fast_draws(
@@ -97,14 +158,6 @@ pub(super) fn fast_draws(
         PreparedKind::Kernel(_) => {
             let ps: Vec<Option<&[u32]>> = perms.iter().map(|(p, _)| Some(p.as_slice())).collect();
             for (k, _) in variants.iter().enumerate() {
-                fn mats(side: &[Option<Prepared>], k: usize) -> Vec<&KernelMatrix> {
-                    side.iter()
-                        .map(|p| match get(p) {
-                            PreparedKind::Kernel(m) => &m[k],
-                            PreparedKind::Neighbours(_) => unreachable!("one kind per metric"),
-                        })
-                        .collect()
-                }
                 let values = kernel_draws(&mats(prep_a, k), &mats(prep_b, k), pairs, &ps);
                 for (t, values) in values.into_iter().enumerate() {
                     for (c, v) in values.into_iter().enumerate() {

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 pub use aggregate::Aggregate;
 use aggregate::aggregate_row;
-use draws::{DRAWS_PER_PASS, fast_draws, generic_draw};
+use draws::{DRAWS_PER_PASS, device_kernel_draws, fast_draws, generic_draw, is_kernel};
 pub(crate) use duplicates::duplicate_rows;
 use duplicates::{duplicate_points, on_kept_points};
 
@@ -266,11 +266,32 @@ fn compare_points(
                 .collect()
         }
     };
-    let grouped: Vec<Vec<Vec<f64>>> = match par {
-        Par::Seq => groups.iter().map(group).collect::<Result<_>>()?,
-        _ => groups.par_iter().map(group).collect::<Result<_>>()?,
+    // Kernel metrics on a CUDA device (the layers' device, `--device`): every draw there, the
+    // same permutations; otherwise the groups on the CPU.
+    let gpu = if fast && is_kernel(&prep_a) && is_kernel(&prep_b) {
+        a[0].device().open()?
+    } else {
+        None
     };
-    let draws: Vec<Vec<f64>> = grouped.into_iter().flatten().collect();
+    let draws: Vec<Vec<f64>> = match gpu {
+        Some(gpu) => device_kernel_draws(
+            &gpu,
+            &prep_a,
+            &prep_b,
+            pairs,
+            &variants,
+            perms.n_perm,
+            &|t| permutation(n, perms.seed, t as u64).0,
+            &format!("{name}'s permutation null"),
+        )?,
+        None => {
+            let grouped: Vec<Vec<Vec<f64>>> = match par {
+                Par::Seq => groups.iter().map(group).collect::<Result<_>>()?,
+                _ => groups.par_iter().map(group).collect::<Result<_>>()?,
+            };
+            grouped.into_iter().flatten().collect()
+        }
+    };
     let nv = variants.len();
     let larger = metric.larger_is_closer();
     for (c, values) in observed.iter_mut().enumerate() {

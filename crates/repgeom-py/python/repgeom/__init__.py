@@ -433,6 +433,7 @@ def compare(
     n_perm: Optional[int] = None,
     aggregates: Sequence[str] = (),
     alpha: Optional[float] = None,
+    device: str = "cpu",
 ) -> Rows:
     """Pair metrics (distance agreement, linear CKA, …) between the layers of two
     representations of the same inputs (``repgeom compare``): every layer pair, or with
@@ -445,7 +446,10 @@ def compare(
     (``"max"``, ``"row_max_mean"``, ``"hungarian"``, ``"diagonal"``) adds one row per
     aggregate over the layer table, keyed by ``aggregate``, whose null recomputes the whole
     table under each draw (``tau`` is its ``1 - alpha`` critical value, ``calibrated`` the
-    value minus the null mean); they need ``n_perm``."""
+    value minus the null mean); they need ``n_perm``. ``device`` (``repgeom compare
+    --device``): where kernel metrics' permutation nulls run, ``"cpu"``, ``"cuda"`` or
+    ``"cuda:N"``, opened before any input is read."""
+    _native.open_device(str(device))  # before any input is read, as on the command line
     return Rows(
         _rows(
             _native.compare(
@@ -464,6 +468,7 @@ def compare(
                 n_perm=None if n_perm is None else int(n_perm),
                 aggregates=[str(x) for x in aggregates],
                 alpha=None if alpha is None else float(alpha),
+                device=str(device),
             )
         )
     )

@@ -236,7 +236,8 @@ fn cross_pair(
         },
         Par::rayon(0),
     )?
-    .with_memory_budget(Some(repgeom_io::default_memory_budget()));
+    .with_memory_budget(Some(repgeom_io::default_memory_budget()))
+    .with_device(study.manifest.device);
     let synth = |x: &ModelInfo| if x.synthetic { " (synthetic)" } else { "" };
     let mut ia = Vec::with_capacity(mine.len());
     for (l, x) in &mine {
