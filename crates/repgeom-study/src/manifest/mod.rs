@@ -25,8 +25,8 @@ pub struct Manifest {
     /// Free-text title shown nowhere numeric (kept for the reader of the manifest).
     #[serde(default)]
     pub title: String,
-    /// Where the extraction (in f32) and PGA's null draws run: `cpu` (default), `cuda` or
-    /// `cuda:N` (`docs/gpu.md`). A
+    /// Where the extraction (at `[extract] dtype`), PGA's null draws and the cross units'
+    /// kernel permutation nulls run: `cpu` (default), `cuda` or `cuda:N` (`docs/gpu.md`). A
     /// setting of the run: recorded in each part file it computes, never in a unit's hash
     /// (the numbers agree with the CPU's within the tolerance docs/gpu.md states), so a study
     /// can be resumed on another device. `repgeom sweep --device` overrides it.
