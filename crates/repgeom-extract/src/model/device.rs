@@ -139,9 +139,11 @@ impl OnDevice {
     /// Uploads `model`'s weights, after checking that they fit in the device's free memory.
     pub(crate) fn new(model: &Model, gpu: Arc<Gpu>, precision: Precision) -> Result<Self> {
         let widen = precision == Precision::F32;
-        let mut bytes = 0u64;
+        // The bytes the weights take there, and whether any is bf16.
+        let (mut bytes, mut bf16) = (0u64, false);
         let mut count = |t: &Tensor| -> Result<()> {
             bytes += device_bytes(t, precision);
+            bf16 |= t.dtype() == DType::BF16;
             Ok(())
         };
         for l in &model.layers {
@@ -156,6 +158,21 @@ impl OnDevice {
         }
         if !model.tied {
             count(&model.readout)?;
+        }
+        // bf16 products (cuBLAS's CUDA_R_16BF) need Ampere or newer: refused before any upload.
+        let cc = gpu.compute_capability();
+        if precision == Precision::Stored && bf16 && cc < (8, 0) {
+            return Err(Error::InvalidParams {
+                field: "dtype",
+                reason: format!(
+                    "stored: the model's bf16 weights need bf16 products, which cuda:{} ({}, \
+                     compute capability {}.{}) cannot compute (8.0 or newer); use --dtype f32",
+                    gpu.ordinal(),
+                    gpu.name(),
+                    cc.0,
+                    cc.1
+                ),
+            });
         }
         let (free, _) = gpu.memory()?;
         if bytes > free / 10 * 9 {
