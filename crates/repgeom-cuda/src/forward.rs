@@ -196,14 +196,7 @@ impl Gpu {
     /// Runs `f` with the device's stream, cuBLAS and kernels, the context current on this
     /// thread.
     fn with<R>(&self, f: impl FnOnce(&Inner) -> Result<R>) -> Result<R> {
-        let inner = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| self.driver("making the context current", e))?;
-        f(&inner)
+        f(&*self.lock()?)
     }
 
     fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(

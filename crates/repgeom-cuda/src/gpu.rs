@@ -190,6 +190,20 @@ impl Gpu {
         Ok((free as u64, total as u64))
     }
 
+    /// The device's stream, cuBLAS handle and kernels for one piece of work (others wait),
+    /// with the context made current on this thread (a rayon worker, in a study, may not have
+    /// it yet; cuBLAS calls need it).
+    pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
+        let inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.driver("making the context current", e))?;
+        Ok(inner)
+    }
+
     pub(crate) fn driver(&self, step: &str, e: cudarc::driver::DriverError) -> Error {
         driver_error(self.ordinal, step, e)
     }

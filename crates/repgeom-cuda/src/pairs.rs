@@ -59,13 +59,7 @@ impl Gpu {
                 hint: "use fewer points or fewer layers, or the CPU",
             });
         }
-        let inner = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| self.driver("making the context current", e))?;
+        let inner = self.lock()?;
         let s = &inner.stream;
         let dev = |step: &'static str| move |e| self.driver(step, e);
         let upload = |ms: &[&[f32]]| {

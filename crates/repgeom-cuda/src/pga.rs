@@ -65,13 +65,7 @@ impl Gpu {
                 hint: PGA_HINT,
             });
         }
-        let inner = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| self.driver("making the context current", e))?;
+        let inner = self.lock()?;
         let s = &inner.stream;
         let dev = |step: &'static str| move |e| self.driver(step, e);
         let mut host = Vec::with_capacity(n * d);
@@ -198,15 +192,7 @@ impl Gpu {
             });
         }
         let batch = fit.min(MAX_BATCH).min(bases.len());
-        let inner = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // This thread (a rayon worker, in a study) may not have the context current yet;
-        // cuBLAS calls need it.
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| self.driver("making the context current", e))?;
+        let inner = self.lock()?;
         let mut host = Vec::with_capacity(n * d);
         col_major(h, &mut host);
         let s = &inner.stream;

@@ -693,11 +693,7 @@ impl Model {
     pub fn activation_bytes(&self, batch: usize, seq_len: usize) -> u64 {
         let c = &self.config;
         let (b, t) = (batch as u64, seq_len as u64);
-        let (d, qkv, ff) = (
-            c.hidden_size as u64,
-            (c.n_heads * c.head_dim) as u64,
-            c.intermediate_size as u64,
-        );
+        let (d, qkv, ff) = widths(c);
         let per_seq = t * (8 * d + 4 * qkv + 3 * ff) + 3 * c.n_heads as u64 * t * t;
         let rows = b * t;
         let tiles = c.vocab_size.div_ceil(LOSS_TILE_VOCAB) as u64;
@@ -1193,6 +1189,15 @@ impl Model {
         }
         total
     }
+}
+
+/// The widths an activation estimate counts in: hidden size, all heads' q width, MLP width.
+fn widths(c: &ModelConfig) -> (u64, u64, u64) {
+    (
+        c.hidden_size as u64,
+        (c.n_heads * c.head_dim) as u64,
+        c.intermediate_size as u64,
+    )
 }
 
 /// Every predicting position of every sequence of a batch padded to `t`, in order: (row of

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use candle_core::{DType, Tensor};
 use repgeom_cuda::{Act, ActFn, AttentionSpec, Gpu, Heads, HostData, Rope, Weight};
 
-use super::{Attention, FusedLayout, Layer, Linear, Mlp, Model, Norm, loss_pairs, per_sequence};
+use super::{
+    Attention, FusedLayout, Layer, Linear, Mlp, Model, Norm, loss_pairs, per_sequence, widths,
+};
 use crate::config::Activation;
 use crate::{Error, Result};
 
@@ -224,11 +226,7 @@ impl OnDevice {
     pub(crate) fn activation_bytes(&self, model: &Model, batch: usize, seq_len: usize) -> u64 {
         let c = &model.config;
         let (b, t) = (batch as u64, seq_len as u64);
-        let (d, qkv, ff) = (
-            c.hidden_size as u64,
-            (c.n_heads * c.head_dim) as u64,
-            c.intermediate_size as u64,
-        );
+        let (d, qkv, ff) = widths(c);
         let rows = b * t;
         let floats = rows * (8 * d + 10 * qkv + 3 * ff) + b * c.n_heads as u64 * t * t;
         4 * floats + 2 * rows * ff.max(3 * qkv) + (1 << 30)
