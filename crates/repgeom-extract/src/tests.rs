@@ -394,3 +394,46 @@ fn stream_tokens_equal_whole_text_encoding() {
     }
     assert!(checked >= 8, "only {checked} fixtures");
 }
+
+/// `dtype`: its two names, the one rule that the CPU computes in f32 only (every front end
+/// checks it before any work, and an extraction on a CPU model refuses `stored`), and a
+/// settings key written only when not f32.
+#[test]
+fn dtype_names_and_the_cpu_rule() {
+    use crate::Precision;
+    for (name, p) in [("f32", Precision::F32), ("stored", Precision::Stored)] {
+        assert_eq!(name.parse::<Precision>().unwrap(), p);
+        assert_eq!(p.name(), name);
+        assert_eq!(serde_json::to_value(p).unwrap(), json!(name));
+    }
+    let e = "bf16".parse::<Precision>().unwrap_err().to_string();
+    assert!(
+        e.contains("unknown dtype `bf16`: expected f32, stored"),
+        "{e}"
+    );
+    assert!(Precision::F32.check_on(false).is_ok() && Precision::Stored.check_on(true).is_ok());
+    let e = Precision::Stored.check_on(false).unwrap_err().to_string();
+    assert!(e.contains("stored needs a CUDA device"), "{e}");
+    let f32_json = serde_json::to_value(ExtractParams::default()).unwrap();
+    assert!(f32_json.get("dtype").is_none(), "{f32_json}");
+    let stored = ExtractParams {
+        dtype: Precision::Stored,
+        ..Default::default()
+    };
+    assert_eq!(
+        serde_json::to_value(&stored).unwrap()["dtype"],
+        json!("stored")
+    );
+    let back: ExtractParams = serde_json::from_value(json!({"dtype": "stored"})).unwrap();
+    assert_eq!(back.dtype, Precision::Stored);
+    // A model on the CPU refuses to extract at `stored`, before running anything.
+    let ex = crate::Extractor::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/extract/gpt2_tied"),
+    )
+    .unwrap();
+    let e = ex
+        .extract("some text to read", &stored.check().unwrap(), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("stored needs a CUDA device"), "{e}");
+}
