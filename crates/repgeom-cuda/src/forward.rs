@@ -244,6 +244,10 @@ impl Gpu {
     /// `rows · cols`; the other rows keep what they held): the copy of the rows a caller
     /// reads, not of the whole activation.
     pub fn download_rows(&self, a: &Act, rows: &[u32], out: &mut Vec<f32>) -> Result<()> {
+        if rows.is_empty() {
+            out.resize(a.rows * a.cols, 0.0);
+            return Ok(());
+        }
         let picked = self.rows(a, rows)?;
         let mut compact = Vec::new();
         self.download(&picked, &mut compact)?;
@@ -313,10 +317,18 @@ impl Gpu {
         let du = u32_of(d, "the hidden size")?;
         self.with(|inner| {
             let s = &inner.stream;
+            let mut out = self.zeros::<f32>(inner, rows * d, "gathered rows")?;
+            if rows == 0 {
+                // no launch: a grid of zero blocks is an error
+                return Ok(Act {
+                    data: out,
+                    rows,
+                    cols: d,
+                });
+            }
             let ids_dev = s
                 .clone_htod(ids)
                 .map_err(|e| self.driver("copying row indices", e))?;
-            let mut out = self.zeros::<f32>(inner, rows * d, "gathered rows")?;
             // SAFETY: table holds len values, every index < len / d (checked), out is rows·d.
             unsafe {
                 s.launch_builder(inner.function("embed_rows"))

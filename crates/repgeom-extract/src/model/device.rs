@@ -113,12 +113,16 @@ fn upload(gpu: &Gpu, t: &Tensor, widen: bool) -> Result<Weight> {
         });
     };
     Ok(match &*storage {
-        candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(x)) => {
-            gpu.upload(HostData::Bf16(x[start..end].reinterpret_cast()), widen, &what)?
-        }
-        candle_core::Storage::Cpu(candle_core::CpuStorage::F16(x)) => {
-            gpu.upload(HostData::F16(x[start..end].reinterpret_cast()), widen, &what)?
-        }
+        candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(x)) => gpu.upload(
+            HostData::Bf16(x[start..end].reinterpret_cast()),
+            widen,
+            &what,
+        )?,
+        candle_core::Storage::Cpu(candle_core::CpuStorage::F16(x)) => gpu.upload(
+            HostData::F16(x[start..end].reinterpret_cast()),
+            widen,
+            &what,
+        )?,
         candle_core::Storage::Cpu(candle_core::CpuStorage::F32(x)) => {
             gpu.upload(HostData::F32(&x[start..end]), widen, &what)?
         }
