@@ -522,10 +522,10 @@ impl Extractor {
         Ok(ex)
     }
 
-    /// A batch whose activations would not fit in `p.memory_budget` is refused before
-    /// anything runs, with the largest batch size that fits.
-    /// The model computes at `p.dtype` (the CPU in `f32` only); on a device, the batch must
-    /// fit in the device's free memory beside the weights.
+    /// The checks before anything runs: the model computes at `p.dtype` (the CPU in `f32`
+    /// only), and a batch whose activations would not fit (on a device, in its free memory
+    /// beside the weights; on the CPU, in `p.memory_budget`) is refused with the largest
+    /// batch size that fits.
     fn check_budget(&self, p: &ExtractParams) -> Result<()> {
         p.dtype.check_on(self.model.device().is_some())?;
         if let Some((gpu, at)) = self.model.device()

@@ -67,7 +67,7 @@ pub struct Forward {
 }
 
 /// The model's pieces are generic over where their weights live: candle tensors on the CPU,
-/// [`repgeom_cuda::Weight`]s on a device ([`crate::device`]), one structure for both.
+/// [`repgeom_cuda::Weight`]s on a device (`model/device.rs`), one structure for both.
 #[derive(Debug)]
 pub(crate) struct Linear<W = Tensor> {
     /// [out, in]

@@ -71,10 +71,10 @@ pub(crate) fn extract<'py>(
         Ok(p) => p,
         Err(e) => return invalid(format!("{e}")),
     };
-    if let Err(e) = precision.check_on(device.trim() != "cpu") {
+    let device = crate::pga::open_device(py, &device)?;
+    if let Err(e) = precision.check_on(!device.is_cpu()) {
         return invalid(e.to_string());
     }
-    let device = crate::pga::open_device(py, &device)?;
     let ex = run_blocking(py, move |cancel| {
         let model = resolve_model(
             &model,
