@@ -77,7 +77,7 @@ impl Weight {
             }
     }
 
-    /// `forward.cu`'s dtype code and the raw pointer argument.
+    /// `forward.cu`'s code of the weight's dtype (`DT_F32`, `DT_BF16`, `DT_F16`).
     fn code(&self) -> i32 {
         match self.store {
             Store::F32(_) => 0,
