@@ -11,9 +11,9 @@ use std::ffi::c_void;
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType_t};
 use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 
-use crate::gpu::Inner;
+use crate::gpu::{Inner, launch_config as cfg};
 use crate::{Error, Gpu, Result};
 
 /// Threads of the per-row kernels (`ROW_THREADS` in `forward.cu`).
@@ -159,14 +159,6 @@ pub struct AttentionSpec {
     pub cap: Option<f32>,
     /// Sliding-window width.
     pub window: Option<usize>,
-}
-
-fn cfg(blocks: (u32, u32), threads: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (blocks.0, blocks.1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 fn blocks(n: usize) -> u32 {

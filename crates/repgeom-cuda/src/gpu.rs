@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
 use cudarc::nvrtc::CompileOptions;
 
 use crate::libs::{self, CUBLAS, CUBLASLT, DRIVER, NVRTC};
@@ -68,6 +68,16 @@ pub fn compile_kernels(arch: &str) -> Result<String> {
         },
     })?;
     Ok(ptx.to_src())
+}
+
+/// A launch of `grid` blocks (x, y) of `threads` threads, no dynamic shared memory: every
+/// kernel of `kernels.cu` and `forward.cu` is launched so.
+pub(crate) fn launch_config(grid: (u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0, grid.1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// An open CUDA device with repgeom's kernels. Opened once per device per process

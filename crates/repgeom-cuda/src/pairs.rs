@@ -8,8 +8,9 @@
 
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 
+use crate::gpu::launch_config as cfg;
 use crate::{Error, Gpu, Result};
 
 /// Rows of the matrices per chunk of the inner products: each chunk's `ROWS · N` products
@@ -82,11 +83,6 @@ impl Gpu {
             .map_err(dev("allocating sums"))?;
         let nu = n as u32;
         let run = |name: &'static str| move |e| self.driver(&format!("running {name}"), e);
-        let cfg = |grid: (u32, u32), threads: u32| LaunchConfig {
-            grid_dim: (grid.0, grid.1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: am holds na matrices of n·n.
         unsafe {
             s.launch_builder(inner.function("zero_diagonal"))

@@ -6,10 +6,10 @@
 
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, PushKernelArg};
 use repgeom_linalg::{Distance, MatRef, RankedReference, TieSums, condensed_len};
 
-use crate::gpu::Inner;
+use crate::gpu::{Inner, launch_config as launch};
 use crate::{Error, Gpu, Result};
 
 /// Threads and items per tile of the sort and tie kernels (`TILE_THREADS`, `TILE_ITEMS` in
@@ -263,11 +263,6 @@ impl Gpu {
             .alloc_zeros::<f64>(n * b)
             .map_err(dev("allocating norms"))?;
         let blocks = |len: u64| (len.div_ceil(u64::from(TILE_THREADS))) as u32;
-        let launch = |grid: (u32, u32), block: u32| LaunchConfig {
-            grid_dim: (grid.0, grid.1, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let run = |e| self.driver("running a kernel", e);
         // SAFETY (every launch below): the kernels' arguments are the buffers and sizes their
         // comments in kernels.cu describe, allocated above with those sizes.
@@ -434,11 +429,6 @@ impl Gpu {
         let (nu, bu) = (n as u32, b as u32);
         let dev = |step: &'static str| move |e| self.driver(step, e);
         let run = |e| self.driver("running a kernel", e);
-        let launch = |grid: (u32, u32), block: u32| LaunchConfig {
-            grid_dim: (grid.0, grid.1, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let words = (m * b as u64) as usize;
         let mut keys = s
             .alloc_zeros::<u32>(words)
