@@ -40,6 +40,7 @@ fn main() {
         x ^= x >> 29;
         ((x >> 40) as f32 / (1u32 << 24) as f32) - 0.5
     });
+    let par = Par::rayon(2);
     let t = Instant::now();
     let w64 = to_f64(w.as_ref());
     let mut g = Mat::<f64>::zeros(d, d);
@@ -49,11 +50,11 @@ fn main() {
         w64.transpose(),
         &w64,
         1.0,
-        Par::rayon(2),
+        par,
     );
     let gram = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let (pv, pvec) = top_eigen_desc(g.as_ref(), k).expect("partial");
+    let (pv, pvec) = top_eigen_desc(g.as_ref(), k, par).expect("partial");
     let partial = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let (fv, fvec) = symmetric_eigen_desc(g.as_ref()).expect("full");
@@ -73,7 +74,8 @@ fn main() {
         fv[k - 1] / fv[k] - 1.0
     );
     let t = Instant::now();
-    let certified = repgeom_linalg::top_pairs_certified(g.as_ref(), &fv[..k], fvec.subcols(0, k));
+    let certified =
+        repgeom_linalg::top_pairs_certified(g.as_ref(), &fv[..k], fvec.subcols(0, k), par);
     let check = t.elapsed().as_secs_f64();
     println!(
         "V = {v}, d = {d}, k = {k}: Gram (f64, 2 threads) {gram:.2} s; top-k eigenpairs: partial \

@@ -18,13 +18,22 @@ pub fn to_f32(x: MatRef<'_, f64>) -> Mat<f32> {
 /// Subtracts the mean over points (rows) from every column, in `f64`.
 ///
 /// $$X_c = X - \mathbf{1}\,\bar{x}^\top,\qquad \bar{x} = \tfrac{1}{N}X^\top\mathbf{1}$$
-pub fn center_columns(x: MatRef<'_, f32>) -> Mat<f64> {
+///
+/// Each column is one sequential sum; blocks of columns run in parallel unless `par` is
+/// `Par::Seq`, so the result is bit-identical at any thread count.
+pub fn center_columns(x: MatRef<'_, f32>, par: Par) -> Mat<f64> {
     let n = x.nrows();
-    let mut out = to_f64(x);
-    for j in 0..out.ncols() {
-        let mean = out.col(j).iter().sum::<f64>() / n.max(1) as f64;
-        out.col_mut(j).iter_mut().for_each(|v| *v -= mean);
-    }
+    let mut out = Mat::<f64>::zeros(n, x.ncols());
+    by_col_blocks(out.as_mut(), par, |j0, mut cols| {
+        for (j, mut col) in (j0..).zip(cols.as_mut().col_iter_mut()) {
+            col.as_mut()
+                .iter_mut()
+                .zip(x.col(j).iter())
+                .for_each(|(v, &x)| *v = f64::from(x));
+            let mean = col.as_ref().iter().sum::<f64>() / n.max(1) as f64;
+            col.iter_mut().for_each(|v| *v -= mean);
+        }
+    });
     out
 }
 
@@ -138,19 +147,23 @@ const PARTIAL_FROM: usize = 384;
 /// the sign convention of [`symmetric_eigen_desc`].
 ///
 /// For a large matrix and few pairs (`m ≤ n/8`) this uses faer's restarted Krylov–Schur
-/// solver (sequential, deterministic start vector) to a residual of `1e-13 ‖A‖_F`, which costs
+/// solver (deterministic start vector) to a residual of `1e-13 ‖A‖_F`, which costs
 /// matrix–vector products instead of an `O(n³)` tridiagonalisation. A restarted solver can
 /// converge to `m` eigenpairs that are not the top `m` (seen on a nearly flat spectrum) and
 /// report success, so its answer is accepted only when [`top_pairs_certified`] proves that
 /// no other eigenvalue reaches the smallest one found; otherwise, and when it does not
 /// converge, the full decomposition answers.
-pub fn top_eigen_desc(a: MatRef<'_, f64>, m: usize) -> Result<(Vec<f64>, Mat<f64>)> {
+///
+/// `par` runs the solver's matrix–vector products and the certificate's factorisation over
+/// fixed blocks of rows and tiles, each block sequential, so the answer is bit-identical at any
+/// thread count (the full decomposition is sequential).
+pub fn top_eigen_desc(a: MatRef<'_, f64>, m: usize, par: Par) -> Result<(Vec<f64>, Mat<f64>)> {
     let n = a.nrows();
     if n >= PARTIAL_FROM
         && m > 0
         && m * 8 <= n
-        && let Some((vals, vecs)) = partial_eigen(a, m)
-        && top_pairs_certified(a, &vals, vecs.as_ref())
+        && let Some((vals, vecs)) = partial_eigen(a, m, par)
+        && top_pairs_certified(a, &vals, vecs.as_ref(), par)
     {
         return Ok((vals, vecs));
     }
@@ -175,11 +188,15 @@ const CERTIFY_RESIDUAL: f64 = 1e-10;
 /// `xᵀ A x = xᵀ B x < σ` for every unit `x ⊥ span(V)`, so (Courant–Fischer) `λ_{m+1}(A) < σ`;
 /// the `m` orthonormal pairs found above `σ` are then the top `m`. A missed eigenvalue at or
 /// above `σ`, or a vector found twice (a restarted Krylov solver's "ghost" copy, which the
-/// orthonormality test catches), makes the check fail. Sequential, so the verdict is the same
-/// at any thread count.
-pub fn top_pairs_certified(a: MatRef<'_, f64>, vals: &[f64], vecs: MatRef<'_, f64>) -> bool {
-    use faer::dyn_stack::{MemBuffer, MemStack};
-    use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+/// orthonormality test catches), makes the check fail. The factorisation runs over fixed tiles
+/// (see `positive_definite`), in parallel unless `par` is `Par::Seq`, each tile sequential: the
+/// verdict is the same at any thread count.
+pub fn top_pairs_certified(
+    a: MatRef<'_, f64>,
+    vals: &[f64],
+    vecs: MatRef<'_, f64>,
+    par: Par,
+) -> bool {
     let (Some(&first), Some(&last)) = (vals.first(), vals.last()) else {
         return false;
     };
@@ -211,27 +228,155 @@ pub fn top_pairs_certified(a: MatRef<'_, f64>, vals: &[f64], vecs: MatRef<'_, f6
     if residual.is_nan() || residual > CERTIFY_RESIDUAL * a.norm_l2() {
         return false;
     }
-    // σI − A + V Λ Vᵀ
-    let mut b = Mat::<f64>::from_fn(n, n, |i, j| if i == j { sigma } else { 0.0 } - a[(i, j)]);
-    matmul(&mut b, Accum::Add, &scaled, vecs.transpose(), 1.0, Par::Seq);
-    let scratch = cholesky_in_place_scratch::<f64>(n, Par::Seq, Default::default());
-    cholesky_in_place(
-        b.as_mut(),
-        Default::default(),
-        Par::Seq,
-        MemStack::new(&mut MemBuffer::new(scratch)),
-        Default::default(),
-    )
-    .is_ok()
+    // σI − A + V Λ Vᵀ, built a block of columns at a time (each entry computed alone)
+    let mut b = Mat::<f64>::zeros(n, n);
+    by_col_blocks(b.as_mut(), par, |j0, mut cols| {
+        for (j, col) in (j0..).zip(cols.as_mut().col_iter_mut()) {
+            for (i, v) in col.iter_mut().enumerate() {
+                *v = if i == j { sigma } else { 0.0 } - a[(i, j)];
+            }
+        }
+        let w = cols.ncols();
+        matmul(
+            cols,
+            Accum::Add,
+            &scaled,
+            vecs.subrows(j0, w).transpose(),
+            1.0,
+            Par::Seq,
+        );
+    });
+    positive_definite(b.as_mut(), par)
 }
 
-fn partial_eigen(a: MatRef<'_, f64>, m: usize) -> Option<(Vec<f64>, Mat<f64>)> {
+/// Tile size of [`positive_definite`]'s factorisation: a constant, so that the tiles never
+/// depend on the thread count.
+const CHOLESKY_TILE: usize = 128;
+
+/// Whether the symmetric `b` (its lower triangle is read and overwritten) is positive definite:
+/// a right-looking Cholesky factorisation over tiles of [`CHOLESKY_TILE`] rows and columns.
+///
+/// Each step factors one diagonal tile, solves the tiles below it, and updates the trailing
+/// columns one tile-wide block at a time; every tile operation is one sequential faer call on
+/// the same operands whatever the thread count, the independent ones of a step run in parallel
+/// unless `par` is `Par::Seq`. So every entry is computed by the same arithmetic at any thread
+/// count, and so is the verdict. (faer's own parallel factorisation splits its work by the
+/// thread count.)
+fn positive_definite(mut b: MatMut<'_, f64>, par: Par) -> bool {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+    use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
+    let n = b.nrows();
+    let t = CHOLESKY_TILE;
+    let mut buf = MemBuffer::new(cholesky_in_place_scratch::<f64>(
+        t.min(n),
+        Par::Seq,
+        Default::default(),
+    ));
+    let mut k0 = 0;
+    while k0 < n {
+        let kw = t.min(n - k0);
+        let (top, bottom) = b.as_mut().split_at_row_mut(k0 + kw);
+        let mut diagonal = top.submatrix_mut(k0, k0, kw, kw);
+        let factored = cholesky_in_place(
+            diagonal.as_mut(),
+            Default::default(),
+            Par::Seq,
+            MemStack::new(&mut buf),
+            Default::default(),
+        );
+        if factored.is_err() {
+            return false;
+        }
+        let l = diagonal.as_ref();
+        // Below the diagonal tile: P Lᵀ = B, i.e. L Pᵀ = Bᵀ, each block of rows on its own.
+        let (left, trailing) = bottom.split_at_col_mut(k0 + kw);
+        let mut panel = left.subcols_mut(k0, kw);
+        by_row_blocks_of(CHOLESKY_TILE, panel.as_mut(), par, |_, rows| {
+            solve_lower_triangular_in_place(l, rows.transpose_mut(), Par::Seq);
+        });
+        // The trailing lower triangle: B₂₂ −= P Pᵀ, one block of columns at a time, each from
+        // its diagonal down.
+        let panel = panel.as_ref();
+        by_col_blocks(trailing, par, |j0, cols| {
+            let w = cols.ncols();
+            let rows = cols.nrows() - j0;
+            matmul(
+                cols.subrows_mut(j0, rows),
+                Accum::Add,
+                panel.subrows(j0, rows),
+                panel.subrows(j0, w).transpose(),
+                -1.0,
+                Par::Seq,
+            );
+        });
+        k0 += kw;
+    }
+    true
+}
+
+/// Rows per block of the partial eigensolver's matrix–vector products ([`RowBlocked`]).
+const MATVEC_ROWS: usize = 128;
+
+/// A matrix as a linear operator whose products run over fixed blocks of [`MATVEC_ROWS`]
+/// rows, each block one sequential faer product, the blocks in parallel unless `par` is
+/// `Par::Seq`: every entry is the sum faer's sequential product computes over the whole
+/// matrix, in the same order, so the solver's path does not depend on the thread count.
+#[derive(Debug)]
+struct RowBlocked<'a> {
+    a: MatRef<'a, f64>,
+    par: Par,
+}
+
+impl faer::matrix_free::LinOp<f64> for RowBlocked<'_> {
+    fn apply_scratch(&self, _rhs_ncols: usize, _par: Par) -> faer::dyn_stack::StackReq {
+        faer::dyn_stack::StackReq::EMPTY
+    }
+
+    fn nrows(&self) -> usize {
+        self.a.nrows()
+    }
+
+    fn ncols(&self) -> usize {
+        self.a.ncols()
+    }
+
+    fn apply(
+        &self,
+        out: MatMut<'_, f64>,
+        rhs: MatRef<'_, f64>,
+        _par: Par,
+        _stack: &mut faer::dyn_stack::MemStack,
+    ) {
+        let a = self.a;
+        by_row_blocks_of(MATVEC_ROWS, out, self.par, |r0, dst| {
+            let rows = dst.nrows();
+            matmul(dst, Accum::Replace, a.subrows(r0, rows), rhs, 1.0, Par::Seq);
+        });
+    }
+
+    fn conj_apply(
+        &self,
+        out: MatMut<'_, f64>,
+        rhs: MatRef<'_, f64>,
+        par: Par,
+        stack: &mut faer::dyn_stack::MemStack,
+    ) {
+        self.apply(out, rhs, par, stack);
+    }
+}
+
+pub(crate) fn partial_eigen(
+    a: MatRef<'_, f64>,
+    m: usize,
+    par: Par,
+) -> Option<(Vec<f64>, Mat<f64>)> {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::matrix_free::eigen::{
         PartialEigenParams, partial_self_adjoint_eigen, partial_self_adjoint_eigen_scratch,
     };
     let n = a.nrows();
-    let op = a.to_owned();
+    let op = RowBlocked { a, par };
     // A fixed, non-special start vector (not the all-ones vector: centred data annihilate it).
     let v0 = faer::Col::<f64>::from_fn(n, |i| {
         let h = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11;
@@ -349,7 +494,7 @@ fn directions(
         let (vals, vecs) = symmetric_eigen_desc(g.as_ref())?;
         (vals, vecs.subcols(0, m).to_owned())
     } else {
-        top_eigen_desc(g.as_ref(), m)?
+        top_eigen_desc(g.as_ref(), m, par)?
     };
     let variances = vals.iter().take(r).map(|v| v.max(0.0) / denom).collect();
     if !dual {
@@ -411,15 +556,27 @@ pub fn remove_directions(x: MatRef<'_, f64>, u: MatRef<'_, f64>, par: Par) -> Ma
         u.nrows(),
         "remove_directions: x is N×d, u must be d×c"
     );
-    let mut out = x.to_owned();
     if u.ncols() == 0 {
-        return out;
+        return x.to_owned();
     }
     // `X u` through `project`: with one direction (CCR-1) it is a matrix–vector product, which
     // faer's own parallel kernel would make depend on the thread count. `(X U) Uᵀ` has an inner
-    // dimension of `c`: one product per entry when `c = 1`, faer's tiled GEMM otherwise.
+    // dimension of `c`, summed in order for each entry: one block of columns at a time, each
+    // block sequential (faer's parallel rank-`c` update barely splits).
     let coef = project(x, u, par);
-    matmul(&mut out, Accum::Add, &coef, u.transpose(), -1.0, par);
+    let mut out = Mat::<f64>::zeros(x.nrows(), x.ncols());
+    by_col_blocks(out.as_mut(), par, |j0, mut cols| {
+        let w = cols.ncols();
+        cols.copy_from(x.subcols(j0, w));
+        matmul(
+            cols,
+            Accum::Add,
+            &coef,
+            u.subrows(j0, w).transpose(),
+            -1.0,
+            Par::Seq,
+        );
+    });
     out
 }
 
@@ -447,7 +604,7 @@ pub fn top_principal_directions(
 /// }
 /// ```
 pub fn ccr(x: MatRef<'_, f32>, c: usize, par: Par) -> Result<Mat<f64>> {
-    let xc = center_columns(x);
+    let xc = center_columns(x, par);
     if c == 0 {
         return Ok(xc);
     }
@@ -532,22 +689,53 @@ fn by_row_blocks<T: Send + Sync>(
     par: Par,
     f: impl Fn(MatMut<'_, T>, MatRef<'_, T>) + Sync,
 ) {
-    use rayon::prelude::*;
     assert_eq!(dst.nrows(), x.nrows(), "by_row_blocks: row counts differ");
-    if par == Par::Seq || dst.nrows() <= COLUMN_ROWS {
-        let (mut dst, mut x) = (dst, x);
+    by_row_blocks_of(COLUMN_ROWS, dst, par, |r0, dst| {
+        let rows = dst.nrows();
+        f(dst, x.subrows(r0, rows));
+    });
+}
+
+/// Runs `f(r0, block)` on the successive blocks of `len` rows of `dst` (`r0`: the block's first
+/// row), in parallel on the current rayon pool unless `par` is `Par::Seq` or there is one
+/// block. The blocks depend on `len` only, never on the thread count.
+fn by_row_blocks_of<T: Send + Sync>(
+    len: usize,
+    dst: MatMut<'_, T>,
+    par: Par,
+    f: impl Fn(usize, MatMut<'_, T>) + Sync,
+) {
+    use rayon::prelude::*;
+    if par == Par::Seq || dst.nrows() <= len {
+        let mut dst = dst;
+        let mut r0 = 0;
         while dst.nrows() > 0 {
-            let len = COLUMN_ROWS.min(dst.nrows());
-            let (head, dst_rest) = dst.split_at_row_mut(len);
-            let (x_head, x_rest) = x.split_at_row(len);
-            f(head, x_head);
-            (dst, x) = (dst_rest, x_rest);
+            let rows = len.min(dst.nrows());
+            let (head, rest) = dst.split_at_row_mut(rows);
+            f(r0, head);
+            (dst, r0) = (rest, r0 + rows);
         }
     } else {
-        dst.par_row_chunks_mut(COLUMN_ROWS)
-            .zip(x.par_row_chunks(COLUMN_ROWS))
-            .for_each(|(dst, x)| f(dst, x));
+        dst.par_row_chunks_mut(len)
+            .enumerate()
+            .for_each(|(b, block)| f(b * len, block));
     }
+}
+
+/// Columns per block of [`by_col_blocks`].
+const BLOCK_COLS: usize = CHOLESKY_TILE;
+
+/// Runs `f(j0, block)` on the successive blocks of [`BLOCK_COLS`] columns of `dst` (`j0`: the
+/// block's first column), in parallel unless `par` is `Par::Seq`; the blocks never depend on
+/// the thread count.
+fn by_col_blocks<T: Send + Sync>(
+    dst: MatMut<'_, T>,
+    par: Par,
+    f: impl Fn(usize, MatMut<'_, T>) + Sync,
+) {
+    by_row_blocks_of(BLOCK_COLS, dst.transpose_mut(), par, |j0, block| {
+        f(j0, block.transpose_mut());
+    });
 }
 
 /// Projects the rows of `x` (`N × d`) onto the columns of `basis` (`d × k`): $XB$.

@@ -166,6 +166,35 @@ fn one_column_products_do_not_depend_on_thread_count() {
 }
 
 #[test]
+fn ccr_and_the_partial_eigensolver_do_not_depend_on_thread_count() {
+    // d = 600 ≥ 384: CCR's directions come from the partial solver (blocks of 128 rows) and its
+    // certificate (tiles of 128), the centring and removal from blocks of columns.
+    let x32 = Mat::<f32>::from_fn(700, 600, |i, j| {
+        let scale = 1.0 / (1.0 + j as f32).sqrt();
+        scale * (((i * 31 + j * 17) % 101) as f32 / 101.0 - 0.5) + 0.01 * ((i * j) as f32).sin()
+    });
+    check_thread_independent("CCR-1", |par| ccr(x32.as_ref(), 1, par).unwrap());
+    check_thread_independent("CCR-3", |par| ccr(x32.as_ref(), 3, par).unwrap());
+    let xc = center_columns(x32.as_ref(), Par::Seq);
+    let mut g = Mat::<f64>::zeros(600, 600);
+    faer::linalg::matmul::matmul(
+        &mut g,
+        faer::Accum::Replace,
+        xc.transpose(),
+        &xc,
+        1.0,
+        Par::Seq,
+    );
+    // The partial solver answers here (the test would pass vacuously on the full fallback).
+    check_thread_independent("partial solver", |par| {
+        crate::decomp::partial_eigen(g.as_ref(), 5, par).expect("the partial solver converges")
+    });
+    check_thread_independent("top 5 eigenpairs", |par| {
+        top_eigen_desc(g.as_ref(), 5, par).unwrap()
+    });
+}
+
+#[test]
 fn partial_eigensolver_matches_full_decomposition() {
     // A 600×600 PSD Gram with a decaying spectrum: the partial solver path (n ≥ 384, m ≤ n/8).
     let x = Mat::<f64>::from_fn(900, 600, |i, j| {
@@ -182,7 +211,7 @@ fn partial_eigensolver_matches_full_decomposition() {
         Par::Seq,
     );
     let (full_vals, full_vecs) = symmetric_eigen_desc(g.as_ref()).unwrap();
-    let (vals, vecs) = top_eigen_desc(g.as_ref(), 10).unwrap();
+    let (vals, vecs) = top_eigen_desc(g.as_ref(), 10, Par::Seq).unwrap();
     for j in 0..10 {
         assert!(
             (vals[j] - full_vals[j]).abs() <= 1e-10 * full_vals[0],
@@ -264,17 +293,32 @@ fn with_spectrum(lambda: &[f64]) -> (Mat<f64>, Mat<f64>) {
     (a, q)
 }
 
+/// Runs `f` with `Par::Seq` and on pools of 2, 3 and 16 threads, and checks that every run
+/// returns the sequential result exactly.
+fn check_thread_independent<T: PartialEq + Send>(label: &str, f: impl Fn(Par) -> T + Sync) {
+    let seq = f(Par::Seq);
+    for threads in [2, 3, 16] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let got = pool.install(|| f(Par::rayon(threads)));
+        assert!(got == seq, "{label}: differs at {threads} threads");
+    }
+}
+
 /// One case of [`top_pairs_certified`]: the pairs at `found` (indices into `lambda`) of a
-/// matrix with spectrum `lambda`, and the expected verdict.
+/// matrix with spectrum `lambda`, and the expected verdict, at any thread count.
 fn check_certified(lambda: &[f64], found: &[usize], expect: bool) {
     let (a, q) = with_spectrum(lambda);
     let vals: Vec<f64> = found.iter().map(|&i| lambda[i]).collect();
     let vecs = Mat::<f64>::from_fn(a.nrows(), found.len(), |i, j| q[(i, found[j])]);
-    assert_eq!(
-        top_pairs_certified(a.as_ref(), &vals, vecs.as_ref()),
-        expect,
-        "spectrum {lambda:?}, pairs {found:?}"
-    );
+    let label = format!("spectrum of {} values, pairs {found:?}", lambda.len());
+    check_thread_independent(&label, |par| {
+        let verdict = top_pairs_certified(a.as_ref(), &vals, vecs.as_ref(), par);
+        assert_eq!(verdict, expect, "{label}");
+        verdict
+    });
 }
 
 #[test]
@@ -283,6 +327,11 @@ fn certification_accepts_the_top_pairs_and_rejects_a_missed_eigenvalue() {
     let mut spread: Vec<f64> = vec![9.0, 8.0, 7.0];
     spread.extend((0..37).map(|i| 5.0 - 4.0 * i as f64 / 36.0));
     let flat: Vec<f64> = (0..40).map(|i| 2.0 - 5e-4 * i as f64).collect();
+    let mut wide: Vec<f64> = vec![20.0, 19.0];
+    wide.extend((0..298).map(|i| 10.0 - 9.0 * i as f64 / 297.0));
+    // The same, but the last eigenvalue above the second (its vector mixes every row)
+    let mut wide_tail = wide.clone();
+    wide_tail[299] = 19.5;
     let cases: &[(&[f64], &[usize], bool)] = &[
         (&spread, &[0, 1, 2], true),
         (&spread, &[0], true),
@@ -295,6 +344,10 @@ fn certification_accepts_the_top_pairs_and_rejects_a_missed_eigenvalue() {
         (&[1.0, 0.0, 0.0, 0.0], &[1], false), // σ ≤ 0
         (&spread, &[0, 0, 1], false),         // a vector found twice hides the third
         (&flat, &[0, 1, 1, 2], false),
+        // Several tiles of the factorisation (300 = 2 × 128 + 44): the miss deep in the last.
+        (&wide, &[0, 1], true),
+        (&wide, &[0, 2], false),
+        (&wide_tail, &[0, 1], false),
     ];
     for &(lambda, found, expect) in cases {
         check_certified(lambda, found, expect);

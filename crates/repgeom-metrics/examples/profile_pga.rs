@@ -101,7 +101,7 @@ fn main() {
         repgeom_null::NullBases::draw(d, k, &params).unwrap();
     });
     let mut xc = Mat::<f64>::zeros(0, 0);
-    let centre = stage("centre")(&mut || xc = repgeom_linalg::center_columns(h.as_ref()));
+    let centre = stage("centre")(&mut || xc = repgeom_linalg::center_columns(h.as_ref(), par));
     let mut pd = None;
     let dirs = stage("principal dirs")(&mut || {
         pd = Some(repgeom_linalg::top_principal_directions(xc.as_ref(), 1, par).unwrap());

@@ -337,7 +337,7 @@ impl<'a> LayerInput<'a> {
     /// The activations centred over points, in `f64` (computed once).
     pub fn centred(&self) -> MatRef<'_, f64> {
         self.centred
-            .get_or_init(|| center_columns(self.acts))
+            .get_or_init(|| center_columns(self.acts, self.par))
             .as_ref()
     }
 

@@ -553,7 +553,7 @@ fn sweep(
     // null on all pairs, a pending basis is computed beside it.
     let overlap = opts.null == NullKind::Haar && sample.is_none() && par != Par::Seq;
     let prepare = || -> Result<_> {
-        let centred = center_columns(acts);
+        let centred = center_columns(acts, par);
         let directions = if max_c > 0 {
             Some(repgeom_linalg::top_principal_directions(centred.as_ref(), max_c, par)?.directions)
         } else {

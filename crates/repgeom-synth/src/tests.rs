@@ -71,7 +71,7 @@ fn projector_distance(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> f64 {
 
 /// Share of the leading principal direction of the centred layer inside the span of `basis`.
 fn pc1_share(layer: MatRef<'_, f32>, basis: MatRef<'_, f64>) -> f64 {
-    let xc = repgeom_linalg::center_columns(layer);
+    let xc = repgeom_linalg::center_columns(layer, Par::Seq);
     let pd = repgeom_linalg::principal_directions(xc.as_ref(), 1, Par::Seq).unwrap();
     let u = pd.directions.col(0);
     (0..basis.ncols())
@@ -401,7 +401,7 @@ fn regime_display() {
 
 /// Fraction of the centred variance of `x` inside the span of `basis`.
 fn captured_variance(x: MatRef<'_, f32>, basis: MatRef<'_, f64>) -> f64 {
-    let c = repgeom_linalg::center_columns(x);
+    let c = repgeom_linalg::center_columns(x, Par::Seq);
     let p = repgeom_linalg::project(c.as_ref(), basis, Par::Seq);
     p.norm_l2().powi(2) / c.norm_l2().powi(2)
 }
@@ -445,7 +445,7 @@ fn rotation_keeps_the_spectrum_and_moves_the_top_directions_into_the_dark() {
     for centred in [true, false] {
         let sv = |x: &repgeom_linalg::Mat<f32>| {
             let m = if centred {
-                repgeom_linalg::center_columns(x.as_ref())
+                repgeom_linalg::center_columns(x.as_ref(), Par::Seq)
             } else {
                 repgeom_linalg::to_f64(x.as_ref())
             };
