@@ -171,9 +171,8 @@ impl PairMetric for DistanceSpearman {
             }
             let ha = to_f32(xa.as_ref());
             let hb = to_f32(xb.as_ref());
-            let qa32: Vec<Mat<f32>> = qa.bases().iter().map(|q| to_f32(q.as_ref())).collect();
-            let qb32: Vec<Mat<f32>> = qb.bases().iter().map(|q| to_f32(q.as_ref())).collect();
-            let pairs: Vec<(&Mat<f32>, &Mat<f32>)> = qa32.iter().zip(&qb32).collect();
+            let pairs: Vec<(&Mat<f32>, &Mat<f32>)> =
+                qa.bases_f32().iter().zip(qb.bases_f32()).collect();
             let rhos = crate::pga::over_draws(
                 &pairs,
                 par,

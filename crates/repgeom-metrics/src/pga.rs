@@ -538,9 +538,9 @@ fn sweep(
         Some(_) => None,
     };
     let gpu = gpu.as_deref();
-    let haar32: Vec<Mat<f32>> = match opts.null {
-        NullKind::Haar => null.bases().iter().map(|q| to_f32(q.as_ref())).collect(),
-        NullKind::Spectrum => Vec::new(),
+    let haar32: &[Mat<f32>] = match opts.null {
+        NullKind::Haar => null.bases_f32(),
+        NullKind::Spectrum => &[],
     };
     let correct =
         |centred: &Mat<f64>, directions: &Option<Mat<f64>>, c: usize| match (directions, c) {
@@ -565,7 +565,7 @@ fn sweep(
                 let label = format!("{what} after CCR-{c}");
                 Some(with_workers(workers, || {
                     let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par, gpu)?;
-                    let draws = level.null_draws(&haar32, gpu, par, on_draw)?;
+                    let draws = level.null_draws(haar32, gpu, par, on_draw)?;
                     Ok((level, draws))
                 })?)
             }
@@ -610,7 +610,7 @@ fn sweep(
             let corrected = correct(&centred, &directions, c);
             // The captured shares come from the projections the engine computes anyway (the
             // same formula under both nulls, so the readout's share does not depend on it).
-            let matched32 = match opts.null {
+            let matched = match opts.null {
                 NullKind::Haar => None,
                 NullKind::Spectrum => {
                     let tol = opts.spectrum_tol;
@@ -621,12 +621,10 @@ fn sweep(
                         tol,
                     )
                     .map_err(|e| null_error(e, &label))?;
-                    let b32: Vec<Mat<f32>> =
-                        m.bases.bases().iter().map(|q| to_f32(q.as_ref())).collect();
-                    Some(b32)
+                    Some(m.bases)
                 }
             };
-            let null32 = matched32.as_ref().unwrap_or(&haar32);
+            let null32 = matched.as_ref().map_or(haar32, |m| m.bases_f32());
             let mut result = match &sample {
                 Some(pairs) => pga_sampled(
                     corrected.as_ref(),

@@ -169,6 +169,9 @@ pub struct NullBases {
     k: usize,
     seed: Option<u64>,
     bases: Vec<Mat<f64>>,
+    /// The bases rounded to `f32` (the null draws' projections), made on first use and kept,
+    /// so a model's layers share one conversion.
+    bases_f32: std::sync::OnceLock<Vec<Mat<f32>>>,
 }
 
 impl NullBases {
@@ -187,17 +190,13 @@ impl NullBases {
             .into_par_iter()
             .map(|i| haar_basis(d, k, seed, i))
             .collect();
-        Ok(Self {
-            d,
-            k,
-            seed: Some(seed),
-            bases,
-        })
+        Ok(Self::from_parts(d, k, Some(seed), bases))
     }
 
     /// Bases supplied by the user as an `n_null × d × k` C-order array; each is checked to be
     /// orthonormal to `tol`.
     pub fn from_array(shape: &[usize], data: &[f64], d: usize, k: usize, tol: f64) -> Result<Self> {
+        use rayon::prelude::*;
         if shape.len() != 3 || shape[1] != d || shape[2] != k || shape[0] < 2 {
             return Err(Error::ShapeMismatch {
                 found: shape.to_vec(),
@@ -210,21 +209,24 @@ impl NullBases {
             shape.iter().product::<usize>(),
             "data length must match shape"
         );
-        let mut bases = Vec::with_capacity(shape[0]);
-        for (index, chunk) in data.chunks_exact(d * k).enumerate() {
-            let q = Mat::<f64>::from_fn(d, k, |i, j| chunk[i * k + j]);
-            let deviation = repgeom_linalg::orthonormal_basis_check(q.as_ref());
+        // Each basis read and checked on its own, in parallel on the current rayon pool (as
+        // `draw`); the first basis that fails is the one reported.
+        let checked: Vec<(Mat<f64>, f64)> = data
+            .par_chunks_exact(d * k)
+            .map(|chunk| {
+                let q = Mat::<f64>::from_fn(d, k, |i, j| chunk[i * k + j]);
+                let deviation = repgeom_linalg::orthonormal_basis_check(q.as_ref());
+                (q, deviation)
+            })
+            .collect();
+        let mut bases = Vec::with_capacity(checked.len());
+        for (index, (q, deviation)) in checked.into_iter().enumerate() {
             if deviation.is_nan() || deviation > tol {
                 return Err(Error::NotOrthonormal { index, deviation });
             }
             bases.push(q);
         }
-        Ok(Self {
-            d,
-            k,
-            seed: None,
-            bases,
-        })
+        Ok(Self::from_parts(d, k, None, bases))
     }
 
     /// The bases as an `n_null × d × k` C-order array (the layout of `--save-null-bases`).
@@ -263,6 +265,27 @@ impl NullBases {
     /// The bases.
     pub fn bases(&self) -> &[Mat<f64>] {
         &self.bases
+    }
+    /// The bases rounded to `f32` (to nearest), as the null draws project onto them: converted
+    /// once, in parallel on the current rayon pool, on the first call.
+    pub fn bases_f32(&self) -> &[Mat<f32>] {
+        use rayon::prelude::*;
+        self.bases_f32.get_or_init(|| {
+            self.bases
+                .par_iter()
+                .map(|q| repgeom_linalg::to_f32(q.as_ref()))
+                .collect()
+        })
+    }
+    /// Bases from their parts (the constructors' one way in).
+    pub(crate) fn from_parts(d: usize, k: usize, seed: Option<u64>, bases: Vec<Mat<f64>>) -> Self {
+        Self {
+            d,
+            k,
+            seed,
+            bases,
+            bases_f32: std::sync::OnceLock::new(),
+        }
     }
 }
 

@@ -319,12 +319,7 @@ pub fn spectrum_matched(
         betas.push(beta);
     }
     Ok(SpectrumMatched {
-        bases: NullBases {
-            d,
-            k,
-            seed: haar.seed(),
-            bases,
-        },
+        bases: NullBases::from_parts(d, k, haar.seed(), bases),
         target,
         captured,
         beta: betas,
