@@ -50,6 +50,8 @@ impl Gpu {
             + 4 * (chunks * cells) as u64
             + 8 * cells as u64
             + 4 * n as u64;
+        let inner = self.lock()?;
+        // Free memory read under the lock: work on another thread cannot take it between.
         let (free, _) = self.memory()?;
         if needed > free / 10 * 9 {
             return Err(Error::OutOfMemory {
@@ -60,7 +62,6 @@ impl Gpu {
                 hint: "use fewer points or fewer layers, or the CPU",
             });
         }
-        let inner = self.lock()?;
         let s = &inner.stream;
         let dev = |step: &'static str| move |e| self.driver(step, e);
         let upload = |ms: &[&[f32]]| {

@@ -55,6 +55,11 @@ impl Gpu {
         let (n64, d64, m64) = (n as u64, d as u64, m as u64);
         let tiles = m64.div_ceil(TILE);
         let needed = 4 * n64 * d64 + 4 * n64 * n64 + 20 * m64 + 1024 * tiles + 4 * n64;
+        // The points in the device's layout, before the lock: host work need not hold it.
+        let mut host = Vec::with_capacity(n * d);
+        col_major(rows, &mut host);
+        let inner = self.lock()?;
+        // Free memory read under the lock: work on another thread cannot take it between.
         let (free, _) = self.memory()?;
         if needed > free / 10 * 8 {
             return Err(Error::OutOfMemory {
@@ -65,11 +70,8 @@ impl Gpu {
                 hint: PGA_HINT,
             });
         }
-        let inner = self.lock()?;
         let s = &inner.stream;
         let dev = |step: &'static str| move |e| self.driver(step, e);
-        let mut host = Vec::with_capacity(n * d);
-        col_major(rows, &mut host);
         let x = s.clone_htod(&host).map_err(dev("copying to the device"))?;
         drop(host);
         let mut gram = s
@@ -179,6 +181,11 @@ impl Gpu {
             + 4 * 256 * t64 // digit counts
             + 16 * t64 + 48 * t64 // tie bounds and sums
             + 20 * n64; // norms, scales
+        // The points in the device's layout, before the lock: host work need not hold it.
+        let mut host = Vec::with_capacity(n * d);
+        col_major(h, &mut host);
+        let inner = self.lock()?;
+        // Free memory read under the lock: work on another thread cannot take it between.
         let (free, _) = self.memory()?;
         let usable = free.saturating_sub(fixed) / 10 * 8;
         let fit = usize::try_from(usable / per_draw).unwrap_or(usize::MAX);
@@ -192,9 +199,6 @@ impl Gpu {
             });
         }
         let batch = fit.min(MAX_BATCH).min(bases.len());
-        let inner = self.lock()?;
-        let mut host = Vec::with_capacity(n * d);
-        col_major(h, &mut host);
         let s = &inner.stream;
         let up = |e| self.driver("copying to the device", e);
         let h_dev = s.clone_htod(&host).map_err(up)?;
