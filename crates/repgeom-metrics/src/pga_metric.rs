@@ -338,7 +338,8 @@ pub struct ModelInput<'a> {
 pub struct Hooks<'a> {
     /// Called once per finished null draw, bootstrap draws included (from worker threads).
     pub on_draw: Option<&'a (dyn Fn() + Sync)>,
-    /// Called before each layer with `(layer, k)`.
+    /// Called as each layer starts with `(layer, k)` (two layers may run at once, see
+    /// [`Pga::run_model`]).
     pub on_layer: Option<&'a (dyn Fn(usize, usize) + Sync)>,
 }
 
@@ -407,11 +408,90 @@ impl Pga {
         (input.layers.len() * ks * self.ccr.len() * n_null * (1 + boot)) as u64
     }
 
+    /// One layer's rows: its results at each CCR level, with the bootstrap's intervals when
+    /// asked for.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_rows(
+        &self,
+        layer: &ModelLayer<'_>,
+        basis: MatRef<'_, f64>,
+        mut results: Vec<PgaResult>,
+        null: &NullBases,
+        input: &ModelInput<'_>,
+        par: Par,
+        on_draw: &(dyn Fn() + Sync),
+        engine: &EngineOptions,
+    ) -> Result<Vec<PgaRow>> {
+        if let Some(boot) = &self.bootstrap {
+            let cis = bootstrap_ci(
+                layer.acts,
+                basis,
+                null,
+                &self.ccr,
+                input.sequences,
+                &layer.what,
+                par,
+                engine,
+                boot,
+            )?;
+            for _ in 0..boot.replicates * self.ccr.len() * null.len() {
+                on_draw();
+            }
+            for (r, ci) in results.iter_mut().zip(cis) {
+                r.bootstrap = Some(ci);
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|result| PgaRow {
+                layer: layer.layer,
+                result,
+            })
+            .collect())
+    }
+
+    /// The engine options for two layers run side by side, each with half the memory budget,
+    /// or `None` when they should run one at a time: on one thread, under the spectrum null
+    /// (its per-level matching holds `d × d` and every draw's bases), on sampled pairs (their
+    /// draws are cheap beside the rest), or when half the budget does not hold one layer's
+    /// shared memory and a worker per thread.
+    fn pair_budget(
+        &self,
+        engine: &EngineOptions,
+        null: &NullBases,
+        n: usize,
+        par: Par,
+    ) -> Option<EngineOptions> {
+        if par == Par::Seq || engine.null != NullKind::Haar || engine.max_pairs.is_some() {
+            return None;
+        }
+        let half = match engine.max_memory {
+            Some(budget) => {
+                let half = budget / 2;
+                // Only where each layer keeps a worker per thread: pairing must not cut the
+                // draws' parallelism.
+                let est = crate::pga::memory_estimate(n, null.d(), null.k());
+                let threads = rayon::current_num_threads() as u64;
+                (est.peak(threads) <= half).then_some(Some(half))?
+            }
+            None => None,
+        };
+        Some(EngineOptions {
+            max_memory: half,
+            ..engine.clone()
+        })
+    }
+
     /// Subspace PGA over a model's layers with these options: for each `k`, the null bases
     /// (drawn from the seed or supplied), then each layer at every CCR level (`W_U`'s readout
     /// subspace decomposed once, for the largest `k`, beside the first layer's preparation and
     /// null draws, and reused after), the bootstrap when asked, and Benjamini–Hochberg
     /// q-values over all rows of the run, one family per CCR level.
+    ///
+    /// Once the basis is known, layers run two at a time under the Haar null on all pairs
+    /// when half the memory budget holds a layer with a worker per thread: each layer's
+    /// sequential stages then overlap the other's null draws (on the CPU or the device). The
+    /// rows are the same either way, and at any thread count.
     ///
     /// ```
     /// use repgeom_linalg::{Mat, Par};
@@ -492,77 +572,89 @@ impl Pga {
                 NullSource::Given(n) => (*n).clone(),
                 NullSource::Draw(p) => draw_null(d, k, p.clone(), &first.what)?,
             };
-            for layer in &input.layers {
-                if let Some(f) = hooks.on_layer {
-                    f(layer.layer, k);
-                }
-                let (basis, mut results) = match (&full_basis, readout) {
-                    (Some(full), _) => {
-                        let basis = full.as_ref().subcols(0, k.min(full.ncols())).to_owned();
-                        let results = crate::pga::pga_ccr_sweep_with(
-                            layer.acts,
-                            basis.as_ref(),
-                            &null,
-                            &self.ccr,
-                            &layer.what,
-                            par,
-                            on_draw,
-                            &engine,
-                        )?;
-                        (basis, results)
+            let mut rest = &input.layers[..];
+            while let Some((layer, tail)) = rest.split_first() {
+                let Some(full) = &full_basis else {
+                    // The readout subspace at the largest k, decomposed beside this layer's
+                    // preparation and null draws; its leading k columns serve this k.
+                    let ReadoutView::Unembedding(w_u) = readout else {
+                        unreachable!("a given basis is kept")
+                    };
+                    if let Some(f) = hooks.on_layer {
+                        f(layer.layer, k);
                     }
-                    (None, ReadoutView::Unembedding(w_u)) => {
-                        // The readout subspace at the largest k, decomposed beside this layer's
-                        // preparation and null draws; its leading k columns serve this k.
-                        let decomposed = std::sync::Mutex::new(None);
-                        let readout = || {
-                            let full = repgeom_linalg::readout_subspace(w_u, kmax, par)?;
-                            let basis = full.as_ref().subcols(0, k).to_owned();
-                            *decomposed
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(full);
-                            Ok::<_, Error>(basis)
-                        };
-                        let run = pga_ccr_sweep_overlapped(
-                            layer.acts,
-                            readout,
-                            &null,
-                            &self.ccr,
-                            &layer.what,
-                            par,
-                            on_draw,
-                            &engine,
-                        )?;
-                        full_basis = decomposed
-                            .into_inner()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        run
-                    }
-                    (None, ReadoutView::Basis(_)) => unreachable!("a given basis is kept"),
-                };
-                if let Some(boot) = &self.bootstrap {
-                    let cis = bootstrap_ci(
+                    let decomposed = std::sync::Mutex::new(None);
+                    let compute = || {
+                        let full = repgeom_linalg::readout_subspace(w_u, kmax, par)?;
+                        let basis = full.as_ref().subcols(0, k).to_owned();
+                        *decomposed
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(full);
+                        Ok::<_, Error>(basis)
+                    };
+                    let (basis, results) = pga_ccr_sweep_overlapped(
                         layer.acts,
-                        basis.as_ref(),
+                        compute,
                         &null,
                         &self.ccr,
-                        input.sequences,
                         &layer.what,
                         par,
+                        on_draw,
                         &engine,
-                        boot,
                     )?;
-                    for _ in 0..boot.replicates * self.ccr.len() * null.len() {
-                        on_draw();
+                    full_basis = decomposed
+                        .into_inner()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let rows_here = self.layer_rows(
+                        layer,
+                        basis.as_ref(),
+                        results,
+                        &null,
+                        input,
+                        par,
+                        on_draw,
+                        &engine,
+                    )?;
+                    rows.extend(rows_here);
+                    rest = tail;
+                    continue;
+                };
+                let basis = full.as_ref().subcols(0, k.min(full.ncols()));
+                let run = |layer: &ModelLayer<'_>, engine: &EngineOptions| {
+                    if let Some(f) = hooks.on_layer {
+                        f(layer.layer, k);
                     }
-                    for (r, ci) in results.iter_mut().zip(cis) {
-                        r.bootstrap = Some(ci);
+                    let results = crate::pga::pga_ccr_sweep_with(
+                        layer.acts,
+                        basis,
+                        &null,
+                        &self.ccr,
+                        &layer.what,
+                        par,
+                        on_draw,
+                        engine,
+                    )?;
+                    self.layer_rows(layer, basis, results, &null, input, par, on_draw, engine)
+                };
+                // Two layers at a time where the budget holds both: one layer's sequential
+                // stages (centring, CCR, the full-space ranking) run beside the other's null
+                // draws instead of leaving cores (or the device) idle. Each layer's numbers
+                // do not depend on it.
+                match (
+                    tail.first(),
+                    self.pair_budget(&engine, &null, layer.acts.nrows(), par),
+                ) {
+                    (Some(next), Some(half)) => {
+                        let (a, b) = rayon::join(|| run(layer, &half), || run(next, &half));
+                        rows.extend(a?);
+                        rows.extend(b?);
+                        rest = &tail[1..];
+                    }
+                    _ => {
+                        rows.extend(run(layer, &engine)?);
+                        rest = tail;
                     }
                 }
-                rows.extend(results.into_iter().map(|result| PgaRow {
-                    layer: layer.layer,
-                    result,
-                }));
             }
             null_bases.push(null);
         }
