@@ -30,8 +30,9 @@ pub(crate) struct SweepArgs {
     /// List the units and estimate the work, compute nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
-    /// Where PGA's null draws run: cpu, cuda or cuda:N [default: the manifest's `device`,
-    /// else cpu]. Never changes a unit's hash (docs/gpu.md).
+    /// Where the extraction, PGA's null draws and the cross units' kernel nulls run: cpu, cuda
+    /// or cuda:N [default: the manifest's `device`, else cpu]. Never changes a unit's hash
+    /// (docs/gpu.md).
     #[arg(long, value_parser = crate::args::parse_device)]
     pub(crate) device: Option<repgeom_cuda::Device>,
 }
