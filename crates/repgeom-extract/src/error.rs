@@ -223,6 +223,42 @@ pub enum Error {
         /// What to do.
         hint: String,
     },
+    /// A hidden state holds NaN or Inf: the weights overflow, or their precision does.
+    #[error(
+        "hidden state {layer} is not finite (NaN or Inf: {value}) at position {position} of sequence {sequence} of its batch of {batch}, column {column}; {hint}"
+    )]
+    NonFinite {
+        /// The hidden state (0 = embeddings, HuggingFace order).
+        layer: usize,
+        /// The sequence's index in its batch.
+        sequence: usize,
+        /// How many sequences the batch held.
+        batch: usize,
+        /// The token position in the sequence.
+        position: usize,
+        /// The column (hidden dimension).
+        column: usize,
+        /// The value found.
+        value: f32,
+        /// What to try.
+        hint: String,
+    },
+    /// A sequence's next-token loss is NaN or Inf (its logits overflow).
+    #[error(
+        "the next-token loss of sequence {sequence} of its batch of {batch} ({tokens} tokens) is not finite ({value}); {hint}"
+    )]
+    NonFiniteLoss {
+        /// The sequence's index in its batch.
+        sequence: usize,
+        /// How many sequences the batch held.
+        batch: usize,
+        /// Its tokens.
+        tokens: usize,
+        /// The summed loss found.
+        value: f64,
+        /// What to try.
+        hint: String,
+    },
     /// A device could not be opened or failed.
     #[error(transparent)]
     Device(#[from] repgeom_cuda::Error),

@@ -757,9 +757,84 @@ impl Model {
         rows: Option<&[usize]>,
         visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<Option<Vec<f64>>> {
-        if let Some(dev) = &self.on_device {
-            return dev.forward_batch(self, batch, nll, rows, visit);
+        // Every hidden state a caller reads, and every sequence's loss, checked finite on
+        // either device before anything uses them.
+        let t = batch.iter().map(|s| s.len()).max().unwrap_or(0);
+        let d = self.config.hidden_size;
+        let mut checked = |layer: usize, h: &[f32]| -> Result<()> {
+            self.check_finite(layer, h, rows, batch.len(), t, d)?;
+            visit(layer, h)
+        };
+        let sums = match &self.on_device {
+            Some(dev) => dev.forward_batch(self, batch, nll, rows, &mut checked)?,
+            None => self.cpu_forward_batch(batch, nll, &mut checked)?,
+        };
+        if let Some(sums) = &sums
+            && let Some((sequence, &value)) = sums.iter().enumerate().find(|(_, v)| !v.is_finite())
+        {
+            return Err(Error::NonFiniteLoss {
+                sequence,
+                batch: batch.len(),
+                tokens: batch[sequence].len(),
+                value,
+                hint: self.overflow_hint(),
+            });
         }
+        Ok(sums)
+    }
+
+    /// What to try when the model's numbers overflow.
+    fn overflow_hint(&self) -> String {
+        match self.device() {
+            Some((_, Precision::Stored)) => {
+                "the weights' stored precision overflows on the device: try --dtype f32".into()
+            }
+            _ => "the checkpoint's weights overflow in f32 (check them)".into(),
+        }
+    }
+
+    /// The first non-finite entry of the rows `rows` (every row when `None`) of a hidden
+    /// state `h` (`[batch · t, d]`), as [`Error::NonFinite`].
+    fn check_finite(
+        &self,
+        layer: usize,
+        h: &[f32],
+        rows: Option<&[usize]>,
+        batch: usize,
+        t: usize,
+        d: usize,
+    ) -> Result<()> {
+        let bad = |r: usize| {
+            h[r * d..(r + 1) * d]
+                .iter()
+                .position(|v| !v.is_finite())
+                .map(|c| (r, c))
+        };
+        let found = match rows {
+            Some(rows) => rows.iter().find_map(|&r| bad(r)),
+            None => (0..h.len() / d.max(1)).find_map(bad),
+        };
+        match found {
+            None => Ok(()),
+            Some((r, column)) => Err(Error::NonFinite {
+                layer,
+                sequence: r / t.max(1),
+                batch,
+                position: r % t.max(1),
+                column,
+                value: h[r * d + column],
+                hint: self.overflow_hint(),
+            }),
+        }
+    }
+
+    /// [`Self::forward_batch_rows`] on the CPU: every row computed.
+    fn cpu_forward_batch(
+        &self,
+        batch: &[&[u32]],
+        nll: bool,
+        visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<Option<Vec<f64>>> {
         let last = self.run(batch, visit)?;
         if !nll {
             return Ok(None);

@@ -1,6 +1,6 @@
 //! Bad input gives a clear error, never a panic or a wrong number.
 
-use repgeom_extract::{Error, Pool};
+use repgeom_extract::{Error, ExtractParams, Extractor, Pool};
 
 use crate::{check_extract, copy_fixture, corpus, fixture};
 
@@ -160,5 +160,69 @@ fn sequence_longer_than_the_model_allows() {
             }
         ),
         "{err:?}"
+    );
+}
+
+/// A checkpoint whose weights overflow: the first hidden state read that holds NaN or Inf is
+/// named by layer, position and column, before any point is kept or any file written.
+#[test]
+fn non_finite_hidden_states_are_named() {
+    let tmp = copy_fixture("gptneox_parallel");
+    let shard = tmp.path().join("model-00001-of-00002.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    // Layer 0's MLP output bias infinite in column 3 only: hidden state 1 (after layer 0) is
+    // infinite there at every position.
+    let bias = "gpt_neox.layers.0.mlp.dense_4h_to_h.bias";
+    let mut data: Vec<(String, Vec<u8>, safetensors::Dtype, Vec<usize>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, v)| (name, v.data().to_vec(), v.dtype(), v.shape().to_vec()))
+        .collect();
+    let entry = data.iter_mut().find(|t| t.0 == bias).unwrap();
+    entry.1[12..16].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
+        .iter()
+        .map(|(name, bytes, dtype, shape)| {
+            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
+            (name.clone(), view)
+        })
+        .collect();
+    std::fs::write(&shard, safetensors::serialize(views, None).unwrap()).unwrap();
+    // With the loss, its pass finds the overflow first: the sequence is named.
+    let err = check_extract(tmp.path(), &corpus(40), Pool::Tokens, Some(12), 16, 0).unwrap_err();
+    assert!(
+        matches!(err, Error::NonFiniteLoss { tokens: 16, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("is not finite"), "{err}");
+    // Without it, the points' pass: the hidden state, position and column.
+    let params = ExtractParams {
+        seq_len: 16,
+        n_points: Some(12),
+        ..Default::default()
+    }
+    .check()
+    .unwrap();
+    let err = Extractor::load(tmp.path())
+        .unwrap()
+        .extract(&corpus(40), &params, &mut |_| {})
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NonFinite {
+                layer: 1,
+                column: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.starts_with("hidden state 1 is not finite"), "{msg}");
+    assert!(
+        msg.contains("column 3") && msg.contains("overflow"),
+        "{msg}"
     );
 }
