@@ -7,6 +7,7 @@ mod pair;
 mod pga;
 mod scaling;
 mod streaming;
+mod threads;
 
 use std::path::PathBuf;
 
@@ -19,6 +20,7 @@ use pair::bench_pair;
 use pga::bench_pga;
 use scaling::scaling;
 use streaming::bench_streaming;
+use threads::bench_threads;
 
 pub(crate) fn bench(names: &[String]) -> anyhow::Result<()> {
     if names.first().map(String::as_str) == Some("scaling") {
@@ -38,6 +40,9 @@ pub(crate) fn bench(names: &[String]) -> anyhow::Result<()> {
     }
     if names.first().map(String::as_str) == Some("pga") {
         return bench_pga();
+    }
+    if names.first().map(String::as_str) == Some("threads") {
+        return bench_threads();
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
