@@ -214,6 +214,14 @@ impl Gpu {
         Ok(inner)
     }
 
+    /// [`Self::lock`] and the device's free memory read under it: no work on another thread
+    /// can take that memory before the caller sizes its own.
+    pub(crate) fn lock_with_free(&self) -> Result<(std::sync::MutexGuard<'_, Inner>, u64)> {
+        let inner = self.lock()?;
+        let (free, _) = self.memory()?;
+        Ok((inner, free))
+    }
+
     pub(crate) fn driver(&self, step: &str, e: cudarc::driver::DriverError) -> Error {
         driver_error(self.ordinal, step, e)
     }

@@ -50,9 +50,7 @@ impl Gpu {
             + 4 * (chunks * cells) as u64
             + 8 * cells as u64
             + 4 * n as u64;
-        let inner = self.lock()?;
-        // Free memory read under the lock: work on another thread cannot take it between.
-        let (free, _) = self.memory()?;
+        let (inner, free) = self.lock_with_free()?;
         if needed > free / 10 * 9 {
             return Err(Error::OutOfMemory {
                 what: what.into(),

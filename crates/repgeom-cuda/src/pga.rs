@@ -58,9 +58,7 @@ impl Gpu {
         // The points in the device's layout, before the lock: host work need not hold it.
         let mut host = Vec::with_capacity(n * d);
         col_major(rows, &mut host);
-        let inner = self.lock()?;
-        // Free memory read under the lock: work on another thread cannot take it between.
-        let (free, _) = self.memory()?;
+        let (inner, free) = self.lock_with_free()?;
         if needed > free / 10 * 8 {
             return Err(Error::OutOfMemory {
                 what: what.into(),
@@ -184,9 +182,7 @@ impl Gpu {
         // The points in the device's layout, before the lock: host work need not hold it.
         let mut host = Vec::with_capacity(n * d);
         col_major(h, &mut host);
-        let inner = self.lock()?;
-        // Free memory read under the lock: work on another thread cannot take it between.
-        let (free, _) = self.memory()?;
+        let (inner, free) = self.lock_with_free()?;
         let usable = free.saturating_sub(fixed) / 10 * 8;
         let fit = usize::try_from(usable / per_draw).unwrap_or(usize::MAX);
         if fit == 0 {

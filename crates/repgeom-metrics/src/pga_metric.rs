@@ -450,38 +450,6 @@ impl Pga {
             .collect())
     }
 
-    /// The engine options for two layers run side by side, each with half the memory budget,
-    /// or `None` when they should run one at a time: on one thread, under the spectrum null
-    /// (its per-level matching holds `d × d` and every draw's bases), on sampled pairs (their
-    /// draws are cheap beside the rest), or when half the budget does not hold one layer's
-    /// shared memory and a worker per thread.
-    fn pair_budget(
-        &self,
-        engine: &EngineOptions,
-        null: &NullBases,
-        n: usize,
-        par: Par,
-    ) -> Option<EngineOptions> {
-        if par == Par::Seq || engine.null != NullKind::Haar || engine.max_pairs.is_some() {
-            return None;
-        }
-        let half = match engine.max_memory {
-            Some(budget) => {
-                let half = budget / 2;
-                // Only where each layer keeps a worker per thread: pairing must not cut the
-                // draws' parallelism.
-                let est = crate::pga::memory_estimate(n, null.d(), null.k());
-                let threads = rayon::current_num_threads() as u64;
-                (est.peak(threads) <= half).then_some(Some(half))?
-            }
-            None => None,
-        };
-        Some(EngineOptions {
-            max_memory: half,
-            ..engine.clone()
-        })
-    }
-
     /// Subspace PGA over a model's layers with these options: for each `k`, the null bases
     /// (drawn from the seed or supplied), then each layer at every CCR level (`W_U`'s readout
     /// subspace decomposed once, for the largest `k`, beside the first layer's preparation and
@@ -642,7 +610,7 @@ impl Pga {
                 // do not depend on it.
                 match (
                     tail.first(),
-                    self.pair_budget(&engine, &null, layer.acts.nrows(), par),
+                    pair_budget(&engine, &null, layer.acts.nrows(), par),
                 ) {
                     (Some(next), Some(half)) => {
                         let (a, b) = rayon::join(|| run(layer, &half), || run(next, &half));
@@ -666,4 +634,35 @@ impl Pga {
             null_bases,
         })
     }
+}
+
+/// The engine options for two layers run side by side, each with half the memory budget,
+/// or `None` when they should run one at a time: on one thread, under the spectrum null
+/// (its per-level matching holds `d × d` and every draw's bases), on sampled pairs (their
+/// draws are cheap beside the rest), or when half the budget does not hold one layer's
+/// shared memory and a worker per thread.
+fn pair_budget(
+    engine: &EngineOptions,
+    null: &NullBases,
+    n: usize,
+    par: Par,
+) -> Option<EngineOptions> {
+    if par == Par::Seq || engine.null != NullKind::Haar || engine.max_pairs.is_some() {
+        return None;
+    }
+    let half = match engine.max_memory {
+        Some(budget) => {
+            let half = budget / 2;
+            // Only where each layer keeps a worker per thread: pairing must not cut the
+            // draws' parallelism.
+            let est = crate::pga::memory_estimate(n, null.d(), null.k());
+            let threads = rayon::current_num_threads() as u64;
+            (est.peak(threads) <= half).then_some(Some(half))?
+        }
+        None => None,
+    };
+    Some(EngineOptions {
+        max_memory: half,
+        ..engine.clone()
+    })
 }

@@ -221,7 +221,11 @@ fn bench_70m(exe: &Path, dir: &Path) -> anyhow::Result<()> {
 /// A GPT-NeoX checkpoint of width [`WIDTH`] and `blocks` blocks with N(0, 0.02²) weights (unit
 /// layer norms), the fixture's config and tokenizer otherwise (`vocab`: a larger embedding,
 /// e.g. Pythia's 50304 rows; the fixture's tokenizer uses the first ones).
-fn write_checkpoint(dir: &Path, blocks: usize, vocab: Option<usize>) -> anyhow::Result<()> {
+pub(super) fn write_checkpoint(
+    dir: &Path,
+    blocks: usize,
+    vocab: Option<usize>,
+) -> anyhow::Result<()> {
     let fixture = root().join("fixtures/extract/gptneox_parallel");
     std::fs::create_dir_all(dir)?;
     std::fs::copy(fixture.join("tokenizer.json"), dir.join("tokenizer.json"))?;

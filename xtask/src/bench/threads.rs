@@ -15,9 +15,8 @@ const LAYERS: usize = 4;
 /// `cargo xtask bench threads`: `repgeom pga` on 4 layers (N = 2048, d = 4096, k = 100, CCR-1,
 /// 100 Haar draws, the readout basis and null bases given, as a sweep reuses them) and
 /// `repgeom extract` of the study's default work on a random Pythia-70M-shaped checkpoint
-/// (2,048 points from 128 sequences of 256 tokens, the loss over 32,768 more;
-/// `fixtures/study/make_timing_checkpoint.py` run by `$PYTHON`, default `python3`, skipped with
-/// a message without NumPy), each at 2 threads and at every core (1 and 2 on a 2-core machine), best of 2 wall
+/// (2,048 points from 128 sequences of 256 tokens, the loss over 32,768 more; the checkpoint of
+/// `bench streaming 70m`), each at 2 threads and at every core (1 and 2 on a 2-core machine), best of 2 wall
 /// times. Prints the times, the speed-up and the efficiency, and fails if an output differs
 /// between thread counts. The GPU issue's target is 5.6x from 2 to 16 threads.
 pub(crate) fn bench_threads() -> anyhow::Result<()> {
@@ -90,57 +89,44 @@ pub(crate) fn bench_threads() -> anyhow::Result<()> {
         measure(&counts, pga)?,
     ));
     let model = dir.join("pythia-70m");
-    let made = model.join("model.safetensors").exists()
-        || std::process::Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
-            .current_dir(root())
-            .arg("fixtures/study/make_timing_checkpoint.py")
-            .arg(&model)
-            .arg("70m")
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-    if made {
-        let text = path(&root().join("fixtures/trained/corpus.txt"));
-        let extract = |threads: usize| -> anyhow::Result<(f64, Vec<u8>)> {
-            let t = threads.to_string();
-            best_of_2(
-                &exe,
-                |out| {
-                    [
-                        "extract",
-                        "--quiet",
-                        "--model",
-                        &path(&model),
-                        "--text",
-                        &text,
-                        "--seq-len",
-                        "256",
-                        "--n-points",
-                        "2048",
-                        "--loss",
-                        "--loss-tokens",
-                        "32768",
-                        "--threads",
-                        &t,
-                        "--out",
-                        &path(out),
-                    ]
-                    .map(str::to_owned)
-                    .to_vec()
-                },
-                &dir.join(format!("extract-{threads}.safetensors")),
-            )
-        };
-        table.push((
-            "extract: random Pythia-70M shape, 2048 points + loss over 32768 tokens".into(),
-            measure(&counts, extract)?,
-        ));
-    } else {
-        println!(
-            "extraction side not run: $PYTHON (default python3) with NumPy could not make the \
-             checkpoint (fixtures/study/make_timing_checkpoint.py)"
-        );
+    if !model.join("model.safetensors").exists() {
+        super::streaming::write_checkpoint(&model, 6, Some(50_304))?;
     }
+    let text = path(&root().join("fixtures/trained/corpus.txt"));
+    let extract = |threads: usize| -> anyhow::Result<(f64, Vec<u8>)> {
+        let t = threads.to_string();
+        best_of_2(
+            &exe,
+            |out| {
+                [
+                    "extract",
+                    "--quiet",
+                    "--model",
+                    &path(&model),
+                    "--text",
+                    &text,
+                    "--seq-len",
+                    "256",
+                    "--n-points",
+                    "2048",
+                    "--loss",
+                    "--loss-tokens",
+                    "32768",
+                    "--threads",
+                    &t,
+                    "--out",
+                    &path(out),
+                ]
+                .map(str::to_owned)
+                .to_vec()
+            },
+            &dir.join(format!("extract-{threads}.safetensors")),
+        )
+    };
+    table.push((
+        "extract: random Pythia-70M shape, 2048 points + loss over 32768 tokens".into(),
+        measure(&counts, extract)?,
+    ));
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "threads bench: {cores} cores, best of 2 wall times, files in {} (load average {})",
