@@ -23,9 +23,9 @@
 //! one the readout loader folds the final norm by, so analysis and extraction agree.
 //!
 //! [`Model::to_device`] runs the same skeleton on a CUDA device through `repgeom-cuda`'s
-//! operations (the model's pieces are generic over where their weights live), in `f32` or
-//! with the weights as stored ([`Precision`]); hidden states come back in the CPU path's
-//! layout.
+//! operations (the model's pieces are generic over where their weights live, and the wiring
+//! is one function over either device's operations), in `f32` or with the weights as stored
+//! ([`Precision`]); hidden states come back in the CPU path's layout.
 //!
 //! It is not a general inference engine: no KV cache, no generation, no quantised weights,
 //! and only the architectures listed in `docs/extraction.md`.

@@ -16,6 +16,7 @@ use crate::kernels::{Act, MaskedSoftmax, row_lse};
 use crate::{Error, Result};
 
 mod device;
+mod wiring;
 pub use device::Precision;
 
 /// Rows × vocabulary entries of one tile of logits for the loss: 256 × 1024 `f32` (1 MiB) stays
@@ -272,6 +273,117 @@ impl Layer {
 struct Context {
     cos: Tensor,
     sin: Tensor,
+}
+
+/// The CPU's operations for one batch of `b` sequences of `t` tokens: candle tensors
+/// `[B, T, width]`, products through `repgeom_linalg`'s GEMM ([`Linear::forward`]).
+struct Cpu<'a> {
+    model: &'a Model,
+    ctx: Context,
+    b: usize,
+    t: usize,
+}
+
+impl wiring::Ops for Cpu<'_> {
+    type W = Tensor;
+    type X = Tensor;
+
+    fn embed(&self, table: &Tensor, flat: &[u32]) -> Result<Tensor> {
+        let idx = Tensor::from_slice(flat, self.b * self.t, &self.model.device)?;
+        Ok(table
+            .index_select(&idx, 0)?
+            .to_dtype(DType::F32)?
+            .reshape((self.b, self.t, self.model.config.hidden_size))?)
+    }
+
+    fn add_positions(&self, x: Tensor, positions: &Tensor) -> Result<Tensor> {
+        Ok(x.broadcast_add(&positions.narrow(0, 0, self.t)?)?)
+    }
+
+    fn scale(&self, x: Tensor, s: f32) -> Result<Tensor> {
+        Ok(x.affine(f64::from(s), 0.0)?)
+    }
+
+    fn norm(&self, n: &Norm, x: &Tensor) -> Result<Tensor> {
+        n.forward(x)
+    }
+
+    fn linear(&self, l: &Linear, x: &Tensor) -> Result<Tensor> {
+        l.forward(x)
+    }
+
+    fn add(&self, a: Tensor, b: &Tensor) -> Result<Tensor> {
+        Ok((a + b)?)
+    }
+
+    fn mul(&self, a: Tensor, b: &Tensor) -> Result<Tensor> {
+        Ok((a * b)?)
+    }
+
+    /// In place: the wiring activates fresh projections only.
+    fn activate(&self, x: Tensor, f: Activation) -> Result<Tensor> {
+        let x = x.contiguous()?;
+        x.inplace_op1(&Act(f))?;
+        Ok(x)
+    }
+
+    fn clamp(&self, x: Tensor, c: f32) -> Result<Tensor> {
+        Ok(x.clamp(-c, c)?)
+    }
+
+    fn attend(&self, qkv: wiring::Qkv<'_, Tensor>, window: Option<usize>) -> Result<Tensor> {
+        let c = &self.model.config;
+        let (b, t) = (self.b, self.t);
+        let (hd, nh) = (c.head_dim, c.n_heads);
+        // [B, T, n·hd] -> [B, n, T, hd]
+        let heads = |y: &Tensor, n: usize| -> Result<Tensor> {
+            Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+        };
+        let (q, k, v) = match qkv {
+            wiring::Qkv::Fused(y, FusedLayout::PerHead) => {
+                let y = y.reshape((b, t, nh, 3 * hd))?.transpose(1, 2)?;
+                let part = |i: usize| -> Result<Tensor> {
+                    Ok(y.narrow(D::Minus1, i * hd, hd)?.contiguous()?)
+                };
+                (part(0)?, part(1)?, part(2)?)
+            }
+            wiring::Qkv::Fused(y, FusedLayout::Blocks) => {
+                let d = nh * hd;
+                let part =
+                    |i: usize| -> Result<Tensor> { heads(&y.narrow(D::Minus1, i * d, d)?, nh) };
+                (part(0)?, part(1)?, part(2)?)
+            }
+            wiring::Qkv::Split { q, k, v } => {
+                let nkv = c.n_kv_heads;
+                let (q, mut k, mut v) = (heads(q, nh)?, heads(k, nkv)?, heads(v, nkv)?);
+                if nkv != nh {
+                    let rep = nh / nkv;
+                    let repeat = |x: Tensor| -> Result<Tensor> {
+                        Ok(x.unsqueeze(2)?
+                            .expand((b, nkv, rep, t, hd))?
+                            .contiguous()?
+                            .reshape((b, nh, t, hd))?)
+                    };
+                    k = repeat(k)?;
+                    v = repeat(v)?;
+                }
+                (q, k, v)
+            }
+        };
+        let q = self.model.rotate(&q, &self.ctx)?;
+        let k = self.model.rotate(&k, &self.ctx)?;
+        // fresh tensors, so the softmax may overwrite them
+        let (probs, scale) = match c.attn_logit_softcap {
+            Some(cap) => (
+                softcap(&(q.matmul(&k.t()?)? * c.attention_scale)?, cap)?,
+                1.0,
+            ),
+            None => (q.matmul(&k.t()?)?, c.attention_scale as f32),
+        };
+        probs.inplace_op1(&MaskedSoftmax { scale, window })?;
+        let y = probs.matmul(&v)?; // [B, H, T, hd]
+        Ok(y.transpose(1, 2)?.contiguous()?.reshape((b, t, nh * hd))?)
+    }
 }
 
 type Getter<'a> = dyn FnMut(&str, &[usize]) -> Result<Tensor> + 'a;
@@ -896,34 +1008,26 @@ impl Model {
         batch: &[&[u32]],
         visit: &mut dyn FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<Tensor> {
-        let c = &self.config;
         let (t, flat) = self.flat_batch(batch)?;
-        let b = batch.len();
-        let ctx = self.context(t)?;
-        let idx = Tensor::from_vec(flat, b * t, &self.device)?;
-        let mut h = self
-            .embed
-            .index_select(&idx, 0)?
-            .to_dtype(DType::F32)?
-            .reshape((b, t, c.hidden_size))?;
-        if let Some(wpe) = &self.positions {
-            h = h.broadcast_add(&wpe.narrow(0, 0, t)?)?;
+        let ops = Cpu {
+            model: self,
+            ctx: self.context(t)?,
+            b: batch.len(),
+            t,
+        };
+        wiring::forward(&ops, self, &self.weights(), &flat, &mut |i, h| {
+            visit(i, &to_vec(h)?)
+        })
+    }
+
+    /// The CPU's weights, as the wiring reads them.
+    fn weights(&self) -> wiring::Weights<'_, Tensor> {
+        wiring::Weights {
+            embed: &self.embed,
+            positions: self.positions.as_ref(),
+            layers: &self.layers,
+            final_norm: &self.final_norm,
         }
-        if let Some(s) = self.embed_scale {
-            // transformers multiplies by √d rounded to the model's dtype (f32 here).
-            h = h.affine(f64::from(s as f32), 0.0)?;
-        }
-        visit(0, &to_vec(&h)?)?;
-        let n = self.layers.len();
-        for (i, layer) in self.layers.iter().enumerate() {
-            h = self.layer_forward(layer, &h, &ctx)?;
-            if i + 1 < n {
-                visit(i + 1, &to_vec(&h)?)?;
-            }
-        }
-        let h = self.final_norm.forward(&h)?;
-        visit(n, &to_vec(&h)?)?;
-        Ok(h)
     }
 
     /// Runs `f` on the readout widened to f32 and borrowed as `[V, d]`, with Phi's
@@ -1078,126 +1182,6 @@ impl Model {
             )
         };
         Ok(Context { cos, sin })
-    }
-
-    fn layer_forward(&self, layer: &Layer, x: &Tensor, ctx: &Context) -> Result<Tensor> {
-        let norm = |n: &Option<Norm>, x: &Tensor| -> Result<Tensor> {
-            match n {
-                Some(n) => n.forward(x),
-                None => Ok(x.clone()),
-            }
-        };
-        if self.config.use_parallel_residual {
-            let h = norm(&layer.attn_pre, x)?;
-            let a = self.attention(&layer.attn, &h, ctx, layer.window)?;
-            let m = match &layer.mlp_pre {
-                Some(n) => self.mlp(&layer.mlp, &n.forward(x)?)?,
-                None => self.mlp(&layer.mlp, &h)?,
-            };
-            return Ok(((a + m)? + x)?);
-        }
-        let a = self.attention(&layer.attn, &norm(&layer.attn_pre, x)?, ctx, layer.window)?;
-        let h = (x + norm(&layer.attn_post, &a)?)?;
-        let m = self.mlp(&layer.mlp, &norm(&layer.mlp_pre, &h)?)?;
-        Ok((h + norm(&layer.mlp_post, &m)?)?)
-    }
-
-    fn mlp(&self, mlp: &Mlp, x: &Tensor) -> Result<Tensor> {
-        let act = self.config.activation;
-        match mlp {
-            Mlp::Plain { up, down } => down.forward(&activate(act, up.forward(x)?)?),
-            Mlp::Gated { gate, up, down } => {
-                let g = activate(act, gate.forward(x)?)?;
-                down.forward(&(g * up.forward(x)?)?)
-            }
-        }
-    }
-
-    /// Causal self-attention of a batch `x: [B, T, d]`.
-    fn attention(
-        &self,
-        attn: &Attention,
-        x: &Tensor,
-        ctx: &Context,
-        window: Option<usize>,
-    ) -> Result<Tensor> {
-        let c = &self.config;
-        let (b, t) = (x.dim(0)?, x.dim(1)?);
-        let (hd, nh) = (c.head_dim, c.n_heads);
-        // [B, T, n·hd] -> [B, n, T, hd]
-        let heads = |y: Tensor, n: usize| -> Result<Tensor> {
-            Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
-        };
-        let (q, k, v, o) = match attn {
-            Attention::Fused { qkv, out, layout } => {
-                let y = qkv.forward(x)?;
-                match layout {
-                    FusedLayout::PerHead => {
-                        let y = y.reshape((b, t, nh, 3 * hd))?.transpose(1, 2)?;
-                        let part = |i: usize| -> Result<Tensor> {
-                            Ok(y.narrow(D::Minus1, i * hd, hd)?.contiguous()?)
-                        };
-                        (part(0)?, part(1)?, part(2)?, out)
-                    }
-                    FusedLayout::Blocks => {
-                        let d = nh * hd;
-                        let part = |i: usize| -> Result<Tensor> {
-                            heads(y.narrow(D::Minus1, i * d, d)?, nh)
-                        };
-                        (part(0)?, part(1)?, part(2)?, out)
-                    }
-                }
-            }
-            Attention::Split {
-                q,
-                k,
-                v,
-                o,
-                q_norm,
-                k_norm,
-            } => {
-                let nkv = c.n_kv_heads;
-                let proj = |l: &Linear, norm: &Option<Norm>| -> Result<Tensor> {
-                    let mut y = l.forward(x)?;
-                    if let Some(clip) = c.clip_qkv {
-                        y = y.clamp(-clip as f32, clip as f32)?;
-                    }
-                    if let Some(n) = norm {
-                        y = n.forward(&y)?;
-                    }
-                    Ok(y)
-                };
-                let q = heads(proj(q, q_norm)?, nh)?;
-                let mut k = heads(proj(k, k_norm)?, nkv)?;
-                let mut v = heads(proj(v, &None)?, nkv)?;
-                if nkv != nh {
-                    let rep = nh / nkv;
-                    let repeat = |x: Tensor| -> Result<Tensor> {
-                        Ok(x.unsqueeze(2)?
-                            .expand((b, nkv, rep, t, hd))?
-                            .contiguous()?
-                            .reshape((b, nh, t, hd))?)
-                    };
-                    k = repeat(k)?;
-                    v = repeat(v)?;
-                }
-                (q, k, v, o)
-            }
-        };
-        let q = self.rotate(&q, ctx)?;
-        let k = self.rotate(&k, ctx)?;
-        // fresh tensors, so the softmax may overwrite them
-        let (probs, scale) = match c.attn_logit_softcap {
-            Some(cap) => (
-                softcap(&(q.matmul(&k.t()?)? * c.attention_scale)?, cap)?,
-                1.0,
-            ),
-            None => (q.matmul(&k.t()?)?, c.attention_scale as f32),
-        };
-        probs.inplace_op1(&MaskedSoftmax { scale, window })?;
-        let y = probs.matmul(&v)?; // [B, H, T, hd]
-        let y = y.transpose(1, 2)?.contiguous()?.reshape((b, t, nh * hd))?;
-        o.forward(&y)
     }
 
     /// Rotary embedding on the first `rotary_dims` of each head (rotate-half convention),
@@ -1383,11 +1367,4 @@ fn f32_slice<'a>(
 
 fn to_vec(h: &Tensor) -> Result<Vec<f32>> {
     Ok(h.flatten_all()?.to_vec1::<f32>()?)
-}
-
-/// `act(x)`, overwriting `x`: every caller passes a fresh projection no other tensor reads.
-fn activate(act: Activation, x: Tensor) -> Result<Tensor> {
-    let x = x.contiguous()?;
-    x.inplace_op1(&Act(act))?;
-    Ok(x)
 }

@@ -1,6 +1,6 @@
-//! The forward pass on a CUDA device: the CPU path's skeleton ([`Model::run`]'s embedding,
-//! layers, final norm and loss) over [`repgeom_cuda`]'s operations, the weights uploaded once
-//! ([`Model::to_device`]). Hidden states come back to the host one at a time, in the CPU
+//! The forward pass on a CUDA device: the wiring both devices share (`model/wiring.rs`) over
+//! [`repgeom_cuda`]'s operations, the weights uploaded once ([`Model::to_device`]), and the
+//! loss on the device. Hidden states come back to the host one at a time, in the CPU
 //! path's order and layout, so everything downstream of [`Model::forward_batch`] (points,
 //! line means, words, accumulators) is the same code on either device.
 
@@ -10,9 +10,8 @@ use std::sync::Arc;
 use candle_core::{DType, Tensor};
 use repgeom_cuda::{Act, ActFn, AttentionSpec, Gpu, Heads, HostData, Rope, Weight};
 
-use super::{
-    Attention, FusedLayout, Layer, Linear, Mlp, Model, Norm, loss_pairs, per_sequence, widths,
-};
+use super::wiring::{self, Qkv};
+use super::{FusedLayout, Layer, Linear, Model, Norm, loss_pairs, per_sequence, widths};
 use crate::config::Activation;
 use crate::{Error, Result};
 
@@ -259,7 +258,6 @@ impl OnDevice {
             Some(r) => Some(r.iter().map(|&i| i as u32).collect()),
             None => None,
         };
-        let b = batch.len();
         let g = &*self.gpu;
         let rope = if c.rotary_dims > 0 {
             let (cos, sin) = model.rotary_tables(t);
@@ -267,31 +265,27 @@ impl OnDevice {
         } else {
             None
         };
-        let mut h = g.embed(&self.embed, &flat, c.hidden_size)?;
-        if let Some(p) = &self.positions {
-            g.add_positions(&mut h, p, t)?;
-        }
-        if let Some(s) = model.embed_scale {
-            g.scale(&mut h, s as f32)?;
-        }
+        let ops = Ops {
+            gpu: g,
+            model,
+            rope,
+            b: batch.len(),
+            t,
+        };
+        let weights = wiring::Weights {
+            embed: &self.embed,
+            positions: self.positions.as_ref(),
+            layers: &self.layers,
+            final_norm: &self.final_norm,
+        };
         let mut host = Vec::new();
-        let mut report = |i: usize, h: &Act| -> Result<()> {
+        let h = wiring::forward(&ops, model, &weights, &flat, &mut |i, h| {
             match &wanted {
                 Some(r) => g.download_rows(h, r, &mut host)?,
                 None => g.download(h, &mut host)?,
             }
             visit(i, &host)
-        };
-        report(0, &h)?;
-        let n = self.layers.len();
-        for (i, layer) in self.layers.iter().enumerate() {
-            h = self.layer(model, layer, &h, rope.as_ref(), b, t)?;
-            if i + 1 < n {
-                report(i + 1, &h)?;
-            }
-        }
-        let h = self.norm(&self.final_norm, &h)?;
-        report(n, &h)?;
+        })?;
         if !nll {
             return Ok(None);
         }
@@ -308,6 +302,35 @@ impl OnDevice {
         )?;
         Ok(Some(per_sequence(batch, &nll)))
     }
+}
+
+/// A CUDA device's operations for one batch of `b` sequences of `t` tokens: activations
+/// `[B·T, width]` in `f32` on the device, products through cuBLAS at the weights' precision.
+struct Ops<'a> {
+    gpu: &'a Gpu,
+    model: &'a Model,
+    rope: Option<Rope>,
+    b: usize,
+    t: usize,
+}
+
+impl wiring::Ops for Ops<'_> {
+    type W = Weight;
+    type X = Act;
+
+    fn embed(&self, table: &Weight, flat: &[u32]) -> Result<Act> {
+        Ok(self.gpu.embed(table, flat, self.model.config.hidden_size)?)
+    }
+
+    fn add_positions(&self, mut x: Act, positions: &Weight) -> Result<Act> {
+        self.gpu.add_positions(&mut x, positions, self.t)?;
+        Ok(x)
+    }
+
+    fn scale(&self, mut x: Act, s: f32) -> Result<Act> {
+        self.gpu.scale(&mut x, s)?;
+        Ok(x)
+    }
 
     fn norm(&self, n: &Norm<Weight>, x: &Act) -> Result<Act> {
         Ok(match n {
@@ -316,91 +339,48 @@ impl OnDevice {
         })
     }
 
-    /// `n(x)`, or `None` for a missing norm (the identity).
-    fn maybe_norm(&self, n: &Option<Norm<Weight>>, x: &Act) -> Result<Option<Act>> {
-        n.as_ref().map(|n| self.norm(n, x)).transpose()
-    }
-
     fn linear(&self, l: &Linear<Weight>, x: &Act) -> Result<Act> {
         let out = l.weight.len() / x.cols().max(1);
         Ok(self.gpu.linear(x, &l.weight, out, l.bias.as_ref())?)
     }
 
-    /// [`Model::layer_forward`]'s wiring: sequential, or parallel residual.
-    fn layer(
-        &self,
-        model: &Model,
-        layer: &Layer<Weight>,
-        x: &Act,
-        rope: Option<&Rope>,
-        b: usize,
-        t: usize,
-    ) -> Result<Act> {
-        let g = &*self.gpu;
-        let xn = self.maybe_norm(&layer.attn_pre, x)?;
-        let mut a = self.attention(model, layer, xn.as_ref().unwrap_or(x), rope, b, t)?;
-        if model.config.use_parallel_residual {
-            let m = match &layer.mlp_pre {
-                Some(n) => self.mlp(model, &layer.mlp, &self.norm(n, x)?)?,
-                None => self.mlp(model, &layer.mlp, xn.as_ref().unwrap_or(x))?,
-            };
-            g.combine(&mut a, &m, false)?;
-            g.combine(&mut a, x, false)?;
-            return Ok(a);
-        }
-        let mut h = self.maybe_norm(&layer.attn_post, &a)?.unwrap_or(a);
-        g.combine(&mut h, x, false)?;
-        let hn = self.maybe_norm(&layer.mlp_pre, &h)?;
-        let m = self.mlp(model, &layer.mlp, hn.as_ref().unwrap_or(&h))?;
-        let mut m = self.maybe_norm(&layer.mlp_post, &m)?.unwrap_or(m);
-        g.combine(&mut m, &h, false)?;
-        Ok(m)
+    fn add(&self, mut a: Act, b: &Act) -> Result<Act> {
+        self.gpu.combine(&mut a, b, false)?;
+        Ok(a)
     }
 
-    fn mlp(&self, model: &Model, mlp: &Mlp<Weight>, x: &Act) -> Result<Act> {
-        let g = &*self.gpu;
-        let act = match model.config.activation {
+    fn mul(&self, mut a: Act, b: &Act) -> Result<Act> {
+        self.gpu.combine(&mut a, b, true)?;
+        Ok(a)
+    }
+
+    fn activate(&self, mut x: Act, f: Activation) -> Result<Act> {
+        let f = match f {
             Activation::GeluErf => ActFn::GeluErf,
             Activation::GeluTanh => ActFn::GeluTanh,
             Activation::Relu => ActFn::Relu,
             Activation::Silu => ActFn::Silu,
         };
-        match mlp {
-            Mlp::Plain { up, down } => {
-                let mut u = self.linear(up, x)?;
-                g.activate(&mut u, act)?;
-                self.linear(down, &u)
-            }
-            Mlp::Gated { gate, up, down } => {
-                let mut a = self.linear(gate, x)?;
-                g.activate(&mut a, act)?;
-                g.combine(&mut a, &self.linear(up, x)?, true)?;
-                self.linear(down, &a)
-            }
-        }
+        self.gpu.activate(&mut x, f)?;
+        Ok(x)
     }
 
-    /// [`Model::attention`] on the device.
-    fn attention(
-        &self,
-        model: &Model,
-        layer: &Layer<Weight>,
-        x: &Act,
-        rope: Option<&Rope>,
-        b: usize,
-        t: usize,
-    ) -> Result<Act> {
-        let c = &model.config;
-        let g = &*self.gpu;
+    fn clamp(&self, mut x: Act, c: f32) -> Result<Act> {
+        self.gpu.clamp(&mut x, c)?;
+        Ok(x)
+    }
+
+    fn attend(&self, qkv: Qkv<'_, Act>, window: Option<usize>) -> Result<Act> {
+        let c = &self.model.config;
         let (nh, hd) = (c.n_heads, c.head_dim);
         let spec = AttentionSpec {
-            batch: b,
-            t,
+            batch: self.b,
+            t: self.t,
             heads: nh,
             head_dim: hd,
             scale: c.attention_scale as f32,
             cap: c.attn_logit_softcap.map(|x| x as f32),
-            window: layer.window,
+            window,
         };
         fn heads(src: &Act, col0: usize, stride: usize, n: usize) -> Heads<'_> {
             Heads {
@@ -410,49 +390,27 @@ impl OnDevice {
                 n,
             }
         }
-        let y = match &layer.attn {
-            Attention::Fused { qkv, out, layout } => {
-                let p = self.linear(qkv, x)?;
+        let (q, k, v) = match qkv {
+            Qkv::Fused(p, layout) => {
                 let (step, stride) = match layout {
                     FusedLayout::PerHead => (hd, 3 * hd),
                     FusedLayout::Blocks => (nh * hd, hd),
                 };
-                let y = g.attention(
-                    heads(&p, 0, stride, nh),
-                    heads(&p, step, stride, nh),
-                    heads(&p, 2 * step, stride, nh),
-                    rope,
-                    &spec,
-                )?;
-                return self.linear(out, &y);
+                (
+                    heads(p, 0, stride, nh),
+                    heads(p, step, stride, nh),
+                    heads(p, 2 * step, stride, nh),
+                )
             }
-            Attention::Split {
-                q,
-                k,
-                v,
-                o,
-                q_norm,
-                k_norm,
-            } => {
-                let proj = |l: &Linear<Weight>, norm: &Option<Norm<Weight>>| -> Result<Act> {
-                    let mut y = self.linear(l, x)?;
-                    if let Some(clip) = c.clip_qkv {
-                        g.clamp(&mut y, clip as f32)?;
-                    }
-                    Ok(self.maybe_norm(norm, &y)?.unwrap_or(y))
-                };
-                let (qp, kp, vp) = (proj(q, q_norm)?, proj(k, k_norm)?, proj(v, &None)?);
+            Qkv::Split { q, k, v } => {
                 let nkv = c.n_kv_heads;
-                let y = g.attention(
-                    heads(&qp, 0, hd, nh),
-                    heads(&kp, 0, hd, nkv),
-                    heads(&vp, 0, hd, nkv),
-                    rope,
-                    &spec,
-                )?;
-                (y, o)
+                (
+                    heads(q, 0, hd, nh),
+                    heads(k, 0, hd, nkv),
+                    heads(v, 0, hd, nkv),
+                )
             }
         };
-        self.linear(y.1, &y.0)
+        Ok(self.gpu.attention(q, k, v, self.rope.as_ref(), &spec)?)
     }
 }
