@@ -471,8 +471,8 @@ impl Model {
 
     /// Loads a checkpoint directory and computes its weights hash (`repgeom_hub::weights_hash`'s)
     /// from the same read of the weights
-    /// ([`repgeom_io::Checkpoint::read_float_tensors_hashed`]): every tensor is read once, in
-    /// name order, hashed and converted. `None` for the hash where the directory's weight files
+    /// ([`repgeom_io::Checkpoint::read_float_tensors`]): every tensor is read once, hashed and
+    /// converted, the hash beside the conversions. `None` for the hash where the directory's weight files
     /// are not exactly the ones loaded (then hash them apart). The model is the one
     /// [`Model::load`] builds, tensor for tensor.
     pub fn load_hashed(dir: &Path) -> Result<(Self, Option<repgeom_io::WeightsDigest>)> {
@@ -482,27 +482,18 @@ impl Model {
     fn load_inner(dir: &Path, hash: bool) -> Result<(Self, Option<repgeom_io::WeightsDigest>)> {
         let ckpt = repgeom_io::open_checkpoint(dir)?;
         let config = ModelConfig::from_json(&dir.join("config.json"), &ckpt.config)?;
-        // With the hash: every float tensor, in its narrowest exact storage, from the one read.
-        let mut read: std::collections::BTreeMap<String, (Vec<usize>, Tensor)> =
-            std::collections::BTreeMap::new();
-        let mut failed = None;
-        let digest = if hash {
-            ckpt.read_float_tensors_hashed(|name, shape, data| {
-                if failed.is_none() {
-                    match narrowest_exact(data, shape) {
-                        Ok(t) => {
-                            read.insert(name.to_string(), (shape.to_vec(), t));
-                        }
-                        Err(e) => failed = Some(e),
-                    }
-                }
-            })?
-        } else {
-            None
-        };
-        if let Some(e) = failed {
-            return Err(e);
-        }
+        // Every float tensor, read in parallel at its stored precision (and hashed from the
+        // same read), then in its narrowest exact storage.
+        let (tensors, digest) = ckpt.read_float_tensors(hash)?;
+        let read = tensors
+            .into_par_iter()
+            .map(|t| {
+                let tensor = stored_tensor(t.values, &t.shape)?;
+                Ok((t.name, (t.shape, tensor)))
+            })
+            .collect::<Vec<Result<_>>>()
+            .into_iter()
+            .collect::<Result<std::collections::BTreeMap<String, (Vec<usize>, Tensor)>>>()?;
         let mismatch = |name: &str, shape: &[usize], found: Vec<usize>| Error::ShapeMismatch {
             file: ckpt
                 .tensor_file(name)
@@ -1323,6 +1314,36 @@ fn inv_freq(c: &ModelConfig) -> Vec<f32> {
 /// A weight in the narrowest of bf16, f16 and f32 that holds every value exactly: the
 /// precision it was stored in, for f16/bf16 checkpoints (a value read from bf16 has zero
 /// low 16 bits; one read from f16 survives the f16 round trip). Lossless by construction.
+/// A tensor read at its stored precision ([`repgeom_io::FloatValues`]) in its narrowest exact
+/// storage: exactly [`narrowest_exact`] of its values widened to f32, without the widening
+/// (half-precision matrices stay as they are; a 6.9B bf16 checkpoint is never 28 GB of f32).
+fn stored_tensor(values: repgeom_io::FloatValues, shape: &[usize]) -> Result<Tensor> {
+    use repgeom_io::FloatValues;
+    let dev = &Device::Cpu;
+    if shape.len() < 2 {
+        return Ok(Tensor::from_vec(values.to_f32(), shape, dev)?);
+    }
+    Ok(match values {
+        // a widened bf16 has its low 16 bits zero: bf16, as narrowest_exact finds
+        FloatValues::Bf16(v) => Tensor::from_vec(v, shape, dev)?,
+        // f16 values are all exact in f16; bf16 first when every one is exact in bf16 too
+        FloatValues::F16(v) => {
+            if v.par_iter().all(|x| x.to_f32().to_bits() & 0xffff == 0) {
+                let v: Vec<half::bf16> = v
+                    .into_par_iter()
+                    .map(|x| half::bf16::from_f32(x.to_f32()))
+                    .collect();
+                Tensor::from_vec(v, shape, dev)?
+            } else {
+                Tensor::from_vec(v, shape, dev)?
+            }
+        }
+        FloatValues::F32(v) => narrowest_exact(v, shape)?,
+    })
+}
+
+/// `data` in the narrowest storage that holds every value exactly: bf16, else f16, else f32
+/// (matrices only; vectors stay f32).
 fn narrowest_exact(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
     let dev = &Device::Cpu;
     if shape.len() >= 2 {
@@ -1367,4 +1388,42 @@ fn f32_slice<'a>(
 
 fn to_vec(h: &Tensor) -> Result<Vec<f32>> {
     Ok(h.flatten_all()?.to_vec1::<f32>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use half::{bf16, f16};
+    use repgeom_io::FloatValues;
+
+    use super::*;
+
+    /// `stored_tensor` is `narrowest_exact` of the widened values, tensor for tensor: the same
+    /// dtype and the same bits, for bf16, f16 (bf16-exact or not), f32 and vectors.
+    #[test]
+    fn stored_tensors_are_the_narrowest_exact_ones() {
+        let check = |values: FloatValues, shape: &[usize]| {
+            let a = stored_tensor(values.clone(), shape).unwrap();
+            let b = narrowest_exact(values.to_f32(), shape).unwrap();
+            assert_eq!((a.dtype(), a.dims()), (b.dtype(), b.dims()), "{values:?}");
+            let bits = |t: &Tensor| {
+                let v = t.flatten_all().unwrap().to_dtype(DType::F32).unwrap();
+                v.to_vec1::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(&a), bits(&b), "{values:?}");
+        };
+        let f = [0.1f32, -2.5, 3.0e-5, 1.0, 65504.0, -0.0];
+        check(FloatValues::Bf16(f.map(bf16::from_f32).to_vec()), &[2, 3]);
+        check(FloatValues::F16(f.map(f16::from_f32).to_vec()), &[3, 2]);
+        // f16 values that bf16 holds exactly too
+        let exact = [0.5f32, -1.0, 2.0, 0.0, 0.25, 8.0];
+        check(FloatValues::F16(exact.map(f16::from_f32).to_vec()), &[2, 3]);
+        check(FloatValues::F32(f.to_vec()), &[2, 3]);
+        check(FloatValues::F32(exact.to_vec()), &[2, 3]);
+        check(FloatValues::Bf16(f.map(bf16::from_f32).to_vec()), &[6]);
+        check(FloatValues::F16(exact.map(f16::from_f32).to_vec()), &[6]);
+    }
 }

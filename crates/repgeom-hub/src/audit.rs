@@ -27,7 +27,7 @@ struct TensorLoc {
 /// every `*.safetensors` file in `dir` (the shards listed by `model.safetensors.index.json`
 /// when there is one). A name present in two files is an error.
 ///
-/// `repgeom_io::Checkpoint::read_float_tensors_hashed` computes the same hash from the bytes it
+/// `repgeom_io::Checkpoint::read_float_tensors` computes the same hash from the bytes it
 /// reads to load a model.
 pub fn weights_hash(dir: &Path) -> Result<WeightsDigest> {
     let files = weight_files(dir)?;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::arch::Arch;
 use crate::digest::{WeightsDigest, WeightsHasher};
 use crate::st::{StFile, list_names};
+use crate::tensor::FloatValues;
 use crate::{Error, RelPath, Result};
 
 /// An opened HuggingFace checkpoint directory.
@@ -36,6 +37,18 @@ pub struct Checkpoint {
     index_path: Option<PathBuf>,
     /// Tensor name -> index into `shards`.
     index: BTreeMap<String, usize>,
+}
+
+/// One floating-point tensor of a checkpoint at its stored precision
+/// ([`Checkpoint::read_float_tensors`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FloatTensor {
+    /// The tensor's name in the checkpoint.
+    pub name: String,
+    /// Its shape (C order).
+    pub shape: Vec<usize>,
+    /// Its values.
+    pub values: FloatValues,
 }
 
 /// Opens a checkpoint directory: reads `config.json`, then maps `model.safetensors.index.json`'s
@@ -228,19 +241,27 @@ impl Checkpoint {
         Some(&self.shard_paths[*self.index.get(name)?])
     }
 
-    /// Reads every tensor of the checkpoint's files once, in byte-wise order of the names:
-    /// its stored bytes enter the weights hash ([`WeightsHasher`]), and each floating-point
-    /// tensor is handed to `each` as f32 (C order) with its shape, its mapped pages released
-    /// after. A model loaded from what `each` gets, and the hash, cost one read of the weights.
+    /// Reads every floating-point tensor of the checkpoint's files once, at the precision it is
+    /// stored in ([`FloatValues`]: f16 and bf16 as they are), in parallel over tensors on
+    /// rayon's current pool, and returns them in byte-wise order of the names. With `hash`,
+    /// the weights hash ([`WeightsHasher`]) of every tensor's stored bytes is computed at the
+    /// same time on one worker, from the same mapped pages, so that loading a model and
+    /// hashing it cost one read of the weights and the hash's one sequential pass overlaps the
+    /// conversions. A tensor's mapped pages are released once it has been converted and
+    /// hashed. Results and errors do not depend on the thread count: the first tensor in name
+    /// order that fails is the one reported.
     ///
-    /// The hash is `repgeom_hub::weights_hash`'s of the directory, or `None` where that would
-    /// cover other bytes: a shard the index lists is absent ([`open_checkpoint_partial`]),
-    /// `model.safetensors` sits beside other `*.safetensors` files (which this checkpoint does
-    /// not read), or a name is in two files.
-    pub fn read_float_tensors_hashed<F>(&self, mut each: F) -> Result<Option<WeightsDigest>>
-    where
-        F: FnMut(&str, &[usize], Vec<f32>),
-    {
+    /// The hash is `repgeom_hub::weights_hash`'s of the directory, or `None` (also without
+    /// `hash`) where that would cover other bytes: a shard the index lists is absent
+    /// ([`open_checkpoint_partial`]), `model.safetensors` sits beside other `*.safetensors`
+    /// files (which this checkpoint does not read), or a name is in two files.
+    pub fn read_float_tensors(
+        &self,
+        hash: bool,
+    ) -> Result<(Vec<FloatTensor>, Option<WeightsDigest>)> {
+        use rayon::prelude::*;
+        use std::sync::atomic::{AtomicU8, Ordering};
+
         let mut exact = true;
         let mut all: BTreeMap<String, usize> = BTreeMap::new();
         for (i, shard) in self.shards.iter().enumerate() {
@@ -266,29 +287,71 @@ impl Checkpoint {
                     && p.file_name().is_some_and(|n| n != "model.safetensors")
             });
         }
-        let mut h = WeightsHasher::new();
-        for (name, &i) in &all {
-            let Some(shard) = &self.shards[i] else {
-                continue;
-            };
-            let (dtype, shape, bytes) = shard.raw(name).ok_or_else(|| {
-                Error::format(
-                    &shard.path,
-                    "safetensors",
-                    format!("tensor `{name}` lies outside the file"),
-                )
-            })?;
-            let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-            h.tensor(name, &dtype, &dims, bytes.len() as u64);
-            h.update(bytes);
-            if shard.is_float(name) {
-                let t = shard.tensor(name)?;
-                let data = t.to_f32(&shard.path)?;
-                each(name, &t.shape, data);
+        let names: Vec<(&str, &StFile)> = all
+            .iter()
+            .filter_map(|(n, &i)| self.shards[i].as_ref().map(|s| (n.as_str(), s)))
+            .collect();
+        // Per tensor, the readers (the hash, the conversion) still to pass: the last one
+        // releases its mapped pages.
+        let left: Vec<AtomicU8> = names
+            .iter()
+            .map(|(n, s)| AtomicU8::new(u8::from(hash) + u8::from(s.is_float(n))))
+            .collect();
+        let done = |k: usize| {
+            if left[k].fetch_sub(1, Ordering::AcqRel) == 1 {
+                names[k].1.release_tensor(names[k].0);
             }
-            shard.release_tensor(name);
+        };
+        // Each side's first failure as (tensor index, error).
+        let hashing = || -> std::result::Result<WeightsDigest, (usize, Error)> {
+            let mut h = WeightsHasher::new();
+            for (k, &(name, shard)) in names.iter().enumerate() {
+                let (dtype, shape, bytes) = shard.raw(name).ok_or_else(|| {
+                    let e = Error::format(
+                        &shard.path,
+                        "safetensors",
+                        format!("tensor `{name}` lies outside the file"),
+                    );
+                    (k, e)
+                })?;
+                let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+                h.tensor(name, &dtype, &dims, bytes.len() as u64);
+                h.update(bytes);
+                done(k);
+            }
+            Ok(h.finish())
+        };
+        let converting = || -> std::result::Result<Vec<FloatTensor>, (usize, Error)> {
+            let parts: Vec<_> = (0..names.len())
+                .into_par_iter()
+                .filter(|&k| names[k].1.is_float(names[k].0))
+                .map(|k| {
+                    let (name, shard) = names[k];
+                    let read = shard.tensor(name).and_then(|t| {
+                        let values = t.to_stored(&shard.path)?;
+                        Ok(FloatTensor {
+                            name: name.to_string(),
+                            shape: t.shape.clone(),
+                            values,
+                        })
+                    });
+                    done(k);
+                    read.map_err(|e| (k, e))
+                })
+                .collect();
+            // in name order, so the first failure is the same at any thread count
+            parts.into_iter().collect()
+        };
+        let (digest, tensors) = if hash {
+            rayon::join(|| hashing().map(Some), converting)
+        } else {
+            (Ok(None), converting())
+        };
+        match (digest, tensors) {
+            (Ok(digest), Ok(tensors)) => Ok((tensors, digest.filter(|_| exact))),
+            (Err((a, e)), Err((b, _))) if a <= b => Err(e),
+            (_, Err((_, e))) | (Err((_, e)), _) => Err(e),
         }
-        Ok(exact.then(|| h.finish()))
     }
 
     /// Reads one tensor as f32 (from f32, f16, bf16 or f64), C order; returns (shape, data).

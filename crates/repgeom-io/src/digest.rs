@@ -1,6 +1,6 @@
 //! The weights hash: one SHA-256 over a checkpoint's tensors, independent of how they are
 //! split into files. `repgeom_hub::weights_hash` computes it from a directory's files alone;
-//! [`crate::Checkpoint::read_float_tensors_hashed`] from the bytes it reads to load a model, so
+//! [`crate::Checkpoint::read_float_tensors`] from the bytes it reads to load a model, so
 //! that loading and hashing read the weights once.
 
 use sha2::{Digest, Sha256};

@@ -47,7 +47,7 @@ mod tests;
 pub use activations::{Activations, LayerActs, read_activations};
 pub use arch::{ARCHS, Arch, GainConvention, NormKind};
 pub use array::{ArrayF64, read_array_f64, read_safetensors_f64};
-pub use checkpoint::{Checkpoint, open_checkpoint, open_checkpoint_partial};
+pub use checkpoint::{Checkpoint, FloatTensor, open_checkpoint, open_checkpoint_partial};
 pub use digest::{WeightsDigest, WeightsHasher};
 pub use error::{Error, Result};
 pub use labels::{AG_NEWS_CLASSES, LabelFile, read_labels};
@@ -57,6 +57,7 @@ pub use readout::{
 };
 pub use relpath::{BadName, MAX_COMPONENT_BYTES, MAX_NAME_BYTES, RelPath};
 pub use system::default_memory_budget;
+pub use tensor::FloatValues;
 #[cfg(feature = "parquet")]
 pub use texts::{read_parquet_labels, read_parquet_texts};
 pub use write::{

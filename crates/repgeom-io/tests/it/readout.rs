@@ -276,3 +276,49 @@ fn readout_from_a_checkpoint_missing_other_shards_issue_11() {
     // open_checkpoint itself stays strict: extraction needs every shard.
     assert!(open_checkpoint(&partial).is_err());
 }
+
+/// `read_float_tensors`: every float tensor at its stored precision (bf16 and f16 as they are),
+/// the values `read_tensor_f32` widens, in name order, the same tensors and hash at any thread
+/// count.
+#[test]
+fn float_tensors_at_their_stored_precision() {
+    use repgeom_io::FloatValues;
+    let kind = |v: &FloatValues| match v {
+        FloatValues::F16(_) => "f16",
+        FloatValues::Bf16(_) => "bf16",
+        FloatValues::F32(_) => "f32",
+    };
+    for (name, stored) in [("tiny_neox", "bf16"), ("tiny_tied", "f16")] {
+        let ck = open_checkpoint(&fixture(name)).unwrap();
+        let read = |threads: usize, hash: bool| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| ck.read_float_tensors(hash).unwrap())
+        };
+        let (tensors, digest) = read(1, true);
+        assert_eq!(
+            tensors.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+            ck.tensor_names(),
+            "{name}"
+        );
+        for t in &tensors {
+            let (shape, widened) = ck.read_tensor_f32(&t.name).unwrap();
+            assert_eq!(t.shape, shape, "{name} {}", t.name);
+            assert_eq!(t.values.to_f32(), widened, "{name} {}", t.name);
+            if t.shape.len() == 2 {
+                assert_eq!(kind(&t.values), stored, "{name} {}", t.name);
+            }
+        }
+        let digest = digest.expect("every shard present");
+        assert_eq!(digest.sha256.len(), 64);
+        for threads in [2, 3] {
+            let (again, d) = read(threads, true);
+            assert_eq!(again, tensors, "{name} at {threads} threads");
+            assert_eq!(d.as_ref(), Some(&digest), "{name} at {threads} threads");
+        }
+        let (unhashed, none) = read(3, false);
+        assert_eq!((unhashed, none), (tensors, None), "{name} without the hash");
+    }
+}
