@@ -1,8 +1,8 @@
 //! Finding the CUDA libraries: by full path in the usual folders first (a toolkit's `lib64`
-#![allow(unsafe_code)] // loading the CUDA libraries; see the SAFETY note below.
 //! is often not in the loader's cache), then by name. A library loaded by full path is found
 //! again by its name (the loader matches its soname), which is how cudarc's own loading by
 //! name picks it up.
+#![allow(unsafe_code)] // loading the CUDA libraries; see the SAFETY note below.
 
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -487,6 +487,9 @@ fn csv_texts(path: &Path, p: &ProbeSpec) -> std::result::Result<(Vec<String>, Ve
     Ok((texts, labels.values))
 }
 
+/// An extraction's points and its loss on the held-out part (when [extract] asks for it).
+type PointsAndLoss = (repgeom_extract::Extraction, Option<repgeom_extract::Loss>);
+
 /// The probe features a checkpoint's extraction also computes: the `[probe]` table, its
 /// texts and how many labels they have.
 pub(crate) struct ProbeJob<'a> {
@@ -496,10 +499,11 @@ pub(crate) struct ProbeJob<'a> {
 }
 
 /// The activations, validation loss and (with `probe`) probe features of one hub checkpoint,
-/// from the cache under `dir` or computed now (one process at a time per key), reading its
+/// from the cache under `dir` or computed now (one process at a time per key), loading its
 /// weights at most once: a checkpoint without a record yet (`resolved.record` is `None`) is
-/// hashed from the same read that loads it ([`Extractor::load_hashed`]), and the record is
-/// written before the cache keys, which hold the hash, are looked up.
+/// hashed (`repgeom_hub::weights_hash`) on its own thread while it loads and computes its
+/// points and loss, and the record is written before the cache keys, which hold the hash, are
+/// looked up (the points computed are then stored, or dropped where the cache holds them).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn extract(
     manifest: &Manifest,
@@ -523,18 +527,61 @@ pub(crate) fn extract(
         reason,
     };
     let snapshot = resolved.dir.as_path();
+    // The model on the manifest's device, at [extract]'s dtype: in f32 the CPU's numbers to
+    // the rounding of the products, so the device is in no cache key and a cache filled on
+    // either serves both; `stored` is a setting of [extract] and in its keys.
+    let load = || -> Result<Extractor> {
+        let mut x = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
+        if let Some(gpu) = manifest.device.open()? {
+            x.to_device(gpu, e.params.dtype)
+                .map_err(|err| fail(snapshot, err.to_string()))?;
+        }
+        Ok(x)
+    };
+    // The points and the loss ([extract]'s work), with the model's loss on the held-out part.
+    let points_and_loss = |x: &Extractor| -> Result<PointsAndLoss> {
+        let (points_text, val_text) = split_text(&corpus.text, e);
+        let params = e
+            .params()
+            .check()
+            .map_err(|err| fail(&corpus.file, err.to_string()))?;
+        let out = x
+            .extract(&points_text, &params, &mut |_| {})
+            .map_err(|err| fail(&corpus.file, err.to_string()))?;
+        let val =
+            match &val_text {
+                Some(v) => Some(x.loss(v, &params, &mut |_| {}).map_err(|err| {
+                    fail(&corpus.file, format!("held-out part for the loss: {err}"))
+                })?),
+                None => None,
+            };
+        Ok((out, val))
+    };
     let mut loaded: Option<Extractor> = None;
+    let mut early: Option<PointsAndLoss> = None;
     let rec = match resolved.record {
         Some(r) => r,
         None => {
-            let (x, digest) =
-                Extractor::load_hashed(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
+            // A checkpoint met for the first time: its weights hash (one sequential SHA-256
+            // pass over every tensor, 14 GB at 6.9B) runs on its own thread while the model
+            // loads, moves to the device and computes the points and the loss, which do not
+            // depend on it. The cache keys do: the points are stored under them below, unless
+            // the cache already holds them (the same weights under another revision).
+            let (digest, work) = std::thread::scope(|s| {
+                let hashing = s.spawn(|| repgeom_hub::weights_hash(snapshot));
+                let work = load().and_then(|x| {
+                    let done = points_and_loss(&x)?;
+                    Ok((x, done))
+                });
+                let digest = hashing
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (digest, work)
+            });
+            let (x, done) = work?;
             loaded = Some(x);
-            let digest = match digest {
-                Some(d) => d,
-                None => repgeom_hub::weights_hash(snapshot)?,
-            };
-            write_record(dir, model, ckpt, &resolved.commit, digest)?
+            early = Some(done);
+            write_record(dir, model, ckpt, &resolved.commit, digest?)?
         }
     };
     let cache = dir.join("activations");
@@ -624,34 +671,16 @@ pub(crate) fn extract(
             },
         ));
     }
-    let mut extractor = match loaded {
+    let extractor = match loaded {
         Some(x) => x,
-        None => Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?,
+        None => load()?,
     };
-    // On the manifest's device, at [extract]'s dtype: in f32 the CPU's numbers to the
-    // rounding of the products, so the device is in no cache key and a cache filled on either
-    // serves both; `stored` is a setting of [extract] and in its keys.
-    if let Some(gpu) = manifest.device.open()? {
-        extractor
-            .to_device(gpu, e.params.dtype)
-            .map_err(|err| fail(snapshot, err.to_string()))?;
-    }
     let (val_loss, val_loss_se) = match done {
         Some(r) => (r.val_loss, r.val_loss_se),
         None => {
-            let (points_text, val_text) = split_text(text, e);
-            let params = e
-                .params()
-                .check()
-                .map_err(|err| fail(&corpus.file, err.to_string()))?;
-            let out = extractor
-                .extract(&points_text, &params, &mut |_| {})
-                .map_err(|err| fail(&corpus.file, err.to_string()))?;
-            let val = match &val_text {
-                Some(v) => Some(extractor.loss(v, &params, &mut |_| {}).map_err(|err| {
-                    fail(&corpus.file, format!("held-out part for the loss: {err}"))
-                })?),
-                None => None,
+            let (out, val) = match early.take() {
+                Some(computed) => computed,
+                None => points_and_loss(&extractor)?,
             };
             out.write(&acts)
                 .map_err(|err| fail(&acts, err.to_string()))?;
