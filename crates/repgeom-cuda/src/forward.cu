@@ -215,8 +215,9 @@ __global__ void gather_heads(const float* src, u32 src_cols, u32 col0, u32 strid
 }
 
 // Attention scores to probabilities, in place, one row [T] of one (batch, head) per block:
-// s = s * pre, then cap * tanh(s / cap) when cap > 0 (Gemma-2), then softmax of s * scale over
-// the keys j <= i (and i - j < window when window > 0); masked keys get 0. Grid: B H T rows.
+// with a cap (cap > 0, Gemma-2) s = cap * tanh(s * pre / cap) (pre is applied only there: the
+// host passes 1 without a cap), then softmax of s * scale over the keys j <= i (and
+// i - j < window when window > 0); masked keys get 0. Grid: B H T rows.
 __global__ void masked_softmax(float* scores, u32 t, float pre, float cap, float scale,
                                u32 window) {
     __shared__ double scratch[ROW_THREADS];

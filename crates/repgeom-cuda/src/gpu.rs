@@ -16,7 +16,8 @@ pub const KERNELS: &str = concat!(include_str!("kernels.cu"), include_str!("forw
 /// The oldest compute capability the kernels run on: the oldest CUDA 13 compiles for.
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 5);
 
-/// The kernels' entry points, in `kernels.cu`.
+/// The kernels' entry points, in `kernels.cu` and `forward.cu` (every one `extern "C"`, so
+/// NVRTC keeps these names).
 const FUNCTIONS: [&str; 25] = [
     "row_sq_norms",
     "scale_rows",
@@ -103,7 +104,7 @@ impl Inner {
         let i = FUNCTIONS
             .iter()
             .position(|f| *f == name)
-            .expect("a kernel of kernels.cu");
+            .expect("a kernel of KERNELS");
         &self.functions[i]
     }
 }

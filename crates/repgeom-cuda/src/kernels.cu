@@ -99,7 +99,8 @@ __global__ void radix_hist(const u32* keys, u32* hist, u64 m, u32 tiles, u32 shi
 // Step 2: exclusive prefix sums of each draw's 256 * tiles counts, in place. One block of
 // 1024 threads per draw; each thread sums a contiguous chunk, the chunk totals are scanned in
 // shared memory, and each chunk is rewritten with its offset.
-__global__ void radix_scan(u32* hist, u32 len) {
+// 1024 threads per block: the bounds cap the registers so that the launch always fits.
+__global__ void __launch_bounds__(1024) radix_scan(u32* hist, u32 len) {
     __shared__ u32 sums[1024];
     u32 b = blockIdx.x, t = threadIdx.x;
     u32* h = hist + (u64)b * len;
