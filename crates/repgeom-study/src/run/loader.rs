@@ -26,6 +26,9 @@ pub(super) struct ModelCtx {
     pub(super) sensitivity: BTreeMap<usize, ModelContext>,
 }
 
+/// A model's readout (`W_U`, prepared) and probe labels, as [`Loader::read_model`] reads them.
+pub(super) type ModelInputs = (repgeom_io::Matrix, Option<Vec<usize>>);
+
 /// The model spec and checkpoint `ckpt` of `m` when it is a hub checkpoint (has a revision).
 fn hub_checkpoint<'m>(
     m: &'m ModelInfo,
@@ -226,13 +229,26 @@ impl<'s> Loader<'s> {
 
     /// The readout contexts of model `m` (made once per loader).
     pub(super) fn model_ctx(&self, m: &ModelInfo) -> Result<Arc<ModelCtx>> {
-        self.models
-            .get_or_try_insert_with(m.label.clone(), || Ok(Arc::new(self.load_model(m)?)))
+        self.models.get_or_try_insert_with(m.label.clone(), || {
+            Ok(Arc::new(self.build_model(m, self.read_model(m)?)?))
+        })
     }
 
-    /// Reads model `m`'s readout (and labels) and prepares its readout contexts.
-    fn load_model(&self, m: &ModelInfo) -> Result<ModelCtx> {
-        let (readout, labels) = match &m.source {
+    /// [`Loader::model_ctx`] of what [`Loader::read_model`] read (or the contexts made before).
+    pub(super) fn model_ctx_from(&self, m: &ModelInfo, read: ModelInputs) -> Result<Arc<ModelCtx>> {
+        self.models
+            .get_or_try_insert_with(m.label.clone(), || Ok(Arc::new(self.build_model(m, read)?)))
+    }
+
+    /// Whether model `m`'s readout contexts are made.
+    pub(super) fn has_model_ctx(&self, m: &ModelInfo) -> bool {
+        self.models.get(&m.label).is_some()
+    }
+
+    /// Reads model `m`'s readout (checked against its width) and labels: the part of its
+    /// contexts that can fail on bad input, quick beside the decomposition that follows.
+    pub(super) fn read_model(&self, m: &ModelInfo) -> Result<ModelInputs> {
+        Ok(match &m.source {
             ModelSource::Synthetic { index, .. } => {
                 let synth = self.synth()?;
                 let run = &synth.runs[*index];
@@ -290,7 +306,11 @@ impl<'s> Loader<'s> {
                 };
                 (mx, labels)
             }
-        };
+        })
+    }
+
+    /// Prepares model `m`'s readout contexts from its readout and labels.
+    fn build_model(&self, m: &ModelInfo, (readout, labels): ModelInputs) -> Result<ModelCtx> {
         let readout = MatRef::from_row_major_slice(&readout.data, readout.rows, readout.cols);
         // Decompositions single-threaded: bit-identical bases at any thread count. The null
         // draws (parallel) run beside the sequential decomposition, on the idle cores.

@@ -72,11 +72,30 @@ pub fn run_units(
     }
     for ((model, ckpt), units) in groups {
         let m = study.model(&model).expect("planned model");
-        let ctx = loader.model_ctx(m)?;
         let mut needed: Vec<usize> = units.iter().map(|u| u.unit.layer).collect();
         needed.sort_unstable();
         needed.dedup();
-        let layers = loader.layers(m, &ckpt, &needed)?;
+        // The model's readout contexts (the readout's decomposition is sequential: about 10 s
+        // at d = 4096) on their own thread, beside the checkpoint's layers (its extraction on
+        // the CPU or the device, when a hub checkpoint is met for the first time): neither
+        // needs the other. The readout is read and checked first, so that a bad one fails
+        // before any extraction, as before.
+        let read = match loader.has_model_ctx(m) {
+            true => None,
+            false => Some(loader.read_model(m)?),
+        };
+        let (ctx, layers) = std::thread::scope(|s| {
+            let ctx = s.spawn(|| match read {
+                Some(read) => loader.model_ctx_from(m, read),
+                None => loader.model_ctx(m),
+            });
+            let layers = loader.layers(m, &ckpt, &needed);
+            let ctx = ctx
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (ctx, layers)
+        });
+        let (ctx, layers) = (ctx?, layers?);
         let sequences = match (
             &study.manifest.analysis.pga.options().bootstrap,
             layers.values().next(),
