@@ -502,8 +502,9 @@ pub(crate) struct ProbeJob<'a> {
 /// from the cache under `dir` or computed now (one process at a time per key), loading its
 /// weights at most once: a checkpoint without a record yet (`resolved.record` is `None`) is
 /// hashed (`repgeom_hub::weights_hash`) on its own thread while it loads and computes its
-/// points and loss, and the record is written before the cache keys, which hold the hash, are
-/// looked up (the points computed are then stored, or dropped where the cache holds them).
+/// points and loss; that thread writes the record and takes the points' lock as soon as the
+/// hash is known, and the points computed are then stored under their key, or dropped where
+/// the cache holds them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn extract(
     manifest: &Manifest,
@@ -557,33 +558,6 @@ pub(crate) fn extract(
             };
         Ok((out, val))
     };
-    let mut loaded: Option<Extractor> = None;
-    let mut early: Option<PointsAndLoss> = None;
-    let rec = match resolved.record {
-        Some(r) => r,
-        None => {
-            // A checkpoint met for the first time: its weights hash (one sequential SHA-256
-            // pass over every tensor, 14 GB at 6.9B) runs on its own thread while the model
-            // loads, moves to the device and computes the points and the loss, which do not
-            // depend on it. The cache keys do: the points are stored under them below, unless
-            // the cache already holds them (the same weights under another revision).
-            let (digest, work) = std::thread::scope(|s| {
-                let hashing = s.spawn(|| repgeom_hub::weights_hash(snapshot));
-                let work = load().and_then(|x| {
-                    let done = points_and_loss(&x)?;
-                    Ok((x, done))
-                });
-                let digest = hashing
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (digest, work)
-            });
-            let (x, done) = work?;
-            loaded = Some(x);
-            early = Some(done);
-            write_record(dir, model, ckpt, &resolved.commit, digest?)?
-        }
-    };
     let cache = dir.join("activations");
     fs::create_dir_all(&cache).map_err(io("create", &cache))?;
     let lock = |name: String| -> Result<File> {
@@ -592,20 +566,61 @@ pub(crate) fn extract(
         f.lock().map_err(io("lock", &path))?;
         Ok(f)
     };
-
-    // The points and the loss.
+    // The points and the loss: their key (of the weights hash, the text and [extract]'s
+    // settings), taken under its lock.
     let text = &corpus.text;
     let text_sha = sha256_hex(text.as_bytes());
-    let key_src = serde_json::json!({
-        "format": FORMAT,
-        "weights_sha256": rec.weights_sha256,
-        "text_sha256": text_sha,
-        "settings": settings(e),
-    });
-    let key = sha256_hex(key_src.to_string().as_bytes());
+    let points_key = |rec: &CheckpointRecord| -> Result<(String, File)> {
+        let key_src = serde_json::json!({
+            "format": FORMAT,
+            "weights_sha256": rec.weights_sha256,
+            "text_sha256": text_sha,
+            "settings": settings(e),
+        });
+        let key = sha256_hex(key_src.to_string().as_bytes());
+        let held = lock(format!("{key}.lock"))?;
+        Ok((key, held))
+    };
+    let mut loaded: Option<Extractor> = None;
+    let mut early: Option<PointsAndLoss> = None;
+    let (rec, (key, _acts_lock)) = match resolved.record {
+        Some(r) => {
+            let locked = points_key(&r)?;
+            (r, locked)
+        }
+        None => {
+            // A checkpoint met for the first time: its weights hash (one sequential SHA-256
+            // pass over every tensor, 14 GB at 6.9B) runs on its own thread while the model
+            // loads, moves to the device and computes the points and the loss, which do not
+            // depend on it. The cache keys do: as soon as the hash is known, that thread
+            // writes the record and takes the points' lock (so that another process meeting
+            // this checkpoint waits for these points rather than computing its own), and the
+            // points are stored under the key below, unless the cache already holds them
+            // (the same weights under another revision).
+            let (keyed, work) = std::thread::scope(|s| {
+                let keyed = s.spawn(|| -> Result<_> {
+                    let digest = repgeom_hub::weights_hash(snapshot)?;
+                    let rec = write_record(dir, model, ckpt, &resolved.commit, digest)?;
+                    let locked = points_key(&rec)?;
+                    Ok((rec, locked))
+                });
+                let work = load().and_then(|x| {
+                    let done = points_and_loss(&x)?;
+                    Ok((x, done))
+                });
+                let keyed = keyed
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (keyed, work)
+            });
+            let (x, done) = work?;
+            loaded = Some(x);
+            early = Some(done);
+            keyed?
+        }
+    };
     let acts = cache.join(format!("{key}.safetensors"));
     let meta = cache.join(format!("{key}.json"));
-    let _acts_lock = lock(format!("{key}.lock"))?;
     let done: Option<ActsRecord> = fs::read_to_string(&meta)
         .ok()
         .and_then(|t| serde_json::from_str::<ActsRecord>(&t).ok())
