@@ -12,7 +12,8 @@ use crate::{Error, RelPath, Result};
 /// An opened HuggingFace checkpoint directory.
 ///
 /// Shards are memory-mapped and only their headers are parsed at open time; tensor data is
-/// read and converted to f32 on demand by [`Checkpoint::read_tensor_f32`].
+/// read on demand: one tensor in f32 by [`Checkpoint::read_tensor_f32`], every float tensor
+/// at its stored precision (and the weights hash) by [`Checkpoint::read_float_tensors`].
 #[derive(Debug)]
 pub struct Checkpoint {
     /// The checkpoint directory.

@@ -80,9 +80,10 @@ pub fn run_units(
         // the CPU or the device, when a hub checkpoint is met for the first time): neither
         // needs the other. The readout is read and checked first, so that a bad one fails
         // before any extraction, as before.
-        let read = match loader.has_model_ctx(m) {
-            true => None,
-            false => Some(loader.read_model(m)?),
+        let read = if loader.has_model_ctx(m) {
+            None
+        } else {
+            Some(loader.read_model(m)?)
         };
         let (ctx, layers) = std::thread::scope(|s| {
             let ctx = s.spawn(|| match read {
