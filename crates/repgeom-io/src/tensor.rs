@@ -24,20 +24,6 @@ pub enum FloatValues {
 }
 
 impl FloatValues {
-    /// The number of values.
-    pub fn len(&self) -> usize {
-        match self {
-            FloatValues::F16(v) => v.len(),
-            FloatValues::Bf16(v) => v.len(),
-            FloatValues::F32(v) => v.len(),
-        }
-    }
-
-    /// Whether there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The values widened to f32 (exact).
     pub fn to_f32(&self) -> Vec<f32> {
         match self {
@@ -215,26 +201,18 @@ impl RawTensor<'_> {
     /// The whole tensor (C order) at the precision it is stored in: f16 and bf16 as they are,
     /// f32 and f64 as f32 (exactly [`RawTensor::to_f32`]'s values, widened or not).
     pub(crate) fn to_stored(&self, file: &Path) -> Result<FloatValues> {
-        self.require_float(file)?;
+        if !matches!(self.dtype, DType::F16 | DType::BF16) {
+            return Ok(FloatValues::F32(self.to_f32(file)?));
+        }
         let bytes: Cow<'_, [u8]> = if self.fortran {
             Cow::Owned(self.c_order_bytes())
         } else {
             Cow::Borrowed(&self.data[..])
         };
+        let words = u16_words(&bytes, self.big_endian).into_iter();
         Ok(match self.dtype {
-            DType::F16 => FloatValues::F16(
-                u16_words(&bytes, self.big_endian)
-                    .into_iter()
-                    .map(f16::from_bits)
-                    .collect(),
-            ),
-            DType::BF16 => FloatValues::Bf16(
-                u16_words(&bytes, self.big_endian)
-                    .into_iter()
-                    .map(half::bf16::from_bits)
-                    .collect(),
-            ),
-            _ => FloatValues::F32(convert_f32(&bytes, self.dtype, self.big_endian)),
+            DType::F16 => FloatValues::F16(words.map(f16::from_bits).collect()),
+            _ => FloatValues::Bf16(words.map(half::bf16::from_bits).collect()),
         })
     }
 
