@@ -57,7 +57,7 @@ fn main() {
     let (pv, pvec) = top_eigen_desc(g.as_ref(), k, par).expect("partial");
     let partial = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let (fv, fvec) = symmetric_eigen_desc(g.as_ref()).expect("full");
+    let (fv, fvec) = symmetric_eigen_desc(g.as_ref(), par).expect("full");
     let full = t.elapsed().as_secs_f64();
     // Agreement: eigenvalues, and the largest principal angle's sine between the subspaces.
     let dv = pv

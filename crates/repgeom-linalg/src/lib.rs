@@ -10,7 +10,8 @@
 //! boundary. Decompositions (readout subspace, principal directions) run in `f64`, because faer's
 //! `f32` decompositions are orders of magnitude less accurate than LAPACK's; distance GEMMs run in
 //! `f32`, which is twice as fast and exact enough for ranking. Every function takes its
-//! parallelism as an explicit [`Par`] argument; decompositions always run sequentially so that
+//! parallelism as an explicit [`Par`] argument, and no parallel split follows the thread count
+//! (dense eigendecompositions are cut into the same [`EVD_PIECES`] pieces on any pool), so
 //! results are bit-identical at any thread count.
 //!
 //! This crate is not I/O and never prints: it sees only matrices and slices.
@@ -27,10 +28,10 @@ mod rank;
 mod tests;
 
 pub use decomp::{
-    PrincipalDirections, ccr, center_columns, orthonormal_basis_check, principal_directions,
-    project, project_f32, qr_positive, readout_subspace, remove_directions, symmetric_eigen_desc,
-    to_f32, to_f64, top_eigen_desc, top_pairs_certified, top_principal_directions,
-    top_right_singular_vectors,
+    EVD_PIECES, PrincipalDirections, ccr, center_columns, orthonormal_basis_check,
+    principal_directions, project, project_f32, qr_positive, readout_subspace, remove_directions,
+    symmetric_eigen_desc, to_f32, to_f64, top_eigen_desc, top_pairs_certified,
+    top_principal_directions, top_right_singular_vectors,
 };
 pub use distance::{
     Distance, check_row_norms, condensed_len, cosine_distances, cosine_distances_into,

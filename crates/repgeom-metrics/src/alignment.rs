@@ -26,11 +26,11 @@ fn left_basis(xc: MatRef<'_, f64>, par: Par) -> Result<(Mat<f64>, Vec<f64>)> {
     let (n, d) = (xc.nrows(), xc.ncols());
     let (values, vectors, rows) = if d <= n {
         let g = project(xc.transpose(), xc, par);
-        let (l, v) = symmetric_eigen_desc(g.as_ref())?;
+        let (l, v) = symmetric_eigen_desc(g.as_ref(), par)?;
         (l, v, false)
     } else {
         let g = gram_rows(xc, par);
-        let (l, u) = symmetric_eigen_desc(g.as_ref())?;
+        let (l, u) = symmetric_eigen_desc(g.as_ref(), par)?;
         (l, u, true)
     };
     let sigma: Vec<f64> = values.iter().map(|l| l.max(0.0).sqrt()).collect();
@@ -207,7 +207,7 @@ impl PairMetric for Pwcca {
         let (uo, _) = left_basis(second.centred(), par)?;
         let m = project(us.transpose(), uo.as_ref(), par);
         let mmt = gram_rows(m.as_ref(), par);
-        let (l, p) = symmetric_eigen_desc(mmt.as_ref())?;
+        let (l, p) = symmetric_eigen_desc(mmt.as_ref(), par)?;
         let c = us.ncols().min(uo.ncols());
         let rho: Vec<f64> = l[..c].iter().map(|v| v.max(0.0).sqrt().min(1.0)).collect();
         // h_i = U_s p_i; ⟨h_i, z_j⟩ = (Z_sᵀ U_s P)_{j,i}.

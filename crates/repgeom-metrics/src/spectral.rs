@@ -579,7 +579,7 @@ fn partition_isotropy(input: &LayerInput<'_>) -> Result<f64> {
     let raw = to_f64(input.acts());
     // H^T H, as the row Gram matrix of H^T (d x d).
     let gram = gram_rows(raw.as_ref().transpose(), input.par());
-    let (_, vectors) = symmetric_eigen_desc(gram.as_ref())?;
+    let (_, vectors) = symmetric_eigen_desc(gram.as_ref(), input.par())?;
     let scores = project(raw.as_ref(), vectors.as_ref(), input.par());
     let log_sum_exp = |sign: f64, j: usize| {
         let col = scores.col(j);

@@ -204,11 +204,12 @@ pub fn spectrum_matched(
     }
     // Σ ∝ XᵀX (the 1/(N−1) cancels in every share).
     let cov = project(corrected.transpose(), corrected, Par::Seq);
-    let (lambda, u) = symmetric_eigen_desc(cov.as_ref()).map_err(|_| Error::InvalidParam {
-        name: "layer",
-        value: format!("[{}, {d}]", corrected.nrows()),
-        reason: "the eigendecomposition of the layer covariance did not converge",
-    })?;
+    let (lambda, u) =
+        symmetric_eigen_desc(cov.as_ref(), Par::Seq).map_err(|_| Error::InvalidParam {
+            name: "layer",
+            value: format!("[{}, {d}]", corrected.nrows()),
+            reason: "the eigendecomposition of the layer covariance did not converge",
+        })?;
     let lambda: Vec<f64> = lambda.iter().map(|l| l.max(0.0)).collect();
     let trace: f64 = lambda.iter().sum();
     if trace.is_nan() || trace <= 0.0 {

@@ -460,11 +460,10 @@ impl SyntheticSpace {
         let cov = Mat::from_fn(k, k, |a, c| {
             (0..n).map(|i| y[i * k + a] * y[i * k + c]).sum()
         });
-        let (_, w) = repgeom_linalg::symmetric_eigen_desc(cov.as_ref()).map_err(|source| {
-            Error::Numerical {
-                model: self.label.clone(),
-                source,
-            }
+        let (_, w) = repgeom_linalg::symmetric_eigen_desc(cov.as_ref(), repgeom_linalg::Par::Seq)
+            .map_err(|source| Error::Numerical {
+            model: self.label.clone(),
+            source,
         })?;
         let theta = angle * std::f64::consts::FRAC_PI_2;
         let (c, s) = (theta.cos(), theta.sin());
