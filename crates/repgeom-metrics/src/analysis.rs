@@ -71,9 +71,9 @@ pub struct ModelContext {
 impl ModelContext {
     /// Prepares a model of hidden size `d`: the readout subspace of dimension `k` (from `W_U`,
     /// or a supplied basis, checked) and the null bases (drawn for `(d, k)`, or supplied), each
-    /// only when given. The decomposition runs sequentially (bit-identical at any thread count)
-    /// beside the parallel null draws, on the current rayon pool; `par` is the parallelism of
-    /// the layers' metrics ([`LayerInput::par`]). `what` names the model in errors.
+    /// only when given. The decomposition and the null draws run side by side on the current
+    /// rayon pool, each bit-identical at any thread count; `par` is the parallelism of the
+    /// layers' metrics ([`LayerInput::par`]). `what` names the model in errors.
     ///
     /// ```
     /// use repgeom_linalg::{Mat, Par};
@@ -109,7 +109,11 @@ impl ModelContext {
                 }
                 Some(ReadoutView::Unembedding(w_u)) => {
                     check_unembedding(w_u, d, k, what)?;
-                    Ok(Some(repgeom_linalg::readout_subspace(w_u, k, Par::Seq)?))
+                    Ok(Some(repgeom_linalg::readout_subspace(
+                        w_u,
+                        k,
+                        Par::rayon(0),
+                    )?))
                 }
             }
         };

@@ -312,8 +312,8 @@ impl<'s> Loader<'s> {
     /// Prepares model `m`'s readout contexts from its readout and labels.
     fn build_model(&self, m: &ModelInfo, (readout, labels): ModelInputs) -> Result<ModelCtx> {
         let readout = MatRef::from_row_major_slice(&readout.data, readout.rows, readout.cols);
-        // Decompositions single-threaded: bit-identical bases at any thread count. The null
-        // draws (parallel) run beside the sequential decomposition, on the idle cores.
+        // The decomposition (bit-identical at any thread count) runs beside the null draws on
+        // the current pool.
         let a = &self.study.manifest.analysis;
         let null = NullParams {
             n_null: a.n_null,
@@ -321,28 +321,41 @@ impl<'s> Loader<'s> {
         };
         let what = format!("model {}", m.label);
         let d = m.d as usize;
+        // One decomposition, at the largest k the model needs: the top k vectors are the
+        // leading k columns of the top kmax, bit for bit, so every k's basis is cut from it.
+        let ks = m.sensitivity_ks(&a.k_sensitivity);
+        let wide = match ks.last() {
+            Some(&kmax) => Some(
+                ModelContext::new(
+                    d,
+                    kmax.max(m.k),
+                    Some(Readout::Unembedding(readout)),
+                    None,
+                    &what,
+                    Par::Seq,
+                )?
+                .basis()
+                .expect("a readout was given")
+                .to_owned(),
+            ),
+            None => None,
+        };
+        let own = match &wide {
+            Some(wide) => Readout::Basis(wide.subcols(0, m.k)),
+            None => Readout::Unembedding(readout),
+        };
         let model = ModelContext::new(
             d,
             m.k,
-            Some(Readout::Unembedding(readout)),
+            Some(own),
             Some(NullSource::Draw(null.clone())),
             &what,
             Par::Seq,
         )?
         .with_memory_budget(Some(repgeom_io::default_memory_budget()))
         .with_device(self.study.manifest.device);
-        let ks = m.sensitivity_ks(&a.k_sensitivity);
         let mut sensitivity = BTreeMap::new();
-        if let Some(&kmax) = ks.last() {
-            let wide = ModelContext::new(
-                d,
-                kmax,
-                Some(Readout::Unembedding(readout)),
-                None,
-                &what,
-                Par::Seq,
-            )?;
-            let wide = wide.basis().expect("a readout was given");
+        if let Some(wide) = &wide {
             for &k in &ks {
                 let basis = Readout::Basis(wide.subcols(0, k));
                 let null = Some(NullSource::Draw(null.clone()));
