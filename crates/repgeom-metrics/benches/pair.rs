@@ -96,7 +96,8 @@ fn bench_spectrum_null(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function("match_100_draws", |bench| {
         bench.iter(|| {
-            repgeom_null::spectrum_matched(&null, x.as_ref(), readout.as_ref(), 0.01).unwrap()
+            repgeom_null::spectrum_matched(&null, x.as_ref(), readout.as_ref(), 0.01, Par::Seq)
+                .unwrap()
         })
     });
     group.finish();

@@ -90,7 +90,8 @@ fn spectrum_null_timing() {
     )
     .unwrap();
     let t = Instant::now();
-    let m = repgeom_null::spectrum_matched(&null, x.as_ref(), readout.as_ref(), 0.01).unwrap();
+    let m = repgeom_null::spectrum_matched(&null, x.as_ref(), readout.as_ref(), 0.01, Par::Seq)
+        .unwrap();
     println!(
         "{{\"config\": {{\"metric\": \"spectrum_null\"}}, \"n\": {n}, \"d\": {d}, \"k\": {k}, \"n_null\": {n_null}, \"seconds\": {:.3}, \"target\": {:.6}, \"peak_rss_bytes\": {}}}",
         t.elapsed().as_secs_f64(),

@@ -619,6 +619,7 @@ fn sweep(
                         corrected.as_ref(),
                         readout_basis,
                         tol,
+                        par,
                     )
                     .map_err(|e| null_error(e, &label))?;
                     Some(m.bases)

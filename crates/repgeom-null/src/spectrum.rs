@@ -177,12 +177,16 @@ fn orthonormalize(t: MatRef<'_, f64>) -> Option<Mat<f64>> {
 /// orthonormal), within relative tolerance `tol`.
 ///
 /// Errors when the readout's share cannot be reached by a draw (it lies beyond what the tilt
-/// family spans for that draw, e.g. a readout that is exactly the top-`k` eigenspace).
+/// family spans for that draw, e.g. a readout that is exactly the top-`k` eigenspace); the
+/// first such draw in order is named. Unless `par` is `Par::Seq`, the covariance, its
+/// eigendecomposition and the draws (each matched sequentially) run on the current rayon
+/// pool: the result is bit-identical at any thread count.
 pub fn spectrum_matched(
     haar: &NullBases,
     corrected: MatRef<'_, f64>,
     readout: MatRef<'_, f64>,
     tol: f64,
+    par: Par,
 ) -> Result<SpectrumMatched> {
     let (d, k) = (haar.d(), haar.k());
     assert_eq!(
@@ -203,13 +207,12 @@ pub fn spectrum_matched(
         });
     }
     // Σ ∝ XᵀX (the 1/(N−1) cancels in every share).
-    let cov = project(corrected.transpose(), corrected, Par::Seq);
-    let (lambda, u) =
-        symmetric_eigen_desc(cov.as_ref(), Par::Seq).map_err(|_| Error::InvalidParam {
-            name: "layer",
-            value: format!("[{}, {d}]", corrected.nrows()),
-            reason: "the eigendecomposition of the layer covariance did not converge",
-        })?;
+    let cov = project(corrected.transpose(), corrected, par);
+    let (lambda, u) = symmetric_eigen_desc(cov.as_ref(), par).map_err(|_| Error::InvalidParam {
+        name: "layer",
+        value: format!("[{}, {d}]", corrected.nrows()),
+        reason: "the eigendecomposition of the layer covariance did not converge",
+    })?;
     let lambda: Vec<f64> = lambda.iter().map(|l| l.max(0.0)).collect();
     let trace: f64 = lambda.iter().sum();
     if trace.is_nan() || trace <= 0.0 {
@@ -227,10 +230,9 @@ pub fn spectrum_matched(
     let to_eigen = |q: MatRef<'_, f64>| project(u.transpose(), q, Par::Seq);
     let target = captured_in_eigenbasis(to_eigen(readout).as_ref(), &lambda, trace);
 
-    let mut bases = Vec::with_capacity(haar.len());
-    let mut captured = Vec::with_capacity(haar.len());
-    let mut betas = Vec::with_capacity(haar.len());
-    for (index, q) in haar.bases().iter().enumerate() {
+    // One draw's tilt: its own root finding, sequential inside, so the draws run side by side
+    // (in order with `Par::Seq`) and each gives the same bits on any pool.
+    let match_draw = |(index, q): (usize, &Mat<f64>)| -> Result<(Mat<f64>, f64, f64)> {
         let p = to_eigen(q.as_ref());
         // Tilted, orthonormalised coordinates in the eigenbasis, and their captured share.
         let tilt = |beta: f64| -> Option<(Mat<f64>, f64)> {
@@ -314,9 +316,26 @@ pub fn spectrum_matched(
             return Err(fail(best_c));
         }
         // Back to the hidden space: Q' = U T.
-        let qd = project(u.as_ref(), best.as_ref(), Par::Seq);
+        Ok((project(u.as_ref(), best.as_ref(), Par::Seq), best_c, beta))
+    };
+    let matched: Vec<Result<(Mat<f64>, f64, f64)>> = if par == Par::Seq {
+        haar.bases().iter().enumerate().map(match_draw).collect()
+    } else {
+        use rayon::prelude::*;
+        haar.bases()
+            .par_iter()
+            .enumerate()
+            .map(match_draw)
+            .collect()
+    };
+    let mut bases = Vec::with_capacity(haar.len());
+    let mut captured = Vec::with_capacity(haar.len());
+    let mut betas = Vec::with_capacity(haar.len());
+    // The first draw that fails, in draw order, names the error at any thread count.
+    for m in matched {
+        let (qd, c, beta) = m?;
         bases.push(qd);
-        captured.push(best_c);
+        captured.push(c);
         betas.push(beta);
     }
     Ok(SpectrumMatched {

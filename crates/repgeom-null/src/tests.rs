@@ -179,7 +179,7 @@ fn z_standard_error_matches_replicate_nulls() {
 
 #[test]
 fn captured_variance_agrees_with_the_spectrum_matched_target_and_match() {
-    use repgeom_linalg::Mat;
+    use repgeom_linalg::{Mat, Par};
     // A layer with a decaying spectrum: column j has standard deviation 1 / (1 + j).
     let (n, d, k) = (60, 12, 3);
     let x = Mat::<f64>::from_fn(n, d, |i, j| {
@@ -196,7 +196,26 @@ fn captured_variance_agrees_with_the_spectrum_matched_target_and_match() {
     let cv = captured_variance(x.as_ref(), readout.as_ref(), &haar).unwrap();
     assert_eq!(cv.null.len(), 6);
     assert!(cv.null.iter().all(|&s| s > 0.0 && s < 1.0));
-    let m = spectrum_matched(&haar, x.as_ref(), readout.as_ref(), 0.01).unwrap();
+    let m = spectrum_matched(&haar, x.as_ref(), readout.as_ref(), 0.01, Par::Seq).unwrap();
+    // The draws matched side by side give the sequential bits.
+    for threads in [2, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let par = pool.install(|| {
+            spectrum_matched(
+                &haar,
+                x.as_ref(),
+                readout.as_ref(),
+                0.01,
+                Par::rayon(threads),
+            )
+            .unwrap()
+        });
+        assert!(par.bases.bases() == m.bases.bases(), "{threads} threads");
+        assert_eq!((&par.captured, &par.beta), (&m.captured, &m.beta));
+    }
     assert!(
         (m.target - cv.readout).abs() < 1e-12,
         "{} vs {}",
