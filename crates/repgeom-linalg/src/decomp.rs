@@ -68,10 +68,10 @@ pub fn symmetric_eigen_desc(a: MatRef<'_, f64>, par: Par) -> Result<(Vec<f64>, M
 /// partial sums in order: its rounding depends on that number, never on the threads that run
 /// the pieces; the tridiagonal solve splits its products over output tiles. Both get
 /// `Par::rayon(EVD_PIECES)`, so the result is the same on one thread and on many; the pool
-/// decides only how many pieces run at once. (The back-transform of the wanted vectors runs
-/// sequentially.) Sixteen pieces keep
-/// a 16-core node's memory channels busy and cost 5 % on one thread (d = 4096). Matrices of up
-/// to 314 rows, below faer's threshold for parallel work, are reduced in one piece.
+/// decides only how many pieces run at once (the back-transform of the wanted vectors runs
+/// sequentially). Sixteen pieces keep a 16-core node's memory channels busy and cost under
+/// 5 % on one thread (d = 4096). Matrices of up to 314 rows, below faer's threshold for
+/// parallel work, are reduced in one piece.
 pub const EVD_PIECES: usize = 16;
 
 /// [`symmetric_eigen_desc`] with only the top `m` eigenvectors: every eigenvalue, and the

@@ -312,8 +312,8 @@ impl<'s> Loader<'s> {
     /// Prepares model `m`'s readout contexts from its readout and labels.
     fn build_model(&self, m: &ModelInfo, (readout, labels): ModelInputs) -> Result<ModelCtx> {
         let readout = MatRef::from_row_major_slice(&readout.data, readout.rows, readout.cols);
-        // The decomposition (bit-identical at any thread count) runs beside the null draws on
-        // the current pool.
+        // The decomposition is bit-identical at any thread count, so it runs on the current
+        // pool: beside the model's null draws, or first and once when other k are wanted.
         let a = &self.study.manifest.analysis;
         let null = NullParams {
             n_null: a.n_null,
