@@ -30,7 +30,7 @@ mod tests;
 pub use decomp::{
     EVD_PIECES, PrincipalDirections, ccr, center_columns, orthonormal_basis_check,
     principal_directions, project, project_f32, qr_positive, readout_subspace, remove_directions,
-    symmetric_eigen_desc, to_f32, to_f64, top_eigen_desc, top_pairs_certified,
+    symmetric_eigen_desc, to_f32, to_f64, to_f64_into, top_eigen_desc, top_pairs_certified,
     top_principal_directions, top_right_singular_vectors,
 };
 pub use distance::{

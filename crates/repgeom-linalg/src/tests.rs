@@ -195,6 +195,23 @@ fn ccr_and_the_partial_eigensolver_do_not_depend_on_thread_count() {
 }
 
 #[test]
+fn widening_in_blocks_equals_to_f64() {
+    // Past one block of columns and one tile of rows, each with a remainder; row- and
+    // column-major inputs.
+    let data: Vec<f32> = (0..70 * 300).map(|v| (v as f32 * 0.37).sin()).collect();
+    let row_major = MatRef::from_row_major_slice(&data, 70, 300);
+    let col_major = MatRef::from_column_major_slice(&data, 70, 300);
+    for x in [row_major, col_major] {
+        check_thread_independent("to_f64_into", |par| {
+            let mut dst = Mat::<f64>::zeros(70, 300);
+            to_f64_into(dst.as_mut(), x, par);
+            assert!(dst == to_f64(x));
+            dst
+        });
+    }
+}
+
+#[test]
 fn the_full_eigendecomposition_does_not_depend_on_thread_count() {
     // n = 400 > 314: faer reduces the first columns in `EVD_PIECES` column ranges, whose
     // partial sums would round differently if their number followed the pool.
