@@ -106,6 +106,25 @@ impl Act {
     }
 }
 
+/// The device held for a model's uploads ([`Gpu::uploads`]).
+pub struct Uploads<'a> {
+    gpu: &'a Gpu,
+    inner: std::sync::MutexGuard<'a, Inner>,
+    free: u64,
+}
+
+impl Uploads<'_> {
+    /// The device's free memory in bytes when the hold was taken.
+    pub fn free(&self) -> u64 {
+        self.free
+    }
+
+    /// [`Gpu::upload`] under this hold.
+    pub fn upload(&self, data: HostData<'_>, widen: bool, what: &str) -> Result<Weight> {
+        self.gpu.upload_on(&self.inner, data, widen, what)
+    }
+}
+
 /// An MLP's activation function (`forward.cu`'s `activate` codes, in `repgeom-extract`'s
 /// `Activation` order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,32 +223,55 @@ impl Gpu {
     }
 
     /// Uploads a weight, widened to `f32` when `widen` (`--dtype f32`), else as stored.
+    /// A whole model's weights go through [`Gpu::uploads`] instead, sized under one hold.
     pub fn upload(&self, data: HostData<'_>, widen: bool, what: &str) -> Result<Weight> {
-        let len = data.len();
-        self.with(|inner| {
-            let s = &inner.stream;
-            let up = |e| self.driver(&format!("copying {what} to the device"), e);
-            let store = match data {
-                HostData::F32(x) => Store::F32(s.clone_htod(x).map_err(up)?),
-                HostData::Bf16(x) if widen => {
-                    let w: Vec<f32> = x
-                        .iter()
-                        .map(|&b| f32::from_bits(u32::from(b) << 16))
-                        .collect();
-                    Store::F32(s.clone_htod(&w).map_err(up)?)
-                }
-                HostData::F16(x) if widen => {
-                    let w: Vec<f32> = x
-                        .iter()
-                        .map(|&b| half::f16::from_bits(b).to_f32())
-                        .collect();
-                    Store::F32(s.clone_htod(&w).map_err(up)?)
-                }
-                HostData::Bf16(x) => Store::Half(s.clone_htod(x).map_err(up)?, true),
-                HostData::F16(x) => Store::Half(s.clone_htod(x).map_err(up)?, false),
-            };
-            Ok(Weight { store, len })
+        self.with(|inner| self.upload_on(inner, data, widen, what))
+    }
+
+    /// An exclusive hold on the device for uploading many weights, with the free memory read
+    /// under it ([`Uploads::free`]): a caller that checks its bytes against that figure and
+    /// then uploads through [`Uploads::upload`] cannot have the memory taken by other work of
+    /// this process (a PGA unit's null draws, another model) between the check and the copies.
+    /// Other work on the device waits until the hold is dropped.
+    pub fn uploads(&self) -> Result<Uploads<'_>> {
+        let (inner, free) = self.lock_with_free()?;
+        Ok(Uploads {
+            gpu: self,
+            inner,
+            free,
         })
+    }
+
+    fn upload_on(
+        &self,
+        inner: &Inner,
+        data: HostData<'_>,
+        widen: bool,
+        what: &str,
+    ) -> Result<Weight> {
+        let len = data.len();
+        let s = &inner.stream;
+        let up = |e| self.driver(&format!("copying {what} to the device"), e);
+        let store = match data {
+            HostData::F32(x) => Store::F32(s.clone_htod(x).map_err(up)?),
+            HostData::Bf16(x) if widen => {
+                let w: Vec<f32> = x
+                    .iter()
+                    .map(|&b| f32::from_bits(u32::from(b) << 16))
+                    .collect();
+                Store::F32(s.clone_htod(&w).map_err(up)?)
+            }
+            HostData::F16(x) if widen => {
+                let w: Vec<f32> = x
+                    .iter()
+                    .map(|&b| half::f16::from_bits(b).to_f32())
+                    .collect();
+                Store::F32(s.clone_htod(&w).map_err(up)?)
+            }
+            HostData::Bf16(x) => Store::Half(s.clone_htod(x).map_err(up)?, true),
+            HostData::F16(x) => Store::Half(s.clone_htod(x).map_err(up)?, false),
+        };
+        Ok(Weight { store, len })
     }
 
     /// Copies rows `rows` of `a` back into their places in `out` (resized to `a`'s

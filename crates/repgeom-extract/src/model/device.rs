@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
-use repgeom_cuda::{Act, ActFn, AttentionSpec, Gpu, Heads, HostData, Rope, Weight};
+use repgeom_cuda::{Act, ActFn, AttentionSpec, Gpu, Heads, HostData, Rope, Uploads, Weight};
 
 use super::wiring::{self, Qkv};
 use super::{FusedLayout, Layer, Linear, Model, Norm, loss_pairs, per_sequence, widths};
@@ -100,7 +100,7 @@ impl std::fmt::Debug for OnDevice {
 /// Uploads one weight: matrices as stored (or widened, for [`Precision::F32`]), vectors in
 /// the `f32` the CPU path widened them to at load. A contiguous tensor is uploaded from its
 /// own storage, without a host copy (a 6.9B checkpoint is 14 GB).
-fn upload(gpu: &Gpu, t: &Tensor, widen: bool) -> Result<Weight> {
+fn upload(device: &Uploads<'_>, t: &Tensor, widen: bool) -> Result<Weight> {
     use half::slice::HalfFloatSliceExt;
     let t = t.contiguous()?;
     let what = format!("a weight of {} values", t.elem_count());
@@ -112,23 +112,23 @@ fn upload(gpu: &Gpu, t: &Tensor, widen: bool) -> Result<Weight> {
         });
     };
     Ok(match &*storage {
-        candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(x)) => gpu.upload(
+        candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(x)) => device.upload(
             HostData::Bf16(x[start..end].reinterpret_cast()),
             widen,
             &what,
         )?,
-        candle_core::Storage::Cpu(candle_core::CpuStorage::F16(x)) => gpu.upload(
+        candle_core::Storage::Cpu(candle_core::CpuStorage::F16(x)) => device.upload(
             HostData::F16(x[start..end].reinterpret_cast()),
             widen,
             &what,
         )?,
         candle_core::Storage::Cpu(candle_core::CpuStorage::F32(x)) => {
-            gpu.upload(HostData::F32(&x[start..end]), widen, &what)?
+            device.upload(HostData::F32(&x[start..end]), widen, &what)?
         }
         _ => {
             drop(storage);
             let x = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            gpu.upload(HostData::F32(&x), widen, &what)?
+            device.upload(HostData::F32(&x), widen, &what)?
         }
     })
 }
@@ -181,7 +181,10 @@ impl OnDevice {
                 ),
             });
         }
-        let (free, _) = gpu.memory()?;
+        // Held from the check to the last copy: no other work of this process (a PGA
+        // unit's draws, another model) can take the memory in between.
+        let device = gpu.uploads()?;
+        let free = device.free();
         if bytes > free / 10 * 9 {
             return Err(Error::DeviceTooSmall {
                 device: format!("cuda:{}", gpu.ordinal()),
@@ -195,8 +198,7 @@ impl OnDevice {
                 },
             });
         }
-        let g = &*gpu;
-        let mut up = |t: &Tensor| upload(g, t, widen);
+        let mut up = |t: &Tensor| upload(&device, t, widen);
         let layers = model
             .layers
             .iter()
@@ -213,7 +215,7 @@ impl OnDevice {
             },
             readout_bias: model.readout_bias.as_ref().map(&mut up).transpose()?,
             layers,
-            gpu,
+            gpu: gpu.clone(),
             precision,
             bytes,
         })
