@@ -48,6 +48,27 @@ pub use rank::{
     RankScratch, RankedReference, TieSums, average_ranks, float_key, pearson, spearman,
 };
 
+/// `f(0), f(1), …, f(n − 1)`, in that order: on this thread with `Par::Seq`, else on the
+/// current rayon pool. Which thread computes which item does not change the result, so the
+/// output is the same at any thread count as long as each `f(i)` is: the one way repgeom maps
+/// independent pieces of work (draws, blocks of rows, groups) in parallel.
+///
+/// ```
+/// use repgeom_linalg::{Par, map_in_order};
+/// let squares = map_in_order(5, Par::rayon(2), |i| i * i);
+/// assert_eq!(squares, map_in_order(5, Par::Seq, |i| i * i));
+/// assert_eq!(squares, [0, 1, 4, 9, 16]);
+/// ```
+pub fn map_in_order<R: Send>(n: usize, par: Par, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+    match par {
+        Par::Seq => (0..n).map(f).collect(),
+        _ => {
+            use rayon::prelude::*;
+            (0..n).into_par_iter().map(f).collect()
+        }
+    }
+}
+
 /// Checks that every entry of `x` is finite; returns the first offending `(row, col)`.
 pub fn first_non_finite<T: Copy + Into<f64>>(x: MatRef<'_, T>) -> Option<(usize, usize)> {
     // Almost every matrix is finite: one pass in memory order (rows of a row-major matrix) says

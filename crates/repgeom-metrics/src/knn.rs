@@ -7,7 +7,6 @@
 //! worker. Everything after the search (the statistic and every permutation draw) works on the
 //! `N × k` neighbour lists alone, in `O(N·k)` per draw.
 
-use rayon::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par, normalize_rows, project, project_f32};
 use serde::{Deserialize, Serialize};
 
@@ -124,10 +123,7 @@ where
         }
         (out, tied)
     };
-    let parts: Vec<Block> = match par {
-        Par::Seq => starts.iter().map(one).collect(),
-        _ => starts.par_iter().map(one).collect(),
-    };
+    let parts: Vec<Block> = repgeom_linalg::map_in_order(starts.len(), par, |b| one(&starts[b]));
     let mut nb = Neighbours {
         k,
         offsets: vec![0],

@@ -318,16 +318,8 @@ pub fn spectrum_matched(
         // Back to the hidden space: Q' = U T.
         Ok((project(u.as_ref(), best.as_ref(), Par::Seq), best_c, beta))
     };
-    let matched: Vec<Result<(Mat<f64>, f64, f64)>> = if par == Par::Seq {
-        haar.bases().iter().enumerate().map(match_draw).collect()
-    } else {
-        use rayon::prelude::*;
-        haar.bases()
-            .par_iter()
-            .enumerate()
-            .map(match_draw)
-            .collect()
-    };
+    let bases = haar.bases();
+    let matched = repgeom_linalg::map_in_order(bases.len(), par, |i| match_draw((i, &bases[i])));
     let mut bases = Vec::with_capacity(haar.len());
     let mut captured = Vec::with_capacity(haar.len());
     let mut betas = Vec::with_capacity(haar.len());

@@ -28,8 +28,6 @@ mod aggregate;
 mod draws;
 mod duplicates;
 
-use rayon::prelude::*;
-use repgeom_linalg::Par;
 use serde::{Deserialize, Serialize};
 
 pub use aggregate::Aggregate;
@@ -285,10 +283,9 @@ fn compare_points(
             &format!("{name}'s permutation null"),
         )?,
         None => {
-            let grouped: Vec<Vec<Vec<f64>>> = match par {
-                Par::Seq => groups.iter().map(group).collect::<Result<_>>()?,
-                _ => groups.par_iter().map(group).collect::<Result<_>>()?,
-            };
+            // The first failing group in order names the error, at any thread count.
+            let grouped = repgeom_linalg::map_in_order(groups.len(), par, |i| group(&groups[i]));
+            let grouped: Vec<Vec<Vec<f64>>> = grouped.into_iter().collect::<Result<_>>()?;
             grouped.into_iter().flatten().collect()
         }
     };
