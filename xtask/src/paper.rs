@@ -122,7 +122,7 @@ fn sweep(study: &Study, work: &Path, t0: Instant) -> anyhow::Result<()> {
             );
         }
     };
-    repgeom_study::sweep(study, work, None, &on_start, &on_done)?;
+    repgeom_study::sweep(study, work, None, &on_start, &|_| {}, &on_done)?;
     Ok(())
 }
 

@@ -48,7 +48,7 @@ pub use plan::{
     shard_from_env, unit_id,
 };
 pub use report::{Report, check_report, report};
-pub use run::{Loader, UnitDone, run_units};
+pub use run::{Loader, Step, StepDone, UnitDone, run_units};
 pub use stage::{
     CheckpointRecord, Duplicate, checkpoint_record_path, duplicates, read_checkpoint_records,
 };
@@ -127,12 +127,14 @@ pub struct SweepStats {
 
 /// Writes the plan, then computes every unit of shard `shard = (i, n)` (all when `None`) whose
 /// part is missing or stale. `on_start` gets the stats after the shard's hub checkpoints are
-/// extracted and before any unit runs (for a progress bar).
+/// extracted and before any unit runs (for a progress bar); `on_step` the wall time of each
+/// step of an extraction and of each model's readout contexts.
 pub fn sweep(
     study: &Study,
     dir: &std::path::Path,
     shard_of: Option<(usize, usize)>,
     on_start: &dyn Fn(&SweepStats),
+    on_step: &(dyn Fn(&StepDone<'_>) + Sync),
     on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
 ) -> Result<SweepStats> {
     write_plan(dir, study)?;
@@ -141,7 +143,7 @@ pub fn sweep(
         None => study.units.clone(),
     };
     let todo: Vec<PlannedUnit> = mine.iter().filter(|u| !is_done(dir, u)).cloned().collect();
-    let loader = Loader::with_dir(study, dir);
+    let loader = Loader::with_dir(study, dir).on_step(on_step);
     // Extraction is sharded too: of the hub checkpoints this shard's pending units need, shard
     // i extracts those at positions i mod n (plan order) first, so the tasks of an array start
     // on different checkpoints; a checkpoint another task is extracting is waited for (a lock
@@ -189,6 +191,6 @@ pub fn sweep(
         checkpoints,
     };
     on_start(&stats);
-    run_units(study, &todo, dir, on_done)?;
+    run::run_units_with(&loader, &todo, dir, on_done)?;
     Ok(stats)
 }

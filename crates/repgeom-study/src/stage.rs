@@ -17,6 +17,7 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use repgeom_extract::{ExtractParams, Extractor, Pool};
 use repgeom_hub::{Files, Hub};
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::manifest::{CheckpointSpec, DataSource, ExtractSpec, Manifest, ModelSpec, ProbeSpec};
+use crate::run::Step;
 use crate::{Error, Result};
 
 /// Format of the cache keys and records.
@@ -498,13 +500,24 @@ pub(crate) struct ProbeJob<'a> {
     pub(crate) n_labels: usize,
 }
 
+/// Told the wall time of each [`Step`] of an extraction.
+pub(crate) type OnStep<'a> = dyn Fn(Step, Duration) + Sync + 'a;
+
+/// `f()`, and its wall time told to `on_step` when it succeeds.
+fn timed<R>(on_step: &OnStep<'_>, step: Step, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    let t = Instant::now();
+    let r = f()?;
+    on_step(step, t.elapsed());
+    Ok(r)
+}
+
 /// The activations, validation loss and (with `probe`) probe features of one hub checkpoint,
 /// from the cache under `dir` or computed now (one process at a time per key), loading its
 /// weights at most once: a checkpoint without a record yet (`resolved.record` is `None`) is
 /// hashed (`repgeom_hub::weights_hash`) on its own thread while it loads and computes its
 /// points and loss; that thread writes the record and takes the points' lock as soon as the
 /// hash is known, and the points computed are then stored under their key, or dropped where
-/// the cache holds them.
+/// the cache holds them. `on_step` is told the wall time of each step as it finishes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn extract(
     manifest: &Manifest,
@@ -515,6 +528,7 @@ pub(crate) fn extract(
     model: &ModelSpec,
     ckpt: &CheckpointSpec,
     resolved: Resolved,
+    on_step: &OnStep<'_>,
 ) -> Result<(CheckpointRecord, Extracted)> {
     let e = manifest
         .extract
@@ -532,12 +546,14 @@ pub(crate) fn extract(
     // the rounding of the products, so the device is in no cache key and a cache filled on
     // either serves both; `stored` is a setting of [extract] and in its keys.
     let load = || -> Result<Extractor> {
-        let mut x = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
-        if let Some(gpu) = manifest.device.open()? {
-            x.to_device(gpu, e.params.dtype)
-                .map_err(|err| fail(snapshot, err.to_string()))?;
-        }
-        Ok(x)
+        timed(on_step, Step::Load, || {
+            let mut x = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
+            if let Some(gpu) = manifest.device.open()? {
+                x.to_device(gpu, e.params.dtype)
+                    .map_err(|err| fail(snapshot, err.to_string()))?;
+            }
+            Ok(x)
+        })
     };
     // The points and the loss ([extract]'s work), with the model's loss on the held-out part.
     let points_and_loss = |x: &Extractor| -> Result<PointsAndLoss> {
@@ -546,16 +562,17 @@ pub(crate) fn extract(
             .params()
             .check()
             .map_err(|err| fail(&corpus.file, err.to_string()))?;
-        let out = x
-            .extract(&points_text, &params, &mut |_| {})
-            .map_err(|err| fail(&corpus.file, err.to_string()))?;
-        let val =
-            match &val_text {
-                Some(v) => Some(x.loss(v, &params, &mut |_| {}).map_err(|err| {
-                    fail(&corpus.file, format!("held-out part for the loss: {err}"))
-                })?),
-                None => None,
-            };
+        let out = timed(on_step, Step::Points, || {
+            x.extract(&points_text, &params, &mut |_| {})
+                .map_err(|err| fail(&corpus.file, err.to_string()))
+        })?;
+        let val = match &val_text {
+            Some(v) => Some(timed(on_step, Step::Loss, || {
+                x.loss(v, &params, &mut |_| {})
+                    .map_err(|err| fail(&corpus.file, format!("held-out part for the loss: {err}")))
+            })?),
+            None => None,
+        };
         Ok((out, val))
     };
     let cache = dir.join("activations");
@@ -599,7 +616,9 @@ pub(crate) fn extract(
             // (the same weights under another revision).
             let (keyed, work) = std::thread::scope(|s| {
                 let keyed = s.spawn(|| -> Result<_> {
-                    let digest = repgeom_hub::weights_hash(snapshot)?;
+                    let digest = timed(on_step, Step::WeightsHash, || {
+                        Ok(repgeom_hub::weights_hash(snapshot)?)
+                    })?;
                     let rec = write_record(dir, model, ckpt, &resolved.commit, digest)?;
                     let locked = points_key(&rec)?;
                     Ok((rec, locked))
@@ -736,9 +755,11 @@ pub(crate) fn extract(
         }
         .check()
         .map_err(|err| fail(&p.texts.file, err.to_string()))?;
-        let out = extractor
-            .extract(&p.texts.text, &params, &mut |_| {})
-            .map_err(|err| fail(&p.texts.file, err.to_string()))?;
+        let out = timed(on_step, Step::ProbeFeatures, || {
+            extractor
+                .extract(&p.texts.text, &params, &mut |_| {})
+                .map_err(|err| fail(&p.texts.file, err.to_string()))
+        })?;
         if out.n_points != p.n_labels {
             return Err(fail(
                 &p.texts.file,
@@ -774,6 +795,7 @@ pub(crate) fn extract(
                 Self::Extract(e)
             }
         }
+        let started = Instant::now();
         extractor
             .stream(
                 &points_text,
@@ -793,6 +815,7 @@ pub(crate) fn extract(
                 };
                 fail(&corpus.file, format!("spectral_tokens: {reason}"))
             })?;
+        on_step(Step::Spectra, started.elapsed());
         let mut out = Spectra::new();
         for (r, &l) in records.iter().zip(&job.layers) {
             out.insert(l, r.spectra()?);

@@ -104,6 +104,22 @@ pub(crate) fn run(args: &SweepArgs, ctx: &Context) -> anyhow::Result<()> {
             });
         }
     };
+    // Where a checkpoint's time goes: each step of its extraction (the weights hash runs
+    // beside the others when it is met for the first time) and each model's readout contexts.
+    let on_step = |s: &repgeom_study::StepDone<'_>| {
+        let _g = log.lock();
+        if !quiet {
+            let at = s.checkpoint.map_or(String::new(), |c| format!(" {c}"));
+            bar.suspend(|| {
+                eprintln!(
+                    "step {}{at}: {} {:.2} s",
+                    s.model,
+                    s.step,
+                    s.elapsed.as_secs_f64()
+                );
+            });
+        }
+    };
     let on_done = |u: &UnitDone<'_>| {
         let _g = log.lock();
         if !quiet {
@@ -118,7 +134,7 @@ pub(crate) fn run(args: &SweepArgs, ctx: &Context) -> anyhow::Result<()> {
         }
         bar.inc(1);
     };
-    let stats = repgeom_study::sweep(&study, out, shard, &on_start, &on_done)?;
+    let stats = repgeom_study::sweep(&study, out, shard, &on_start, &on_step, &on_done)?;
     bar.finish_and_clear();
     if shard.is_some() {
         if !quiet {

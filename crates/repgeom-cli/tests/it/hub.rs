@@ -90,8 +90,20 @@ pub(crate) fn repgeom_hub(
     args: &[&str],
     extra_env: &[(&str, &str)],
 ) -> Run {
+    repgeom_hub_with(hub, cache, &["--quiet"], args, extra_env)
+}
+
+/// [`repgeom_hub`] with `flags` (e.g. `--quiet`) before the command.
+pub(crate) fn repgeom_hub_with(
+    hub: &TestHub,
+    cache: &Path,
+    flags: &[&str],
+    args: &[&str],
+    extra_env: &[(&str, &str)],
+) -> Run {
     let mut c = Command::new(env!("CARGO_BIN_EXE_repgeom"));
-    c.args(["--quiet", "--threads", "2"])
+    c.args(flags)
+        .args(["--threads", "2"])
         .args(args)
         .current_dir(root())
         .env("HF_ENDPOINT", hub.endpoint())
@@ -452,13 +464,42 @@ fn study_from_model_names_end_to_end() {
     // file is downloaded again.
     hub.clear_requests();
     let work1 = tmp.path().join("work1");
-    ok(&repgeom_hub(
+    let single = repgeom_hub_with(
         &hub,
         cache.path(),
+        &[],
         &["sweep", "--manifest", ms, "--out", work1.to_str().unwrap()],
         &[],
-    ));
+    );
+    ok(&single);
     assert_eq!(csv, read(work1.join("results.csv")));
+    // Where the time went, step by step: each of the six checkpoints hashed, loaded, its
+    // points and loss computed once, probe features at each model's final checkpoint, and
+    // each model's readout contexts once.
+    let mut steps = std::collections::BTreeMap::<String, usize>::new();
+    for line in single.stderr.lines().filter(|l| l.starts_with("step ")) {
+        let (_, rest) = line
+            .split_once(": ")
+            .expect("step MODEL [CHECKPOINT]: STEP S s");
+        let (step, secs) = rest
+            .rsplit_once(' ')
+            .and_then(|(s, _)| s.rsplit_once(' '))
+            .unwrap();
+        assert!(secs.parse::<f64>().is_ok(), "{line}");
+        *steps.entry(step.to_owned()).or_default() += 1;
+    }
+    let expected: std::collections::BTreeMap<String, usize> = [
+        ("load", 6),
+        ("loss", 6),
+        ("points", 6),
+        ("probe features", 2),
+        ("readout contexts", 2),
+        ("weights hash", 6),
+    ]
+    .into_iter()
+    .map(|(s, n)| (s.to_owned(), n))
+    .collect();
+    assert_eq!(steps, expected, "{}", single.stderr);
     let downloads: Vec<String> = hub
         .requests()
         .into_iter()

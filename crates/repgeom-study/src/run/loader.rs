@@ -5,18 +5,20 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::analysis::{ModelContext, NullSource, Readout};
 use repgeom_null::NullParams;
 
+use super::{Step, StepDone};
 use crate::memo::Memo;
 use crate::plan::{ModelInfo, ModelSource, Study, UnitKind};
 use crate::stage::{self, CheckpointRecord, Extracted};
 use crate::{Error, Result};
 
 /// Per-model data shared by all its units.
-pub(super) struct ModelCtx {
+pub(crate) struct ModelCtx {
     /// The readout subspace at the model's `k` and its null bases.
     pub(super) model: ModelContext,
     /// The model's probe labels, one per point (from its labels file or the synthetic zoo).
@@ -27,7 +29,7 @@ pub(super) struct ModelCtx {
 }
 
 /// A model's readout (`W_U`, prepared) and probe labels, as [`Loader::read_model`] reads them.
-pub(super) type ModelInputs = (repgeom_io::Matrix, Option<Vec<usize>>);
+pub(crate) type ModelInputs = (repgeom_io::Matrix, Option<Vec<usize>>);
 
 /// The model spec and checkpoint `ckpt` of `m` when it is a hub checkpoint (has a revision).
 fn hub_checkpoint<'m>(
@@ -65,6 +67,8 @@ pub struct Loader<'s> {
     corpus: Memo<(), Arc<stage::Corpus>>,
     /// The `[probe]` texts and labels, read (or downloaded) once.
     probe_texts: Memo<(), Arc<stage::ProbeTexts>>,
+    /// Told each timed step (extraction, readout contexts).
+    on_step: Option<&'s (dyn Fn(&StepDone<'_>) + Sync)>,
 }
 
 impl std::fmt::Debug for Loader<'_> {
@@ -93,6 +97,31 @@ impl<'s> Loader<'s> {
             extracted: Memo::new(),
             corpus: Memo::new(),
             probe_texts: Memo::new(),
+            on_step: None,
+        }
+    }
+
+    /// This loader, telling `f` the wall time of each step of an extraction and of each
+    /// model's readout contexts as it finishes (from the thread that ran it).
+    pub fn on_step(mut self, f: &'s (dyn Fn(&StepDone<'_>) + Sync)) -> Self {
+        self.on_step = Some(f);
+        self
+    }
+
+    /// The study it loads for.
+    pub(crate) fn study(&self) -> &'s Study {
+        self.study
+    }
+
+    /// Tells the step callback that `step` of `model` (at `checkpoint`) took `elapsed`.
+    fn step_done(&self, model: &str, checkpoint: Option<&str>, step: Step, elapsed: Duration) {
+        if let Some(f) = self.on_step {
+            f(&StepDone {
+                model,
+                checkpoint,
+                step,
+                elapsed,
+            });
         }
     }
 
@@ -200,6 +229,7 @@ impl<'s> Loader<'s> {
             spec,
             c,
             resolved,
+            &|step, elapsed| self.step_done(&m.label, Some(ckpt), step, elapsed),
         )?;
         self.audited.insert(key, (rec, snap));
         Ok(Arc::new(e))
@@ -235,19 +265,19 @@ impl<'s> Loader<'s> {
     }
 
     /// [`Loader::model_ctx`] of what [`Loader::read_model`] read (or the contexts made before).
-    pub(super) fn model_ctx_from(&self, m: &ModelInfo, read: ModelInputs) -> Result<Arc<ModelCtx>> {
+    pub(crate) fn model_ctx_from(&self, m: &ModelInfo, read: ModelInputs) -> Result<Arc<ModelCtx>> {
         self.models
             .get_or_try_insert_with(m.label.clone(), || Ok(Arc::new(self.build_model(m, read)?)))
     }
 
     /// Whether model `m`'s readout contexts are made.
-    pub(super) fn has_model_ctx(&self, m: &ModelInfo) -> bool {
+    pub(crate) fn has_model_ctx(&self, m: &ModelInfo) -> bool {
         self.models.get(&m.label).is_some()
     }
 
     /// Reads model `m`'s readout (checked against its width) and labels: the part of its
     /// contexts that can fail on bad input, quick beside the decomposition that follows.
-    pub(super) fn read_model(&self, m: &ModelInfo) -> Result<ModelInputs> {
+    pub(crate) fn read_model(&self, m: &ModelInfo) -> Result<ModelInputs> {
         Ok(match &m.source {
             ModelSource::Synthetic { index, .. } => {
                 let synth = self.synth()?;
@@ -309,8 +339,20 @@ impl<'s> Loader<'s> {
         })
     }
 
-    /// Prepares model `m`'s readout contexts from its readout and labels.
-    fn build_model(&self, m: &ModelInfo, (readout, labels): ModelInputs) -> Result<ModelCtx> {
+    /// Prepares model `m`'s readout contexts from its readout and labels, timed
+    /// ([`Step::Readout`]).
+    fn build_model(&self, m: &ModelInfo, read: ModelInputs) -> Result<ModelCtx> {
+        let t = Instant::now();
+        let ctx = self.build_model_untimed(m, read)?;
+        self.step_done(&m.label, None, Step::Readout, t.elapsed());
+        Ok(ctx)
+    }
+
+    fn build_model_untimed(
+        &self,
+        m: &ModelInfo,
+        (readout, labels): ModelInputs,
+    ) -> Result<ModelCtx> {
         let readout = MatRef::from_row_major_slice(&readout.data, readout.rows, readout.cols);
         // The decomposition is bit-identical at any thread count, so it runs on the current
         // pool: beside the model's null draws, or first and once when other k are wanted.

@@ -35,6 +35,56 @@ pub struct UnitDone<'a> {
     pub elapsed: Duration,
 }
 
+/// A timed step of a sweep that is not a unit: part of a hub checkpoint's extraction, or the
+/// preparation of a model's readout contexts. Only timings: no number depends on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The weights hash: one sequential SHA-256 pass over a checkpoint met for the first
+    /// time, on its own thread beside [`Step::Load`], [`Step::Points`] and [`Step::Loss`].
+    WeightsHash,
+    /// Reading the weights and building the model, and moving it to the device when there is
+    /// one.
+    Load,
+    /// The points (`[extract]`'s hidden states).
+    Points,
+    /// The validation loss on the held-out part of the corpus.
+    Loss,
+    /// The probe features.
+    ProbeFeatures,
+    /// The spectra over every token (`spectral_tokens`).
+    Spectra,
+    /// A model's readout contexts: `W_U`'s decomposition (once, at the largest `k` it needs)
+    /// and the null bases.
+    Readout,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Step::WeightsHash => "weights hash",
+            Step::Load => "load",
+            Step::Points => "points",
+            Step::Loss => "loss",
+            Step::ProbeFeatures => "probe features",
+            Step::Spectra => "spectra",
+            Step::Readout => "readout contexts",
+        })
+    }
+}
+
+/// What the step callback learns about each finished [`Step`].
+#[derive(Debug, Clone)]
+pub struct StepDone<'a> {
+    /// The model's label.
+    pub model: &'a str,
+    /// The checkpoint, for a step of its extraction (`None` for [`Step::Readout`]).
+    pub checkpoint: Option<&'a str>,
+    /// The step.
+    pub step: Step,
+    /// Its wall time.
+    pub elapsed: Duration,
+}
+
 /// Computes `todo` (units of `study`) and writes each one's part file under `dir` as soon as it
 /// is done; `on_done` is called once per unit, from worker threads.
 ///
@@ -48,6 +98,18 @@ pub fn run_units(
     dir: &Path,
     on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
 ) -> Result<()> {
+    run_units_with(&Loader::with_dir(study, dir), todo, dir, on_done)
+}
+
+/// [`run_units`] with the data `loader` has loaded already (a sweep's extractions and
+/// readout contexts).
+pub(crate) fn run_units_with(
+    loader: &Loader<'_>,
+    todo: &[PlannedUnit],
+    dir: &Path,
+    on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
+) -> Result<()> {
+    let study = loader.study();
     // The device first: a machine without it fails before any unit is computed, and so does
     // an [extract] dtype the device does not compute at (`stored` on the CPU).
     if let Some(e) = &study.manifest.extract {
@@ -61,7 +123,6 @@ pub fn run_units(
             })?;
     }
     study.manifest.device.open()?;
-    let loader = Loader::with_dir(study, dir);
     let mut groups: Vec<((String, String), Vec<&PlannedUnit>)> = Vec::new();
     for u in todo {
         let key = (u.unit.model.clone(), u.unit.checkpoint.clone());
@@ -137,7 +198,7 @@ pub fn run_units(
             if let UnitKind::Cross { other } | UnitKind::CrossTable { other } = &u.unit.kind
                 && !cross.contains_key(other)
             {
-                let pair = cross_pair(study, &loader, m, &ckpt, &ctx, other, &units)?;
+                let pair = cross_pair(study, loader, m, &ckpt, &ctx, other, &units)?;
                 cross.insert(other.clone(), pair);
             }
         }
@@ -157,7 +218,7 @@ pub fn run_units(
                 .and_then(|e| e.val_loss.map(|l| (l, e.val_loss_se)));
             let inputs = UnitInputs {
                 study,
-                loader: &loader,
+                loader,
                 m,
                 ctx: &ctx,
                 acts,

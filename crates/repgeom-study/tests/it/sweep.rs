@@ -18,7 +18,7 @@ fn tiny() -> Study {
 }
 
 fn run(study: &Study, dir: &Path, shard: Option<(usize, usize)>) -> repgeom_study::SweepStats {
-    sweep(study, dir, shard, &|_| {}, &|_| {}).unwrap()
+    sweep(study, dir, shard, &|_| {}, &|_| {}, &|_| {}).unwrap()
 }
 
 fn csv(dir: &Path) -> Vec<u8> {
