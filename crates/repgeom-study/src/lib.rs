@@ -167,7 +167,27 @@ pub fn sweep(
     let (i, n) = shard_of.unwrap_or((0, 1));
     for (m, c) in hub_ckpts.iter().skip(i).step_by(n) {
         if pending.contains(&(m.clone(), c.clone())) {
-            loader.extracted(study.model(m).expect("planned model"), c)?;
+            let model = study.model(m).expect("planned model");
+            // The model's readout contexts (W_U's decomposition: seconds at d = 4096 on many
+            // cores) beside its first extraction here, which does not need them; the units
+            // need both. The readout is read and checked first, so that a bad one fails
+            // before any extraction.
+            let read = if loader.has_model_ctx(model) {
+                None
+            } else {
+                Some(loader.read_model(model)?)
+            };
+            let (ctx, extracted) = std::thread::scope(|s| {
+                let ctx = read.map(|read| s.spawn(|| loader.model_ctx_from(model, read)));
+                let extracted = loader.extracted(model, c);
+                let ctx = ctx.map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                });
+                (ctx, extracted)
+            });
+            ctx.transpose()?;
+            extracted?;
         }
     }
     // Every hub checkpoint of this shard resolved and hashed (those extracted above already
