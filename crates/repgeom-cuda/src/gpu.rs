@@ -1,5 +1,6 @@
 //! An open CUDA device: its context, stream, cuBLAS handle and repgeom's compiled kernels.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
@@ -89,6 +90,21 @@ pub struct Gpu {
     capability: (i32, i32),
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) inner: Mutex<Inner>,
+    /// Device time per operation name, when [`PROFILE_ENV`] is set ([`Gpu::profiled`]).
+    profile: Option<Mutex<BTreeMap<&'static str, OpTime>>>,
+}
+
+/// The environment variable that turns on [`Gpu::profiled`]'s accounting of device time per
+/// operation (any value), read when a device is opened.
+pub const PROFILE_ENV: &str = "REPGEOM_CUDA_PROFILE";
+
+/// The device time spent in one kind of operation ([`Gpu::profile`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OpTime {
+    /// Calls.
+    pub calls: u64,
+    /// Seconds from the stream's state before the call (synchronised) to its end (synchronised).
+    pub seconds: f64,
 }
 
 /// What one piece of work at a time uses.
@@ -172,6 +188,7 @@ impl Gpu {
                 blas,
                 functions,
             }),
+            profile: std::env::var_os(PROFILE_ENV).map(|_| Mutex::new(BTreeMap::new())),
         });
         open.push(gpu.clone());
         Ok(gpu)
@@ -223,6 +240,46 @@ impl Gpu {
         Ok((inner, free))
     }
 
+    /// `f()`, and with [`PROFILE_ENV`] set, its device time added to `name`'s: the stream is
+    /// synchronised before and after, so the time is the operation's own (at the price of the
+    /// overlap of launches and work, which the profile gives up). Without it, just `f()`.
+    pub fn profiled<R>(&self, name: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        let Some(profile) = &self.profile else {
+            return f();
+        };
+        let sync = || -> Result<()> {
+            self.lock()?
+                .stream
+                .synchronize()
+                .map_err(|e| self.driver("waiting for the device", e))
+        };
+        sync()?;
+        let t = std::time::Instant::now();
+        let r = f()?;
+        sync()?;
+        let secs = t.elapsed().as_secs_f64();
+        let mut p = profile
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let op = p.entry(name).or_default();
+        op.calls += 1;
+        op.seconds += secs;
+        Ok(r)
+    }
+
+    /// The device time per operation accounted by [`Gpu::profiled`] so far, the longest
+    /// first; `None` unless [`PROFILE_ENV`] was set when the device was opened.
+    pub fn profile(&self) -> Option<Vec<(&'static str, OpTime)>> {
+        let p = self
+            .profile
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut v: Vec<_> = p.iter().map(|(k, t)| (*k, *t)).collect();
+        v.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds).then(a.0.cmp(b.0)));
+        Some(v)
+    }
+
     pub(crate) fn driver(&self, step: &str, e: cudarc::driver::DriverError) -> Error {
         driver_error(self.ordinal, step, e)
     }
@@ -244,6 +301,41 @@ impl std::fmt::Debug for Gpu {
             .field("capability", &self.capability)
             .finish()
     }
+}
+
+/// One line of [`Gpu::profile`]'s figures, the longest first, as `repgeom extract` prints it:
+/// each operation's seconds, calls and share of the total.
+///
+/// ```
+/// use repgeom_cuda::{OpTime, profile_line};
+/// let ops = [("linear", OpTime { calls: 96, seconds: 0.75 }),
+///            ("attention", OpTime { calls: 24, seconds: 0.25 })];
+/// assert_eq!(
+///     profile_line(&ops),
+///     "device time by operation: 1.000 s; linear 0.750 s (96 calls, 75.0 %), \
+///      attention 0.250 s (24 calls, 25.0 %)"
+/// );
+/// ```
+pub fn profile_line(ops: &[(&str, OpTime)]) -> String {
+    let total: f64 = ops.iter().map(|(_, t)| t.seconds).sum();
+    let parts: Vec<String> = ops
+        .iter()
+        .map(|(name, t)| {
+            let share = if total > 0.0 {
+                100.0 * t.seconds / total
+            } else {
+                0.0
+            };
+            format!(
+                "{name} {:.3} s ({} calls, {share:.1} %)",
+                t.seconds, t.calls
+            )
+        })
+        .collect();
+    format!(
+        "device time by operation: {total:.3} s; {}",
+        parts.join(", ")
+    )
 }
 
 /// A failed driver call on device `ordinal`, with the driver's description of the error.

@@ -33,7 +33,9 @@ mod pga;
 pub use device::{DEVICE_NAMES, Device};
 pub use error::{Error, Result};
 pub use forward::{Act, ActFn, AttentionSpec, Heads, HostData, Rope, Uploads, Weight};
-pub use gpu::{Gpu, KERNELS, MIN_COMPUTE_CAPABILITY, compile_kernels};
+pub use gpu::{
+    Gpu, KERNELS, MIN_COMPUTE_CAPABILITY, OpTime, PROFILE_ENV, compile_kernels, profile_line,
+};
 
 #[cfg(test)]
 mod tests;

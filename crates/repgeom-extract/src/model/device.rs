@@ -282,10 +282,10 @@ impl OnDevice {
         };
         let mut host = Vec::new();
         let h = wiring::forward(&ops, model, &weights, &flat, &mut |i, h| {
-            match &wanted {
-                Some(r) => g.download_rows(h, r, &mut host)?,
-                None => g.download(h, &mut host)?,
-            }
+            g.profiled("copy back", || match &wanted {
+                Some(r) => g.download_rows(h, r, &mut host),
+                None => g.download(h, &mut host),
+            })?;
             visit(i, &host)
         })?;
         if !nll {
@@ -294,14 +294,16 @@ impl OnDevice {
         let pairs = loss_pairs(batch, t);
         let rows: Vec<u32> = pairs.iter().map(|&(r, _)| r as u32).collect();
         let targets: Vec<u32> = pairs.iter().map(|&(_, target)| target).collect();
-        let nll = g.loss(
-            &h,
-            &rows,
-            &targets,
-            self.readout.as_ref().unwrap_or(&self.embed),
-            self.readout_bias.as_ref(),
-            c.final_logit_softcap.map(|x| x as f32),
-        )?;
+        let nll = g.profiled("loss", || {
+            g.loss(
+                &h,
+                &rows,
+                &targets,
+                self.readout.as_ref().unwrap_or(&self.embed),
+                self.readout_bias.as_ref(),
+                c.final_logit_softcap.map(|x| x as f32),
+            )
+        })?;
         Ok(Some(per_sequence(batch, &nll)))
     }
 }
@@ -321,38 +323,47 @@ impl wiring::Ops for Ops<'_> {
     type X = Act;
 
     fn embed(&self, table: &Weight, flat: &[u32]) -> Result<Act> {
-        Ok(self.gpu.embed(table, flat, self.model.config.hidden_size)?)
+        let d = self.model.config.hidden_size;
+        Ok(self
+            .gpu
+            .profiled("embedding", || self.gpu.embed(table, flat, d))?)
     }
 
     fn add_positions(&self, mut x: Act, positions: &Weight) -> Result<Act> {
-        self.gpu.add_positions(&mut x, positions, self.t)?;
+        self.gpu.profiled("positions", || {
+            self.gpu.add_positions(&mut x, positions, self.t)
+        })?;
         Ok(x)
     }
 
     fn scale(&self, mut x: Act, s: f32) -> Result<Act> {
-        self.gpu.scale(&mut x, s)?;
+        self.gpu.profiled("scale", || self.gpu.scale(&mut x, s))?;
         Ok(x)
     }
 
     fn norm(&self, n: &Norm<Weight>, x: &Act) -> Result<Act> {
-        Ok(match n {
-            Norm::Layer { weight, bias, eps } => self.gpu.norm(x, weight, Some(bias), *eps)?,
-            Norm::Rms { weight, eps } => self.gpu.norm(x, weight, None, *eps)?,
-        })
+        Ok(self.gpu.profiled("norm", || match n {
+            Norm::Layer { weight, bias, eps } => self.gpu.norm(x, weight, Some(bias), *eps),
+            Norm::Rms { weight, eps } => self.gpu.norm(x, weight, None, *eps),
+        })?)
     }
 
     fn linear(&self, l: &Linear<Weight>, x: &Act) -> Result<Act> {
         let out = l.weight.len() / x.cols().max(1);
-        Ok(self.gpu.linear(x, &l.weight, out, l.bias.as_ref())?)
+        Ok(self.gpu.profiled("linear", || {
+            self.gpu.linear(x, &l.weight, out, l.bias.as_ref())
+        })?)
     }
 
     fn add(&self, mut a: Act, b: &Act) -> Result<Act> {
-        self.gpu.combine(&mut a, b, false)?;
+        self.gpu
+            .profiled("add", || self.gpu.combine(&mut a, b, false))?;
         Ok(a)
     }
 
     fn mul(&self, mut a: Act, b: &Act) -> Result<Act> {
-        self.gpu.combine(&mut a, b, true)?;
+        self.gpu
+            .profiled("multiply", || self.gpu.combine(&mut a, b, true))?;
         Ok(a)
     }
 
@@ -363,12 +374,13 @@ impl wiring::Ops for Ops<'_> {
             Activation::Relu => ActFn::Relu,
             Activation::Silu => ActFn::Silu,
         };
-        self.gpu.activate(&mut x, f)?;
+        self.gpu
+            .profiled("activation", || self.gpu.activate(&mut x, f))?;
         Ok(x)
     }
 
     fn clamp(&self, mut x: Act, c: f32) -> Result<Act> {
-        self.gpu.clamp(&mut x, c)?;
+        self.gpu.profiled("clamp", || self.gpu.clamp(&mut x, c))?;
         Ok(x)
     }
 
@@ -413,6 +425,8 @@ impl wiring::Ops for Ops<'_> {
                 )
             }
         };
-        Ok(self.gpu.attention(q, k, v, self.rope.as_ref(), &spec)?)
+        Ok(self.gpu.profiled("attention", || {
+            self.gpu.attention(q, k, v, self.rope.as_ref(), &spec)
+        })?)
     }
 }
