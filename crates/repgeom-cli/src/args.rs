@@ -66,6 +66,18 @@ impl DeviceArgs {
     }
 }
 
+/// With `REPGEOM_CUDA_PROFILE` set and a CUDA `device` opened: where its time went, one line
+/// on stderr (asked for, so printed even with `--quiet`).
+pub(crate) fn print_profile(device: repgeom_cuda::Device) {
+    let gpu = device.open().ok().flatten();
+    if let Some(ops) = gpu.as_ref().and_then(|g| g.profile()) {
+        #[allow(clippy::print_stderr)] // the profile asked for, beside the command's report
+        {
+            eprintln!("{}", repgeom_cuda::profile_line(&ops));
+        }
+    }
+}
+
 /// `--n-null` and `--seed`: the random-subspace null of `pga`, `metrics` and `compare`.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub(crate) struct NullArgs {

@@ -103,7 +103,8 @@ pub const PROFILE_ENV: &str = "REPGEOM_CUDA_PROFILE";
 pub struct OpTime {
     /// Calls.
     pub calls: u64,
-    /// Seconds from the stream's state before the call (synchronised) to its end (synchronised).
+    /// Wall time of the calls in seconds ([`Gpu::profiled`]: each between two
+    /// synchronisations of the stream).
     pub seconds: f64,
 }
 
@@ -244,9 +245,9 @@ impl Gpu {
     /// synchronised before and after, so the time is the operation's own (at the price of the
     /// overlap of launches and work, which the profile gives up). Without it, just `f()`.
     pub fn profiled<R>(&self, name: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
-        let Some(profile) = &self.profile else {
+        if self.profile.is_none() {
             return f();
-        };
+        }
         let sync = || -> Result<()> {
             self.lock()?
                 .stream
@@ -254,9 +255,22 @@ impl Gpu {
                 .map_err(|e| self.driver("waiting for the device", e))
         };
         sync()?;
+        self.timed(name, || {
+            let r = f()?;
+            sync()?;
+            Ok(r)
+        })
+    }
+
+    /// `f()`, and with [`PROFILE_ENV`] set, its wall time added to `name`'s, without
+    /// synchronising: for a step on the host, or a device call whose results come back to
+    /// the host (so its wall time includes the device's work). Without it, just `f()`.
+    pub fn timed<R>(&self, name: &'static str, f: impl FnOnce() -> R) -> R {
+        let Some(profile) = &self.profile else {
+            return f();
+        };
         let t = std::time::Instant::now();
-        let r = f()?;
-        sync()?;
+        let r = f();
         let secs = t.elapsed().as_secs_f64();
         let mut p = profile
             .lock()
@@ -264,11 +278,11 @@ impl Gpu {
         let op = p.entry(name).or_default();
         op.calls += 1;
         op.seconds += secs;
-        Ok(r)
+        r
     }
 
-    /// The device time per operation accounted by [`Gpu::profiled`] so far, the longest
-    /// first; `None` unless [`PROFILE_ENV`] was set when the device was opened.
+    /// The time per operation accounted by [`Gpu::profiled`] and [`Gpu::timed`] so far, the
+    /// longest first; `None` unless [`PROFILE_ENV`] was set when the device was opened.
     pub fn profile(&self) -> Option<Vec<(&'static str, OpTime)>> {
         let p = self
             .profile
@@ -303,8 +317,8 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
-/// One line of [`Gpu::profile`]'s figures, the longest first, as `repgeom extract` prints it:
-/// each operation's seconds, calls and share of the total.
+/// One line of [`Gpu::profile`]'s figures, the longest first, as `repgeom extract` and
+/// `repgeom pga` print it: each operation's seconds, calls and share of the total.
 ///
 /// ```
 /// use repgeom_cuda::{OpTime, profile_line};
@@ -312,7 +326,7 @@ impl std::fmt::Debug for Gpu {
 ///            ("attention", OpTime { calls: 24, seconds: 0.25 })];
 /// assert_eq!(
 ///     profile_line(&ops),
-///     "device time by operation: 1.000 s; linear 0.750 s (96 calls, 75.0 %), \
+///     "profile (REPGEOM_CUDA_PROFILE): 1.000 s; linear 0.750 s (96 calls, 75.0 %), \
 ///      attention 0.250 s (24 calls, 25.0 %)"
 /// );
 /// ```
@@ -333,7 +347,7 @@ pub fn profile_line(ops: &[(&str, OpTime)]) -> String {
         })
         .collect();
     format!(
-        "device time by operation: {total:.3} s; {}",
+        "profile ({PROFILE_ENV}): {total:.3} s; {}",
         parts.join(", ")
     )
 }

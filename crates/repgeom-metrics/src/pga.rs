@@ -542,20 +542,26 @@ fn sweep(
         NullKind::Haar => null.bases_f32(),
         NullKind::Spectrum => &[],
     };
-    let correct =
-        |centred: &Mat<f64>, directions: &Option<Mat<f64>>, c: usize| match (directions, c) {
+    let correct = |centred: &Mat<f64>, directions: &Option<Mat<f64>>, c: usize| {
+        stage(gpu, "pga: CCR removal (CPU)", || match (directions, c) {
             (Some(u), c) if c > 0 => {
                 remove_directions(centred.as_ref(), u.as_ref().subcols(0, c), par)
             }
             _ => centred.clone(),
-        };
+        })
+    };
     // Everything up to the first level's null draws needs no readout basis. Under the Haar
     // null on all pairs, a pending basis is computed beside it.
     let overlap = opts.null == NullKind::Haar && sample.is_none() && par != Par::Seq;
     let prepare = || -> Result<_> {
-        let centred = center_columns(acts, par);
+        let centred = stage(gpu, "pga: centring (CPU)", || center_columns(acts, par));
         let directions = if max_c > 0 {
-            Some(repgeom_linalg::top_principal_directions(centred.as_ref(), max_c, par)?.directions)
+            Some(
+                stage(gpu, "pga: CCR directions (CPU)", || {
+                    repgeom_linalg::top_principal_directions(centred.as_ref(), max_c, par)
+                })?
+                .directions,
+            )
         } else {
             None
         };
@@ -884,27 +890,41 @@ impl Level {
         let what = format!("{label}: full-space distances");
         let reference = match gpu {
             Some(gpu) => {
+                let sorted = |rows: MatRef<'_, f32>, sq: Option<&[f32]>| {
+                    gpu.timed("pga: full-space distances and sort (device)", || {
+                        gpu.reference_words(rows, sq, &what)
+                    })
+                };
                 let words = match distance {
                     Distance::Cosine => {
-                        let rows = repgeom_linalg::normalize_rows(corrected, label)?;
-                        gpu.reference_words(rows.as_ref(), None, &what)?
+                        let rows = gpu.timed("pga: rows normalised (CPU)", || {
+                            repgeom_linalg::normalize_rows(corrected, label)
+                        })?;
+                        sorted(rows.as_ref(), None)?
                     }
                     Distance::Euclidean => {
-                        let (rows, sq) = repgeom_linalg::rows_with_sq_norms(corrected, label)?;
-                        gpu.reference_words(rows.as_ref(), Some(&sq), &what)?
+                        let (rows, sq) = gpu.timed("pga: rows normalised (CPU)", || {
+                            repgeom_linalg::rows_with_sq_norms(corrected, label)
+                        })?;
+                        sorted(rows.as_ref(), Some(&sq))?
                     }
                 };
-                RankedReference::from_sorted_words(&words, &what)?
+                gpu.timed("pga: full-space ranks (CPU)", || {
+                    RankedReference::from_sorted_words(&words, &what)
+                })?
             }
             None => {
                 let full = pairwise_distances(corrected, distance, label, par)?;
                 RankedReference::new(&full, &what)?
             }
         };
+        let (h32, total_sq) = stage(gpu, "pga: f32 copy (CPU)", || {
+            (to_f32(corrected), squared_norm(corrected))
+        });
         Ok(Self {
             reference,
-            h32: to_f32(corrected),
-            total_sq: squared_norm(corrected),
+            h32,
+            total_sq,
             ccr,
             label: label.to_owned(),
             distance,
@@ -933,13 +953,15 @@ impl Level {
         if let Some(gpu) = gpu {
             let bases: Vec<MatRef<'_, f32>> = null.iter().map(Mat::as_ref).collect();
             let label = format!("{}: projection onto a random subspace", self.label);
-            let out = gpu.pga_draws(
-                self.h32.as_ref(),
-                &bases,
-                &self.reference,
-                self.distance,
-                &label,
-            )?;
+            let out = gpu.timed("pga: null draws (device)", || {
+                gpu.pga_draws(
+                    self.h32.as_ref(),
+                    &bases,
+                    &self.reference,
+                    self.distance,
+                    &label,
+                )
+            })?;
             for _ in &out {
                 on_draw();
             }
@@ -964,13 +986,15 @@ impl Level {
     ) -> Result<PgaResult> {
         let (n, d, k) = (self.h32.nrows(), self.h32.ncols(), readout.ncols());
         let (rho_readout, sq_readout) = match gpu {
-            Some(gpu) => gpu.pga_draws(
-                self.h32.as_ref(),
-                &[readout],
-                &self.reference,
-                self.distance,
-                &format!("{}: projection onto the readout subspace", self.label),
-            )?[0],
+            Some(gpu) => gpu.timed("pga: readout draw (device)", || {
+                gpu.pga_draws(
+                    self.h32.as_ref(),
+                    &[readout],
+                    &self.reference,
+                    self.distance,
+                    &format!("{}: projection onto the readout subspace", self.label),
+                )
+            })?[0],
             None => self
                 .engine()
                 .rho(readout, &mut DrawScratch::new(n), "readout subspace")?,
@@ -986,6 +1010,15 @@ impl Level {
         )?;
         set_captured(&mut r, self.total_sq, sq_readout, &sq_null);
         Ok(r)
+    }
+}
+
+/// `f()`, its wall time accounted under `name` in the device's profile (`REPGEOM_CUDA_PROFILE`)
+/// when a device runs the draws; on the CPU just `f()`.
+fn stage<R>(gpu: Option<&repgeom_cuda::Gpu>, name: &'static str, f: impl FnOnce() -> R) -> R {
+    match gpu {
+        Some(gpu) => gpu.timed(name, f),
+        None => f(),
     }
 }
 

@@ -146,14 +146,7 @@ pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
         .check_on(args.device.device != repgeom_cuda::Device::Cpu)?;
     let gpu = args.device.device.open()?;
     let done = run_on(args, ctx, gpu.as_ref());
-    // With REPGEOM_CUDA_PROFILE set: where the device's time went (asked for, so printed
-    // even with --quiet).
-    if let Some(ops) = gpu.as_ref().and_then(|g| g.profile()) {
-        #[allow(clippy::print_stderr)] // the profile asked for, beside the command's report
-        {
-            eprintln!("{}", repgeom_cuda::profile_line(&ops));
-        }
-    }
+    crate::args::print_profile(args.device.device);
     done
 }
 

@@ -157,6 +157,12 @@ impl PgaArgs {
 }
 
 pub(crate) fn run(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
+    let done = run_on(args, ctx);
+    crate::args::print_profile(args.device.device);
+    done
+}
+
+fn run_on(args: &PgaArgs, ctx: &Context) -> anyhow::Result<()> {
     let pga = args.options();
     pga.check().map_err(flag_error)?;
     let device = args.device.open()?;

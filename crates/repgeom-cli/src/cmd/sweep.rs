@@ -134,7 +134,9 @@ pub(crate) fn run(args: &SweepArgs, ctx: &Context) -> anyhow::Result<()> {
         }
         bar.inc(1);
     };
-    let stats = repgeom_study::sweep(&study, out, shard, &on_start, &on_step, &on_done)?;
+    let stats = repgeom_study::sweep(&study, out, shard, &on_start, &on_step, &on_done);
+    crate::args::print_profile(study.manifest.device);
+    let stats = stats?;
     bar.finish_and_clear();
     if shard.is_some() {
         if !quiet {
