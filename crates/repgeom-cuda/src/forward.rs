@@ -106,7 +106,7 @@ impl Act {
     }
 }
 
-/// The device held for a model's uploads ([`Gpu::uploads`]).
+/// The device held for a model's uploads ([`Gpu::uploads`]): the one way weights reach it.
 pub struct Uploads<'a> {
     gpu: &'a Gpu,
     inner: std::sync::MutexGuard<'a, Inner>,
@@ -119,9 +119,32 @@ impl Uploads<'_> {
         self.free
     }
 
-    /// [`Gpu::upload`] under this hold.
+    /// Uploads a weight under this hold, widened to `f32` when `widen` (`--dtype f32`), else
+    /// as stored.
     pub fn upload(&self, data: HostData<'_>, widen: bool, what: &str) -> Result<Weight> {
-        self.gpu.upload_on(&self.inner, data, widen, what)
+        let len = data.len();
+        let s = &self.inner.stream;
+        let up = |e| self.gpu.driver(&format!("copying {what} to the device"), e);
+        let store = match data {
+            HostData::F32(x) => Store::F32(s.clone_htod(x).map_err(up)?),
+            HostData::Bf16(x) if widen => {
+                let w: Vec<f32> = x
+                    .iter()
+                    .map(|&b| f32::from_bits(u32::from(b) << 16))
+                    .collect();
+                Store::F32(s.clone_htod(&w).map_err(up)?)
+            }
+            HostData::F16(x) if widen => {
+                let w: Vec<f32> = x
+                    .iter()
+                    .map(|&b| half::f16::from_bits(b).to_f32())
+                    .collect();
+                Store::F32(s.clone_htod(&w).map_err(up)?)
+            }
+            HostData::Bf16(x) => Store::Half(s.clone_htod(x).map_err(up)?, true),
+            HostData::F16(x) => Store::Half(s.clone_htod(x).map_err(up)?, false),
+        };
+        Ok(Weight { store, len })
     }
 }
 
@@ -222,12 +245,6 @@ impl Gpu {
             .map_err(|e| self.driver(&format!("allocating {what}"), e))
     }
 
-    /// Uploads a weight, widened to `f32` when `widen` (`--dtype f32`), else as stored.
-    /// A whole model's weights go through [`Gpu::uploads`] instead, sized under one hold.
-    pub fn upload(&self, data: HostData<'_>, widen: bool, what: &str) -> Result<Weight> {
-        self.with(|inner| self.upload_on(inner, data, widen, what))
-    }
-
     /// An exclusive hold on the device for uploading many weights, with the free memory read
     /// under it ([`Uploads::free`]): a caller that checks its bytes against that figure and
     /// then uploads through [`Uploads::upload`] cannot have the memory taken by other work of
@@ -240,38 +257,6 @@ impl Gpu {
             inner,
             free,
         })
-    }
-
-    fn upload_on(
-        &self,
-        inner: &Inner,
-        data: HostData<'_>,
-        widen: bool,
-        what: &str,
-    ) -> Result<Weight> {
-        let len = data.len();
-        let s = &inner.stream;
-        let up = |e| self.driver(&format!("copying {what} to the device"), e);
-        let store = match data {
-            HostData::F32(x) => Store::F32(s.clone_htod(x).map_err(up)?),
-            HostData::Bf16(x) if widen => {
-                let w: Vec<f32> = x
-                    .iter()
-                    .map(|&b| f32::from_bits(u32::from(b) << 16))
-                    .collect();
-                Store::F32(s.clone_htod(&w).map_err(up)?)
-            }
-            HostData::F16(x) if widen => {
-                let w: Vec<f32> = x
-                    .iter()
-                    .map(|&b| half::f16::from_bits(b).to_f32())
-                    .collect();
-                Store::F32(s.clone_htod(&w).map_err(up)?)
-            }
-            HostData::Bf16(x) => Store::Half(s.clone_htod(x).map_err(up)?, true),
-            HostData::F16(x) => Store::Half(s.clone_htod(x).map_err(up)?, false),
-        };
-        Ok(Weight { store, len })
     }
 
     /// Copies rows `rows` of `a` back into their places in `out` (resized to `a`'s

@@ -795,27 +795,27 @@ pub(crate) fn extract(
                 Self::Extract(e)
             }
         }
-        let started = Instant::now();
-        extractor
-            .stream(
-                &points_text,
-                &params,
-                job.max_tokens,
-                &job.layers,
-                &mut |views| -> std::result::Result<(), Failed> {
-                    repgeom_metrics::SpectralConvergence::update_each(&mut records, views)
-                        .map_err(Failed::Metric)
-                },
-                &mut |_| {},
-            )
-            .map_err(|err| {
-                let reason = match err {
-                    Failed::Extract(e) => e.to_string(),
-                    Failed::Metric(e) => e.to_string(),
-                };
-                fail(&corpus.file, format!("spectral_tokens: {reason}"))
-            })?;
-        on_step(Step::Spectra, started.elapsed());
+        timed(on_step, Step::Spectra, || {
+            extractor
+                .stream(
+                    &points_text,
+                    &params,
+                    job.max_tokens,
+                    &job.layers,
+                    &mut |views| -> std::result::Result<(), Failed> {
+                        repgeom_metrics::SpectralConvergence::update_each(&mut records, views)
+                            .map_err(Failed::Metric)
+                    },
+                    &mut |_| {},
+                )
+                .map_err(|err| {
+                    let reason = match err {
+                        Failed::Extract(e) => e.to_string(),
+                        Failed::Metric(e) => e.to_string(),
+                    };
+                    fail(&corpus.file, format!("spectral_tokens: {reason}"))
+                })
+        })?;
         let mut out = Spectra::new();
         for (r, &l) in records.iter().zip(&job.layers) {
             out.insert(l, r.spectra()?);
