@@ -267,6 +267,13 @@ impl<'a> LayerInput<'a> {
         self
     }
 
+    /// Sets the parallelism of the layer's metrics (the one given to [`Self::new`] until
+    /// then): like the memory budget, an execution resource that never changes a number.
+    pub fn with_par(mut self, par: Par) -> Self {
+        self.par = par;
+        self
+    }
+
     /// Sets the device engines that can use one run on (PGA's null draws; `--device`): like
     /// the memory budget, a setting of the run, not of any metric's options.
     pub fn with_device(mut self, device: repgeom_cuda::Device) -> Self {

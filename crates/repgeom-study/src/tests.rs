@@ -1053,3 +1053,57 @@ fn device_is_a_setting_of_the_run() {
             .contains("device")
     );
 }
+
+/// A group's units on pools of 1, 2, 3 and 16 threads: each unit once, the last units of the
+/// group (the pool's size of them) given the pool and the others `Par::Seq`, and after
+/// failures the error of the first failing unit in order.
+#[test]
+fn a_groups_units_each_run_once_and_the_last_share_the_pool() {
+    use std::sync::Mutex;
+
+    use repgeom_linalg::Par;
+
+    use crate::run::for_each_unit;
+    for threads in [1, 2, 3, 16] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for n in [0, 1, 5, 40] {
+            let seen = Mutex::new(Vec::new());
+            pool.install(|| {
+                for_each_unit(n, |i, par| {
+                    seen.lock().unwrap().push((i, par));
+                    Ok(())
+                })
+            })
+            .unwrap();
+            let mut seen = seen.into_inner().unwrap();
+            seen.sort_by_key(|(i, _)| *i);
+            let expected: Vec<(usize, Par)> = (0..n)
+                .map(|i| {
+                    let tail = i + threads >= n;
+                    (i, if tail { Par::rayon(threads) } else { Par::Seq })
+                })
+                .collect();
+            check(
+                seen == expected,
+                &format!("{n} units on {threads} threads: {seen:?}"),
+            );
+        }
+        let failing = |i: usize| i == 7 || i == 9 || i == 30;
+        let result = pool.install(|| {
+            for_each_unit(40, |i, _| match failing(i) {
+                true => Err(crate::Error::BadShard {
+                    spec: i.to_string(),
+                    reason: "fails".into(),
+                }),
+                false => Ok(()),
+            })
+        });
+        check(
+            matches!(&result, Err(crate::Error::BadShard { spec, .. }) if spec == "7"),
+            &format!("the first failing unit's error on {threads} threads: {result:?}"),
+        );
+    }
+}

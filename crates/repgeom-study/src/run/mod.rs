@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rayon::prelude::*;
 use repgeom_linalg::{Mat, MatRef, Par};
 use repgeom_metrics::LayerInput;
 use repgeom_metrics::analysis::{ModelPair, PairModel, Readout};
@@ -89,8 +88,8 @@ pub struct StepDone<'a> {
 /// is done; `on_done` is called once per unit, from worker threads.
 ///
 /// Units are grouped by (model, checkpoint) in plan order; a group's units run in parallel on
-/// the current rayon pool, each single-threaded inside (results do not depend on the thread
-/// count). A group's `cross` and `cross_table` units take their rows from one comparison per
+/// the current rayon pool, each single-threaded inside but the last ones, which share the
+/// threads the others leave (results do not depend on the thread count). A group's `cross` and `cross_table` units take their rows from one comparison per
 /// model pair (`cross_pair`), computed first with the pool's threads.
 pub fn run_units(
     study: &Study,
@@ -136,11 +135,11 @@ pub(crate) fn run_units_with(
         let mut needed: Vec<usize> = units.iter().map(|u| u.unit.layer).collect();
         needed.sort_unstable();
         needed.dedup();
-        // The model's readout contexts (the readout's decomposition is sequential: about 10 s
-        // at d = 4096) on their own thread, beside the checkpoint's layers (its extraction on
-        // the CPU or the device, when a hub checkpoint is met for the first time): neither
-        // needs the other. The readout is read and checked first, so that a bad one fails
-        // before any extraction, as before.
+        // The model's readout contexts (the readout's decomposition: seconds at d = 4096) on
+        // their own thread, beside the checkpoint's layers (its extraction on the CPU or the
+        // device, when a hub checkpoint is met for the first time): neither needs the other.
+        // The readout is read and checked first, so that a bad one fails before any
+        // extraction, as before.
         let read = if loader.has_model_ctx(m) {
             None
         } else {
@@ -207,7 +206,8 @@ pub(crate) fn run_units_with(
             Some(path) => Some(crate::stage::read_spectra(path)?),
             None => None,
         };
-        units.par_iter().try_for_each(|u| -> Result<()> {
+        for_each_unit(units.len(), |i, par| -> Result<()> {
+            let u = units[i];
             let t = Instant::now();
             let acts = &layers[&u.unit.layer];
             let probe = probe_layers
@@ -230,6 +230,7 @@ pub(crate) fn run_units_with(
                     .and_then(|s| s.get(&u.unit.layer))
                     .map(Vec::as_slice),
                 cross: &cross,
+                par,
             };
             let rows = compute_unit(&inputs, &u.unit)?;
             write_part(dir, u, &rows, study.manifest.device)?;
@@ -242,6 +243,52 @@ pub(crate) fn run_units_with(
         })?;
     }
     Ok(())
+}
+
+/// Runs `f(i, par)` for every unit `i < n` of a group on the current rayon pool, one worker
+/// per thread taking the next unit in order: `Par::Seq` while enough units wait for every
+/// thread, and the whole pool (`Par::rayon(threads)`) for the last units of the group, the pool's
+/// size of them, so that the threads that find no unit left help the ones still running (a
+/// Pythia-70M checkpoint's 7 PGA units on 16 threads, or the last of 33). No number depends on
+/// it (every metric is the same at any thread count); it only keeps the pool busy. After a
+/// failure no unit starts, and the error of the first failing unit in order is returned.
+pub(crate) fn for_each_unit(n: usize, f: impl Fn(usize, Par) -> Result<()> + Sync) -> Result<()> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let threads = rayon::current_num_threads().max(1);
+    let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let errors: Mutex<Vec<(usize, Error)>> = Mutex::new(Vec::new());
+    rayon::scope(|s| {
+        for _ in 0..threads.min(n) {
+            s.spawn(|_| {
+                while !failed.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let par = if i + threads >= n {
+                        Par::rayon(threads)
+                    } else {
+                        Par::Seq
+                    };
+                    if let Err(e) = f(i, par) {
+                        failed.store(true, Ordering::Relaxed);
+                        errors
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((i, e));
+                    }
+                }
+            });
+        }
+    });
+    let errors = errors
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match errors.into_iter().min_by_key(|(i, _)| *i) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// One model pair's comparison, shared by its `cross` and `cross_table` units.

@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use repgeom_linalg::Mat;
+use repgeom_linalg::{Mat, Par};
+use repgeom_metrics::analysis::ModelContext;
 use repgeom_metrics::{LayerInput, Metric, MetricValue, PcReadoutShare, Pga};
 use repgeom_report::Row;
 
@@ -36,6 +37,9 @@ pub(super) struct UnitInputs<'a> {
     pub(super) spectra: Option<&'a [repgeom_metrics::CovarianceSpectrum]>,
     /// The group's model pairs, by the other model's label.
     pub(super) cross: &'a BTreeMap<String, CrossPair>,
+    /// The unit's parallelism: `Par::Seq` beside the group's other units, the pool for the
+    /// last ones. It never changes a number.
+    pub(super) par: Par,
 }
 
 impl<'a> UnitInputs<'a> {
@@ -47,7 +51,15 @@ impl<'a> UnitInputs<'a> {
 
     /// The unit's layer at the model's own `k`, with its null.
     fn layer(&self, u: &Unit) -> Result<LayerInput<'a>> {
-        Ok(self.ctx.model.layer(self.acts.as_ref(), self.what(u))?)
+        self.layer_of(&self.ctx.model, u)
+    }
+
+    /// The unit's layer in `model`'s context (the model's own `k`, or a sensitivity `k`), at
+    /// the unit's parallelism.
+    fn layer_of(&self, model: &'a ModelContext, u: &Unit) -> Result<LayerInput<'a>> {
+        Ok(model
+            .layer(self.acts.as_ref(), self.what(u))?
+            .with_par(self.par))
     }
 }
 
@@ -79,7 +91,7 @@ fn pga(x: &UnitInputs<'_>, u: &Unit, ccr: &[usize]) -> Result<Vec<MetricValue>> 
 
 /// `pga` at CCR level `ccr` and the k-sensitivity `k`, its variants renamed `ccrC_kK`.
 fn pga_k(x: &UnitInputs<'_>, u: &Unit, ccr: usize, k: usize) -> Result<Vec<MetricValue>> {
-    let layer = x.ctx.sensitivity[&k].layer(x.acts.as_ref(), x.what(u))?;
+    let layer = x.layer_of(&x.ctx.sensitivity[&k], u)?;
     let mut values = pga_metric(&x.study.manifest.analysis, vec![ccr], false).compute(&layer)?;
     // `ccrC` → `ccrC_kK` (`ccrC_kK_spectrum` under the spectrum null: the null stays last).
     for v in &mut values {
@@ -171,7 +183,7 @@ fn probe(x: &UnitInputs<'_>, u: &Unit) -> Result<Vec<MetricValue>> {
     }
     let params = repgeom_probe::ProbeParams {
         seed: x.study.manifest.analysis.seed,
-        parallel: false,
+        parallel: x.par != Par::Seq,
         ..Default::default()
     }
     .check()?;
