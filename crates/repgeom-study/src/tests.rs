@@ -1054,13 +1054,16 @@ fn device_is_a_setting_of_the_run() {
     );
 }
 
-/// A group's units on pools of 1, 2, 3 and 16 threads: each unit once, the last units of the
-/// group (the pool's size of them) given the pool and the others `Par::Seq`, and after
-/// failures the error of the first failing unit in order.
+/// A group's units on pools of 1, 2, 3 and 16 threads, each with parallel work of its own:
+/// every unit once, given the pool, never more units at once than threads (a thread waiting
+/// inside one unit's parallel work starts no other), and after failures the error of the first
+/// failing unit in order.
 #[test]
-fn a_groups_units_each_run_once_and_the_last_share_the_pool() {
+fn a_groups_units_each_run_once_on_the_pool_and_one_per_thread() {
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use rayon::prelude::*;
     use repgeom_linalg::Par;
 
     use crate::run::for_each_unit;
@@ -1071,24 +1074,36 @@ fn a_groups_units_each_run_once_and_the_last_share_the_pool() {
             .unwrap();
         for n in [0, 1, 5, 40] {
             let seen = Mutex::new(Vec::new());
+            let (live, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
             pool.install(|| {
                 for_each_unit(n, |i, par| {
-                    seen.lock().unwrap().push((i, par));
+                    most.fetch_max(live.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    // Parallel work that other threads steal and this one waits for.
+                    let sum: u64 = (0..64u64)
+                        .into_par_iter()
+                        .map(|j| {
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                            j
+                        })
+                        .sum();
+                    live.fetch_sub(1, Ordering::SeqCst);
+                    seen.lock().unwrap().push((i, par, sum));
                     Ok(())
                 })
             })
             .unwrap();
             let mut seen = seen.into_inner().unwrap();
-            seen.sort_by_key(|(i, _)| *i);
-            let expected: Vec<(usize, Par)> = (0..n)
-                .map(|i| {
-                    let tail = i + threads >= n;
-                    (i, if tail { Par::rayon(threads) } else { Par::Seq })
-                })
-                .collect();
+            seen.sort_by_key(|(i, _, _)| *i);
+            let expected: Vec<(usize, Par, u64)> =
+                (0..n).map(|i| (i, Par::rayon(threads), 2016)).collect();
             check(
                 seen == expected,
                 &format!("{n} units on {threads} threads: {seen:?}"),
+            );
+            let most = most.into_inner();
+            check(
+                most <= threads,
+                &format!("{most} of {n} units at once on {threads} threads"),
             );
         }
         let failing = |i: usize| i == 7 || i == 9 || i == 30;

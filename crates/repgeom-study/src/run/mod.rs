@@ -88,8 +88,8 @@ pub struct StepDone<'a> {
 /// is done; `on_done` is called once per unit, from worker threads.
 ///
 /// Units are grouped by (model, checkpoint) in plan order; a group's units run in parallel on
-/// the current rayon pool, each single-threaded inside but the last ones, which share the
-/// threads the others leave (results do not depend on the thread count). A group's `cross` and `cross_table` units take their rows from one comparison per
+/// the current rayon pool, one per thread, each free to use the threads the others leave
+/// (results do not depend on the thread count). A group's `cross` and `cross_table` units take their rows from one comparison per
 /// model pair (`cross_pair`), computed first with the pool's threads.
 pub fn run_units(
     study: &Study,
@@ -245,43 +245,38 @@ pub(crate) fn run_units_with(
     Ok(())
 }
 
-/// Runs `f(i, par)` for every unit `i < n` of a group on the current rayon pool, one worker
-/// per thread taking the next unit in order: `Par::Seq` while enough units wait for every
-/// thread, and the whole pool (`Par::rayon(threads)`) for the last units of the group, the pool's
-/// size of them, so that the threads that find no unit left help the ones still running (a
-/// Pythia-70M checkpoint's 7 PGA units on 16 threads, or the last of 33). No number depends on
-/// it (every metric is the same at any thread count); it only keeps the pool busy. After a
-/// failure no unit starts, and the error of the first failing unit in order is returned.
+/// Runs `f(i, par)` for every unit `i < n` of a group on the current rayon pool: one worker
+/// loop per thread (a broadcast) takes the next unit in order, and every unit may use the whole
+/// pool (`par`, `Par::rayon` of its size): while each thread has a unit the work stays mostly
+/// on its own thread, and the threads that find no unit left help the ones still running (a
+/// Pythia-70M checkpoint's 7 PGA units on 16 threads, or the last of 33). A thread never holds
+/// two units at once (a parallel iterator over the units would let a thread waiting inside one
+/// unit's parallel work start another, and hold both units' memory), so no more units are in
+/// memory than before, when each ran single-threaded. No number depends on it (every metric is
+/// the same at any thread count). After a failure no unit starts, and the error of the first
+/// failing unit in order is returned.
 pub(crate) fn for_each_unit(n: usize, f: impl Fn(usize, Par) -> Result<()> + Sync) -> Result<()> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let threads = rayon::current_num_threads().max(1);
+    let par = Par::rayon(rayon::current_num_threads().max(1));
     let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
     let errors: Mutex<Vec<(usize, Error)>> = Mutex::new(Vec::new());
-    rayon::scope(|s| {
-        for _ in 0..threads.min(n) {
-            s.spawn(|_| {
-                while !failed.load(Ordering::Relaxed) {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    let par = if i + threads >= n {
-                        Par::rayon(threads)
-                    } else {
-                        Par::Seq
-                    };
-                    if let Err(e) = f(i, par) {
-                        failed.store(true, Ordering::Relaxed);
-                        errors
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .push((i, e));
-                    }
-                }
-            });
+    rayon::broadcast(|_| {
+        while !failed.load(Ordering::Relaxed) {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            if let Err(e) = f(i, par) {
+                failed.store(true, Ordering::Relaxed);
+                errors
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((i, e));
+            }
         }
     });
+    // Units start in order, so every unit before the first failing one has run.
     let errors = errors
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -37,8 +37,8 @@ pub(super) struct UnitInputs<'a> {
     pub(super) spectra: Option<&'a [repgeom_metrics::CovarianceSpectrum]>,
     /// The group's model pairs, by the other model's label.
     pub(super) cross: &'a BTreeMap<String, CrossPair>,
-    /// The unit's parallelism: `Par::Seq` beside the group's other units, the pool for the
-    /// last ones. It never changes a number.
+    /// The unit's parallelism (the pool, shared with the group's other units). It never
+    /// changes a number.
     pub(super) par: Par,
 }
 
