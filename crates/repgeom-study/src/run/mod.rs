@@ -89,8 +89,9 @@ pub struct StepDone<'a> {
 ///
 /// Units are grouped by (model, checkpoint) in plan order; a group's units run in parallel on
 /// the current rayon pool, one per thread, each free to use the threads the others leave
-/// (results do not depend on the thread count). A group's `cross` and `cross_table` units take their rows from one comparison per
-/// model pair (`cross_pair`), computed first with the pool's threads.
+/// (results do not depend on the thread count). A group's `cross` and `cross_table` units take
+/// their rows from one comparison per model pair (`cross_pair`), computed first with the
+/// pool's threads.
 pub fn run_units(
     study: &Study,
     todo: &[PlannedUnit],
