@@ -1064,7 +1064,6 @@ fn a_groups_units_each_run_once_on_the_pool_and_one_per_thread() {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use rayon::prelude::*;
-    use repgeom_linalg::Par;
 
     use crate::run::for_each_unit;
     for threads in [1, 2, 3, 16] {
@@ -1076,7 +1075,7 @@ fn a_groups_units_each_run_once_on_the_pool_and_one_per_thread() {
             let seen = Mutex::new(Vec::new());
             let (live, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
             pool.install(|| {
-                for_each_unit(n, |i, par| {
+                for_each_unit(n, |i| {
                     most.fetch_max(live.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                     // Parallel work that other threads steal and this one waits for.
                     let sum: u64 = (0..64u64)
@@ -1087,15 +1086,16 @@ fn a_groups_units_each_run_once_on_the_pool_and_one_per_thread() {
                         })
                         .sum();
                     live.fetch_sub(1, Ordering::SeqCst);
-                    seen.lock().unwrap().push((i, par, sum));
+                    // The pool a unit's `Par::rayon(0)` sizes itself from.
+                    let pool_size = rayon::current_num_threads();
+                    seen.lock().unwrap().push((i, pool_size, sum));
                     Ok(())
                 })
             })
             .unwrap();
             let mut seen = seen.into_inner().unwrap();
             seen.sort_by_key(|(i, _, _)| *i);
-            let expected: Vec<(usize, Par, u64)> =
-                (0..n).map(|i| (i, Par::rayon(threads), 2016)).collect();
+            let expected: Vec<(usize, usize, u64)> = (0..n).map(|i| (i, threads, 2016)).collect();
             check(
                 seen == expected,
                 &format!("{n} units on {threads} threads: {seen:?}"),
@@ -1108,7 +1108,7 @@ fn a_groups_units_each_run_once_on_the_pool_and_one_per_thread() {
         }
         let failing = |i: usize| i == 7 || i == 9 || i == 30;
         let result = pool.install(|| {
-            for_each_unit(40, |i, _| match failing(i) {
+            for_each_unit(40, |i| match failing(i) {
                 true => Err(crate::Error::BadShard {
                     spec: i.to_string(),
                     reason: "fails".into(),

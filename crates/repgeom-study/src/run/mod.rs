@@ -207,7 +207,7 @@ pub(crate) fn run_units_with(
             Some(path) => Some(crate::stage::read_spectra(path)?),
             None => None,
         };
-        for_each_unit(units.len(), |i, par| -> Result<()> {
+        for_each_unit(units.len(), |i| -> Result<()> {
             let u = units[i];
             let t = Instant::now();
             let acts = &layers[&u.unit.layer];
@@ -231,7 +231,6 @@ pub(crate) fn run_units_with(
                     .and_then(|s| s.get(&u.unit.layer))
                     .map(Vec::as_slice),
                 cross: &cross,
-                par,
             };
             let rows = compute_unit(&inputs, &u.unit)?;
             write_part(dir, u, &rows, study.manifest.device)?;
@@ -246,20 +245,19 @@ pub(crate) fn run_units_with(
     Ok(())
 }
 
-/// Runs `f(i, par)` for every unit `i < n` of a group on the current rayon pool: one worker
-/// loop per thread (a broadcast) takes the next unit in order, and every unit may use the whole
-/// pool (`par`, `Par::rayon` of its size): while each thread has a unit the work stays mostly
-/// on its own thread, and the threads that find no unit left help the ones still running (a
-/// Pythia-70M checkpoint's 7 PGA units on 16 threads, or the last of 33). A thread never holds
-/// two units at once (a parallel iterator over the units would let a thread waiting inside one
-/// unit's parallel work start another, and hold both units' memory), so no more units are in
-/// memory than before, when each ran single-threaded. No number depends on it (every metric is
-/// the same at any thread count). After a failure no unit starts, and the error of the first
+/// Runs `f(i)` for every unit `i < n` of a group on the current rayon pool: one worker loop
+/// per thread (a broadcast) takes the next unit in order, and every unit's metrics may use the
+/// whole pool (`Par::rayon(0)`): while each thread has a unit the work stays mostly on its own
+/// thread, and the threads that find no unit left help the ones still running (a Pythia-70M
+/// checkpoint's 7 PGA units on 16 threads, or the last of 33). A thread never holds two units
+/// at once (a parallel iterator over the units would let a thread waiting inside one unit's
+/// parallel work start another, and hold both units' memory), so no more units are in memory
+/// than before, when each ran single-threaded. No number depends on it (every metric is the
+/// same at any thread count). After a failure no unit starts, and the error of the first
 /// failing unit in order is returned.
-pub(crate) fn for_each_unit(n: usize, f: impl Fn(usize, Par) -> Result<()> + Sync) -> Result<()> {
+pub(crate) fn for_each_unit(n: usize, f: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let par = Par::rayon(rayon::current_num_threads().max(1));
     let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
     let errors: Mutex<Vec<(usize, Error)>> = Mutex::new(Vec::new());
     rayon::broadcast(|_| {
@@ -268,7 +266,7 @@ pub(crate) fn for_each_unit(n: usize, f: impl Fn(usize, Par) -> Result<()> + Syn
             if i >= n {
                 break;
             }
-            if let Err(e) = f(i, par) {
+            if let Err(e) = f(i) {
                 failed.store(true, Ordering::Relaxed);
                 errors
                     .lock()

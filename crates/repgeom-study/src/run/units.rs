@@ -37,9 +37,6 @@ pub(super) struct UnitInputs<'a> {
     pub(super) spectra: Option<&'a [repgeom_metrics::CovarianceSpectrum]>,
     /// The group's model pairs, by the other model's label.
     pub(super) cross: &'a BTreeMap<String, CrossPair>,
-    /// The unit's parallelism (the pool, shared with the group's other units). It never
-    /// changes a number.
-    pub(super) par: Par,
 }
 
 impl<'a> UnitInputs<'a> {
@@ -54,12 +51,13 @@ impl<'a> UnitInputs<'a> {
         self.layer_of(&self.ctx.model, u)
     }
 
-    /// The unit's layer in `model`'s context (the model's own `k`, or a sensitivity `k`), at
-    /// the unit's parallelism.
+    /// The unit's layer in `model`'s context (the model's own `k`, or a sensitivity `k`), on
+    /// the whole pool, which the group's units share (`run::for_each_unit`); the thread count
+    /// never changes a number.
     fn layer_of(&self, model: &'a ModelContext, u: &Unit) -> Result<LayerInput<'a>> {
         Ok(model
             .layer(self.acts.as_ref(), self.what(u))?
-            .with_par(self.par))
+            .with_par(Par::rayon(0)))
     }
 }
 
@@ -183,7 +181,8 @@ fn probe(x: &UnitInputs<'_>, u: &Unit) -> Result<Vec<MetricValue>> {
     }
     let params = repgeom_probe::ProbeParams {
         seed: x.study.manifest.analysis.seed,
-        parallel: x.par != Par::Seq,
+        // On the pool, shared with the group's other units, like every unit's metrics.
+        parallel: true,
         ..Default::default()
     }
     .check()?;
