@@ -96,21 +96,23 @@ impl Linear {
         let inp = dims[dims.len() - 1];
         let rows = x.elem_count() / inp.max(1);
         let x = x.to_dtype(DType::F32)?.contiguous()?;
-        // widened here, per use: the model holds the weight in its stored precision
-        let w = self.weight.to_dtype(DType::F32)?.contiguous()?;
-        let out = w.dim(0)?;
+        let out = self.weight.dim(0)?;
         let (xs, xl) = x.storage_and_layout();
-        let (ws, wl) = w.storage_and_layout();
         let mut y = match &self.bias {
             Some(b) => b.to_dtype(DType::F32)?.to_vec1::<f32>()?.repeat(rows),
             None => vec![0.0f32; rows * out],
         };
-        matmul_abt_add_f32(
-            MatMut::from_row_major_slice_mut(&mut y, rows, out),
-            MatRef::from_row_major_slice(f32_slice(&xs, xl, rows * inp)?, rows, inp),
-            MatRef::from_row_major_slice(f32_slice(&ws, wl, out * inp)?, out, inp),
-            Par::rayon(0),
-        );
+        // widened here, per use (in parallel): the model holds the weight in its stored
+        // precision
+        with_f32(&self.weight, out * inp, |w| {
+            matmul_abt_add_f32(
+                MatMut::from_row_major_slice_mut(&mut y, rows, out),
+                MatRef::from_row_major_slice(f32_slice(&xs, xl, rows * inp)?, rows, inp),
+                MatRef::from_row_major_slice(w, out, inp),
+                Par::rayon(0),
+            );
+            Ok(())
+        })?;
         let mut shape = dims;
         let last = shape.len() - 1;
         shape[last] = out;
@@ -1091,22 +1093,28 @@ impl Model {
         let parts: Vec<Result<TileRows>> = (0..n.div_ceil(LOSS_TILE_ROWS) * tiles)
             .into_par_iter()
             .map_init(
-                || vec![0f32; LOSS_TILE_ROWS * LOSS_TILE_VOCAB],
-                |buf, task| -> Result<_> {
+                || (vec![0f32; LOSS_TILE_ROWS * LOSS_TILE_VOCAB], Vec::new()),
+                |(buf, widened), task| -> Result<_> {
                     let r0 = (task / tiles) * LOSS_TILE_ROWS;
                     let v0 = (task % tiles) * LOSS_TILE_VOCAB;
                     let (m, nv) = ((n - r0).min(LOSS_TILE_ROWS), (v - v0).min(LOSS_TILE_VOCAB));
-                    // a view for an f32 readout, a widened copy of the slice otherwise
-                    let w = self.readout.narrow(0, v0, nv)?.to_dtype(DType::F32)?;
-                    let (store, layout) = w.storage_and_layout();
-                    let w = MatRef::from_row_major_slice(f32_slice(&store, layout, nv * d)?, nv, d);
                     let logits = &mut buf[..m * nv];
-                    matmul_abt_f32(
-                        MatMut::from_row_major_slice_mut(logits, m, nv),
-                        MatRef::from_row_major_slice(&h[r0 * d..(r0 + m) * d], m, d),
-                        w,
+                    // a view for an f32 readout, a widened copy of the slice otherwise
+                    with_f32_in(
+                        &self.readout,
+                        v0 * d..(v0 + nv) * d,
+                        widened,
                         Par::Seq,
-                    );
+                        |w| {
+                            matmul_abt_f32(
+                                MatMut::from_row_major_slice_mut(logits, m, nv),
+                                MatRef::from_row_major_slice(&h[r0 * d..(r0 + m) * d], m, d),
+                                MatRef::from_row_major_slice(w, nv, d),
+                                Par::Seq,
+                            );
+                            Ok(())
+                        },
+                    )?;
                     self.finish_logits(logits, nv, bias.as_ref().map(|b| &b[v0..v0 + nv]));
                     Ok(logits
                         .chunks(nv)
@@ -1386,6 +1394,86 @@ fn f32_slice<'a>(
     }
 }
 
+/// Runs `f` on the `len` values of a contiguous CPU tensor in `f32`: borrowed where they are
+/// stored in `f32`, widened (exactly) otherwise, bf16 and f16 in parallel chunks on the
+/// current rayon pool, so that a weight kept at its stored precision costs no serial pass
+/// each time it is used.
+fn with_f32<R>(t: &Tensor, len: usize, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+    if t.elem_count() != len {
+        return Err(Error::InvalidParams {
+            field: "tensor",
+            reason: format!("expected {len} values, found {}", t.elem_count()),
+        });
+    }
+    with_f32_in(t, 0..len, &mut Vec::new(), Par::rayon(0), f)
+}
+
+/// [`with_f32`] for the values `range` (offsets into a contiguous CPU tensor), widened into
+/// `buf` (reused across calls), in parallel chunks with `par`, one after another with
+/// `Par::Seq` (a task's own share of parallel work).
+fn with_f32_in<R>(
+    t: &Tensor,
+    range: std::ops::Range<usize>,
+    buf: &mut Vec<f32>,
+    par: Par,
+    f: impl FnOnce(&[f32]) -> Result<R>,
+) -> Result<R> {
+    use candle_core::{CpuStorage, Storage};
+    use half::slice::HalfFloatSliceExt;
+    const CHUNK: usize = 1 << 16;
+    fn widen<'b>(
+        buf: &'b mut Vec<f32>,
+        len: usize,
+        par: Par,
+        x: &(dyn Fn(&mut [f32], usize) + Sync),
+    ) -> &'b [f32] {
+        if buf.len() < len {
+            // zeroed by the system (not written here): the writers touch the pages first
+            *buf = vec![0.0; len];
+        }
+        let out = &mut buf[..len];
+        match par {
+            Par::Seq => x(out, 0),
+            _ => out
+                .par_chunks_mut(CHUNK)
+                .enumerate()
+                .for_each(|(i, out)| x(out, i * CHUNK)),
+        }
+        out
+    }
+    let (storage, layout) = t.storage_and_layout();
+    let base = layout
+        .contiguous_offsets()
+        .filter(|(start, end)| range.start <= range.end && range.end <= end - start)
+        .map(|(start, _)| start);
+    let (a, b) = (range.start, range.end);
+    match (&*storage, base) {
+        (Storage::Cpu(CpuStorage::F32(x)), Some(o)) => f(&x[o + a..o + b]),
+        (Storage::Cpu(CpuStorage::BF16(x)), Some(o)) => {
+            let x = &x[o + a..o + b];
+            f(widen(buf, b - a, par, &|out, at| {
+                x[at..at + out.len()].convert_to_f32_slice(out);
+            }))
+        }
+        (Storage::Cpu(CpuStorage::F16(x)), Some(o)) => {
+            let x = &x[o + a..o + b];
+            f(widen(buf, b - a, par, &|out, at| {
+                x[at..at + out.len()].convert_to_f32_slice(out);
+            }))
+        }
+        (Storage::Cpu(_), Some(_)) => {
+            drop(storage);
+            let w = t.flatten_all()?.narrow(0, a, b - a)?.to_dtype(DType::F32)?;
+            let (store, layout) = w.storage_and_layout();
+            f(f32_slice(&store, layout, b - a)?)
+        }
+        _ => Err(Error::InvalidParams {
+            field: "tensor",
+            reason: format!("expected values {a}..{b} of a contiguous tensor on the CPU"),
+        }),
+    }
+}
+
 fn to_vec(h: &Tensor) -> Result<Vec<f32>> {
     Ok(h.flatten_all()?.to_vec1::<f32>()?)
 }
@@ -1425,5 +1513,42 @@ mod tests {
         check(FloatValues::F32(exact.to_vec()), &[2, 3]);
         check(FloatValues::Bf16(f.map(bf16::from_f32).to_vec()), &[6]);
         check(FloatValues::F16(exact.map(f16::from_f32).to_vec()), &[6]);
+    }
+
+    /// `with_f32_in` gives candle's widening of the same values bit for bit (bf16, f16, f32,
+    /// a dtype it leaves to candle), whole or a range, in parallel chunks or one after
+    /// another, with a reused buffer longer than the range; a range past the tensor is an
+    /// error, never a short slice.
+    #[test]
+    fn weights_widen_to_candles_f32() {
+        // more values than one parallel chunk (1 << 16), not a multiple of it
+        let n = 7 * 18_737;
+        let values: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin() * 100.0).collect();
+        let f32s = Tensor::from_vec(values.clone(), (n / 7, 7), &Device::Cpu).unwrap();
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let mut buf = vec![1.0f32; n + 5];
+        for dtype in [DType::BF16, DType::F16, DType::F32, DType::F64] {
+            let t = f32s.to_dtype(dtype).unwrap();
+            let want = t.flatten_all().unwrap().to_dtype(DType::F32).unwrap();
+            let want = want.to_vec1::<f32>().unwrap();
+            for (range, par) in [
+                (0..n, Par::rayon(0)),
+                (0..n, Par::Seq),
+                (7..(1 << 16) + 9, Par::rayon(0)),
+                (1000..1007, Par::Seq),
+                (n..n, Par::Seq),
+            ] {
+                let got = with_f32_in(&t, range.clone(), &mut buf, par, |w| Ok(bits(w))).unwrap();
+                assert_eq!(
+                    got,
+                    bits(&want[range.clone()]),
+                    "{dtype:?} {range:?} {par:?}"
+                );
+            }
+            let whole = with_f32(&t, n, |w| Ok(bits(w))).unwrap();
+            assert_eq!(whole, bits(&want), "{dtype:?}");
+            assert!(with_f32(&t, n - 1, |_| Ok(())).is_err(), "{dtype:?}");
+            assert!(with_f32_in(&t, n - 1..n + 1, &mut buf, Par::Seq, |_| Ok(())).is_err());
+        }
     }
 }
