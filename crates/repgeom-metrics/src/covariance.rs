@@ -208,7 +208,9 @@ impl CovarianceAccumulator {
     }
 
     /// The spectrum of every token seen: the singular values of the centred and of the raw
-    /// points, from `X_cᵀX_c = S − s sᵀ/n` and `XᵀX = S + s aᵀ + a sᵀ + n a aᵀ`.
+    /// points, from `X_cᵀX_c = S − s sᵀ/n` and `XᵀX = S + s aᵀ + a sᵀ + n a aᵀ`. The two
+    /// decompositions run side by side on the current rayon pool, each on one thread, so the
+    /// values are the same at any thread count.
     pub fn spectrum(&self) -> Result<CovarianceSpectrum> {
         let (d, n) = (self.d(), self.n);
         if n < 2 {
@@ -221,22 +223,33 @@ impl CovarianceAccumulator {
         let shift = self.shift.as_deref().unwrap_or(&[]);
         let nf = n as f64;
         let s = &self.sum;
-        let centred = Mat::from_fn(d, d, |i, j| self.scatter[(i, j)] - s[i] * s[j] / nf);
-        let raw = Mat::from_fn(d, d, |i, j| {
-            self.scatter[(i, j)] + s[i] * shift[j] + shift[i] * s[j] + nf * shift[i] * shift[j]
-        });
         let keep = d.min(usize::try_from(n).unwrap_or(usize::MAX));
-        let values = |g: &Mat<f64>| -> Result<Vec<f64>> {
+        let values = |g: Mat<f64>| -> Result<Vec<f64>> {
             let mut v = repgeom_linalg::gram_singular_values(g.as_ref(), &self.what)?;
             v.truncate(keep);
             Ok(v)
         };
+        let (centred, raw) = rayon::join(
+            || {
+                values(Mat::from_fn(d, d, |i, j| {
+                    self.scatter[(i, j)] - s[i] * s[j] / nf
+                }))
+            },
+            || {
+                values(Mat::from_fn(d, d, |i, j| {
+                    self.scatter[(i, j)]
+                        + s[i] * shift[j]
+                        + shift[i] * s[j]
+                        + nf * shift[i] * shift[j]
+                }))
+            },
+        );
         Ok(CovarianceSpectrum {
             what: format!("{} ({n} tokens)", self.what),
             n: usize::try_from(n).unwrap_or(usize::MAX),
             d,
-            centred: values(&centred)?,
-            raw: values(&raw)?,
+            centred: centred?,
+            raw: raw?,
         })
     }
 }
