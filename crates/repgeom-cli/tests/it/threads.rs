@@ -1,7 +1,7 @@
 //! The same bits at any thread count: every output column of `pga` (CCR sweep, both nulls,
-//! captured variance), `metrics`, `compare` and `extract`, and the study's results, at 1, 2, 3
-//! and 16 threads, on inputs large enough (`N · d ≥ 256²`) that faer would parallelise a
-//! product on its own.
+//! captured variance), `metrics`, `compare` and `extract` (f32 and bf16 weights, the loss, the
+//! covariance spectra), and the study's results, at 1, 2, 3 and 16 threads, on inputs large
+//! enough (`N · d ≥ 256²`) that faer would parallelise a product on its own.
 
 use std::path::Path;
 use std::process::Command;
@@ -157,6 +157,52 @@ fn every_command_gives_the_same_bits_at_1_2_3_and_16_threads() {
         );
         let bytes = std::fs::read(&out).unwrap();
         bytes.iter().map(|b| format!("{b:02x}")).collect()
+    });
+    // bf16 weights, widened on use in parallel chunks; the loss's tiles; the covariance
+    // spectra over every token (two decompositions side by side).
+    let bf16 = "fixtures/extract/gptneox_serial_bf16";
+    check("extract bf16 with the loss", &|t| {
+        let out = tmp.path().join(format!("bf16_{t}.safetensors"));
+        at(
+            t,
+            &[
+                "extract",
+                "--model",
+                bf16,
+                "--text",
+                "fixtures/study/corpus.txt",
+                "--n-points",
+                "40",
+                "--seq-len",
+                "16",
+                "--loss",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        // the loss is in the file's metadata
+        let bytes = std::fs::read(&out).unwrap();
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    });
+    check("extract bf16 --spectra all", &|t| {
+        let out = tmp.path().join(format!("spectra_{t}.json"));
+        at(
+            t,
+            &[
+                "extract",
+                "--model",
+                bf16,
+                "--text",
+                "fixtures/study/corpus.txt",
+                "--seq-len",
+                "16",
+                "--spectra",
+                "all",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        std::fs::read_to_string(&out).unwrap()
     });
 }
 
