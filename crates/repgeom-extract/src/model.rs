@@ -98,10 +98,19 @@ impl Linear {
         let x = x.to_dtype(DType::F32)?.contiguous()?;
         let out = self.weight.dim(0)?;
         let (xs, xl) = x.storage_and_layout();
-        let mut y = match &self.bias {
-            Some(b) => b.to_dtype(DType::F32)?.to_vec1::<f32>()?.repeat(rows),
-            None => vec![0.0f32; rows * out],
-        };
+        // zeroed by the system; the bias rows written in parallel (the product adds to them)
+        let mut y = vec![0.0f32; rows * out];
+        if let Some(b) = &self.bias {
+            let b = b.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+            if b.len() != out {
+                return Err(Error::InvalidParams {
+                    field: "bias",
+                    reason: format!("{} values for {out} outputs", b.len()),
+                });
+            }
+            y.par_chunks_mut(out * 64)
+                .for_each(|rows| rows.chunks_mut(out).for_each(|r| r.copy_from_slice(&b)));
+        }
         // widened here, per use (in parallel): the model holds the weight in its stored
         // precision
         with_f32(&self.weight, out * inp, |w| {
