@@ -137,53 +137,35 @@ fn every_command_gives_the_same_bits_at_1_2_3_and_16_threads() {
             )
         });
     }
-    check("extract", &|t| {
-        let out = tmp.path().join(format!("x{t}.safetensors"));
-        at(
-            t,
-            &[
-                "extract",
-                "--model",
-                "fixtures/extract/gptneox_parallel",
-                "--text",
-                "fixtures/study/corpus.txt",
-                "--n-points",
-                "40",
-                "--seq-len",
-                "16",
-                "--out",
-                out.to_str().unwrap(),
-            ],
-        );
-        let bytes = std::fs::read(&out).unwrap();
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
-    });
-    // bf16 weights, widened on use in parallel chunks; the loss's tiles; the covariance
-    // spectra over every token (two decompositions side by side).
+    // f32 weights; bf16 weights (widened on use in parallel chunks) with the loss's tiles
+    // (the loss is in the file's metadata)
     let bf16 = "fixtures/extract/gptneox_serial_bf16";
-    check("extract bf16 with the loss", &|t| {
-        let out = tmp.path().join(format!("bf16_{t}.safetensors"));
-        at(
-            t,
-            &[
+    for (model, extra) in [
+        ("fixtures/extract/gptneox_parallel", None),
+        (bf16, Some("--loss")),
+    ] {
+        check(&format!("extract {model} {extra:?}"), &|t| {
+            let out = tmp.path().join(format!("x{t}.safetensors"));
+            let mut args = vec![
                 "extract",
                 "--model",
-                bf16,
+                model,
                 "--text",
                 "fixtures/study/corpus.txt",
                 "--n-points",
                 "40",
                 "--seq-len",
                 "16",
-                "--loss",
                 "--out",
                 out.to_str().unwrap(),
-            ],
-        );
-        // the loss is in the file's metadata
-        let bytes = std::fs::read(&out).unwrap();
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
-    });
+            ];
+            args.extend(extra);
+            at(t, &args);
+            let bytes = std::fs::read(&out).unwrap();
+            bytes.iter().map(|b| format!("{b:02x}")).collect()
+        });
+    }
+    // the covariance spectra over every token (two decompositions side by side)
     check("extract bf16 --spectra all", &|t| {
         let out = tmp.path().join(format!("spectra_{t}.json"));
         at(
