@@ -296,6 +296,60 @@ impl MemoryEstimate {
     pub fn peak(&self, workers: u64) -> u64 {
         self.shared + workers * self.per_worker
     }
+
+    /// How many calls with this estimate may run at once on one pool of `threads` threads
+    /// within `budget`, each free to use every thread: `budget / peak(threads)`, at least one
+    /// (a call alone sizes its workers to the budget itself). A call keeps the scratch
+    /// buffers of its draws until it returns, so a call that had every thread once holds a
+    /// worker's bytes per thread, whatever the other calls do: each counts `peak(threads)`.
+    ///
+    /// ```
+    /// use repgeom_metrics::pga::memory_estimate;
+    /// let est = memory_estimate(2048, 512, 100);
+    /// assert_eq!(est.at_once(3 * est.peak(16), 16), 3);
+    /// assert_eq!(est.at_once(est.peak(2), 16), 1);
+    /// ```
+    pub fn at_once(&self, budget: u64, threads: usize) -> usize {
+        let each = self.peak(threads.max(1) as u64).max(1);
+        usize::try_from(budget / each).unwrap_or(usize::MAX).max(1)
+    }
+}
+
+impl EngineOptions {
+    /// The memory the exact engine needs under these options for `n` points in `d`
+    /// dimensions and `draws` null bases of dimension `k` (the spectrum null adds its
+    /// covariance and a level's matched bases), or `None` where the options sample pairs
+    /// (`max_pairs` below all `n(n−1)/2`): the budget limits only the exact engine.
+    ///
+    /// ```
+    /// use repgeom_metrics::pga::{EngineOptions, memory_estimate};
+    /// let opts = EngineOptions::default();
+    /// assert_eq!(opts.exact_memory(300, 64, 8, 100), Some(memory_estimate(300, 64, 8)));
+    /// let sampled = EngineOptions { max_pairs: Some(10_000), ..Default::default() };
+    /// assert_eq!(sampled.exact_memory(300, 64, 8, 100), None);
+    /// ```
+    pub fn exact_memory(
+        &self,
+        n: usize,
+        d: usize,
+        k: usize,
+        draws: usize,
+    ) -> Option<MemoryEstimate> {
+        if self
+            .max_pairs
+            .is_some_and(|m| m < repgeom_linalg::condensed_len(n))
+        {
+            return None;
+        }
+        let mut est = memory_estimate(n, d, k);
+        if self.null == NullKind::Spectrum {
+            // The covariance and its eigenvectors (f64), and the matched bases of one level in
+            // f64 and f32.
+            let (d, k, draws) = (d as u64, k as u64, draws as u64);
+            est.shared += 16 * d * d + 12 * d * k * draws;
+        }
+        Some(est)
+    }
 }
 
 /// Memory needed by the exact engine (see [`MemoryEstimate`]).
@@ -509,15 +563,8 @@ fn sweep(
         Some(m) if m < total_pairs => Some(sample_pairs(n, m, opts.pair_seed)),
         _ => None,
     };
-    let workers = match (&sample, opts.max_memory) {
-        (None, Some(budget)) => {
-            let mut est = memory_estimate(n, d, k);
-            if opts.null == NullKind::Spectrum {
-                // The covariance and its eigenvectors (f64), and the matched bases of one
-                // level in f64 and f32.
-                let (d, k, draws) = (d as u64, k as u64, null.len() as u64);
-                est.shared += 16 * d * d + 12 * d * k * draws;
-            }
+    let workers = match (opts.exact_memory(n, d, k, null.len()), opts.max_memory) {
+        (Some(est), Some(budget)) => {
             let fit = budget.saturating_sub(est.shared) / est.per_worker.max(1);
             if fit == 0 {
                 return Err(Error::MemoryBudget {

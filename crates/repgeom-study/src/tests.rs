@@ -1056,8 +1056,8 @@ fn device_is_a_setting_of_the_run() {
 
 /// A group's units on pools of 1, 2, 3 and 16 threads, each with parallel work of its own:
 /// every unit once, given the pool, never more units at once than threads (a thread waiting
-/// inside one unit's parallel work starts no other), and after failures the error of the first
-/// failing unit in order.
+/// inside one unit's parallel work starts no other) or than the memory allows, and after
+/// failures the error of the first failing unit in order.
 #[test]
 fn a_groups_units_each_run_once_on_the_pool_and_one_per_thread() {
     use std::sync::Mutex;
@@ -1071,11 +1071,19 @@ fn a_groups_units_each_run_once_on_the_pool_and_one_per_thread() {
             .num_threads(threads)
             .build()
             .unwrap();
-        for n in [0, 1, 5, 40] {
+        for (n, at_once) in [
+            (0, 40),
+            (1, 40),
+            (5, 40),
+            (40, 40),
+            (40, 2),
+            (40, 1),
+            (5, 0),
+        ] {
             let seen = Mutex::new(Vec::new());
             let (live, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
             pool.install(|| {
-                for_each_unit(n, |i| {
+                for_each_unit(n, at_once, |i| {
                     most.fetch_max(live.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                     // Parallel work that other threads steal and this one waits for.
                     let sum: u64 = (0..64u64)
@@ -1102,13 +1110,13 @@ fn a_groups_units_each_run_once_on_the_pool_and_one_per_thread() {
             );
             let most = most.into_inner();
             check(
-                most <= threads,
-                &format!("{most} of {n} units at once on {threads} threads"),
+                most <= threads.min(at_once.max(1)),
+                &format!("{most} of {n} units at once on {threads} threads, {at_once} allowed"),
             );
         }
         let failing = |i: usize| i == 7 || i == 9 || i == 30;
         let result = pool.install(|| {
-            for_each_unit(40, |i| match failing(i) {
+            for_each_unit(40, 40, |i| match failing(i) {
                 true => Err(crate::Error::BadShard {
                     spec: i.to_string(),
                     reason: "fails".into(),

@@ -207,32 +207,36 @@ pub(crate) fn run_units_with(
             Some(path) => Some(crate::stage::read_spectra(path)?),
             None => None,
         };
-        for_each_unit(units.len(), |i| -> Result<()> {
+        let inputs = |u: &PlannedUnit| UnitInputs {
+            study,
+            loader,
+            m,
+            ctx: &ctx,
+            acts: &layers[&u.unit.layer],
+            sequences: sequences.as_deref(),
+            probe: probe_layers
+                .as_ref()
+                .map(|(l, labels)| (&l[&u.unit.layer], labels.as_slice())),
+            computed_loss: ext
+                .as_ref()
+                .and_then(|e| e.val_loss.map(|l| (l, e.val_loss_se))),
+            spectra: spectra
+                .as_ref()
+                .and_then(|s| s.get(&u.unit.layer))
+                .map(Vec::as_slice),
+            cross: &cross,
+        };
+        // As many units at once as the PGA engines' memory allows on this pool: each unit
+        // may use every thread, so each counts a worker's bytes per thread.
+        let threads = rayon::current_num_threads();
+        let at_once = (units.iter())
+            .filter_map(|u| units::memory(&inputs(u), &u.unit))
+            .map(|(est, budget)| est.at_once(budget, threads))
+            .fold(units.len(), usize::min);
+        for_each_unit(units.len(), at_once, |i| -> Result<()> {
             let u = units[i];
             let t = Instant::now();
-            let acts = &layers[&u.unit.layer];
-            let probe = probe_layers
-                .as_ref()
-                .map(|(l, labels)| (&l[&u.unit.layer], labels.as_slice()));
-            let computed_loss = ext
-                .as_ref()
-                .and_then(|e| e.val_loss.map(|l| (l, e.val_loss_se)));
-            let inputs = UnitInputs {
-                study,
-                loader,
-                m,
-                ctx: &ctx,
-                acts,
-                sequences: sequences.as_deref(),
-                probe,
-                computed_loss,
-                spectra: spectra
-                    .as_ref()
-                    .and_then(|s| s.get(&u.unit.layer))
-                    .map(Vec::as_slice),
-                cross: &cross,
-            };
-            let rows = compute_unit(&inputs, &u.unit)?;
+            let rows = compute_unit(&inputs(u), &u.unit)?;
             write_part(dir, u, &rows, study.manifest.device)?;
             on_done(&UnitDone {
                 unit: u,
@@ -245,22 +249,30 @@ pub(crate) fn run_units_with(
     Ok(())
 }
 
-/// Runs `f(i)` for every unit `i < n` of a group on the current rayon pool: one worker loop
-/// per thread (a broadcast) takes the next unit in order, and every unit's metrics may use the
-/// whole pool (`Par::rayon(0)`): while each thread has a unit the work stays mostly on its own
-/// thread, and the threads that find no unit left help the ones still running (a Pythia-70M
-/// checkpoint's 7 PGA units on 16 threads, or the last of 33). A thread never holds two units
-/// at once (a parallel iterator over the units would let a thread waiting inside one unit's
-/// parallel work start another, and hold both units' memory), so no more units are in memory
-/// than before, when each ran single-threaded. No number depends on it (every metric is the
-/// same at any thread count). After a failure no unit starts, and the error of the first
-/// failing unit in order is returned.
-pub(crate) fn for_each_unit(n: usize, f: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
+/// Runs `f(i)` for every unit `i < n` of a group on the current rayon pool, at most
+/// `at_once` at a time: one worker loop on each of the first `at_once` threads (a broadcast)
+/// takes the next unit in order, and every unit's metrics may use the whole pool
+/// (`Par::rayon(0)`): while each thread has a unit the work stays mostly on its own thread,
+/// and the threads without a unit help the ones running (a Pythia-70M checkpoint's 7 PGA
+/// units on 16 threads, or the last of 33). A thread never holds two units at once (a
+/// parallel iterator over the units would let a thread waiting inside one unit's parallel
+/// work start another, and hold both units' memory), so at most `min(at_once, threads)` units
+/// are in memory. No number depends on it (every metric is the same at any thread count).
+/// After a failure no unit starts, and the error of the first failing unit in order is
+/// returned.
+pub(crate) fn for_each_unit(
+    n: usize,
+    at_once: usize,
+    f: impl Fn(usize) -> Result<()> + Sync,
+) -> Result<()> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
     let errors: Mutex<Vec<(usize, Error)>> = Mutex::new(Vec::new());
-    rayon::broadcast(|_| {
+    rayon::broadcast(|thread| {
+        if thread.index() >= at_once.max(1) {
+            return;
+        }
         while !failed.load(Ordering::Relaxed) {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= n {

@@ -64,7 +64,7 @@ impl<'a> UnitInputs<'a> {
 /// The rows of unit `u`, computed by its kind's function.
 pub(super) fn compute_unit(x: &UnitInputs<'_>, u: &Unit) -> Result<Vec<Row>> {
     let values = match &u.kind {
-        UnitKind::Pga { ccr } => pga(x, u, ccr)?,
+        UnitKind::Pga { .. } => pga(x, u)?,
         UnitKind::PgaK { ccr, k } => pga_k(x, u, *ccr, *k)?,
         UnitKind::PcShare { m } => pc_share(x, u, *m)?,
         UnitKind::Spectral { metric } => spectral(x, u, metric)?,
@@ -78,19 +78,48 @@ pub(super) fn compute_unit(x: &UnitInputs<'_>, u: &Unit) -> Result<Vec<Row>> {
     Ok(values.into_iter().map(|v| to_row(x.m, u, v)).collect())
 }
 
-/// `pga` at the CCR levels `ccr`, with the bootstrap (by sequence when they are known).
-fn pga(x: &UnitInputs<'_>, u: &Unit, ccr: &[usize]) -> Result<Vec<MetricValue>> {
-    let mut layer = x.layer(u)?;
-    if let Some(ids) = x.sequences {
-        layer = layer.with_sequences(ids)?;
-    }
-    Ok(pga_metric(&x.study.manifest.analysis, ccr.to_vec(), true).compute(&layer)?)
+/// The PGA metric and layer input of a `pga` or `pga_k` unit, as it computes them; `None`
+/// for the other kinds.
+fn pga_call<'a>(x: &UnitInputs<'a>, u: &Unit) -> Result<Option<(Pga, LayerInput<'a>)>> {
+    let a = &x.study.manifest.analysis;
+    Ok(match &u.kind {
+        // The bootstrap, by sequence when they are known.
+        UnitKind::Pga { ccr } => {
+            let mut layer = x.layer(u)?;
+            if let Some(ids) = x.sequences {
+                layer = layer.with_sequences(ids)?;
+            }
+            Some((pga_metric(a, ccr.clone(), true), layer))
+        }
+        UnitKind::PgaK { ccr, k } => Some((
+            pga_metric(a, vec![*ccr], false),
+            x.layer_of(&x.ctx.sensitivity[k], u)?,
+        )),
+        _ => None,
+    })
+}
+
+/// The memory a PGA unit's engine needs and the budget it runs under ([`Pga::memory`]);
+/// `None` for other kinds, where no budget applies, and where the unit's layer is refused
+/// (the unit reports that when it runs).
+pub(super) fn memory(
+    x: &UnitInputs<'_>,
+    u: &Unit,
+) -> Option<(repgeom_metrics::pga::MemoryEstimate, u64)> {
+    let (metric, layer) = pga_call(x, u).ok()??;
+    metric.memory(&layer)
+}
+
+/// `pga` at the CCR levels of unit `u`.
+fn pga(x: &UnitInputs<'_>, u: &Unit) -> Result<Vec<MetricValue>> {
+    let (metric, layer) = pga_call(x, u)?.expect("a pga unit");
+    Ok(metric.compute(&layer)?)
 }
 
 /// `pga` at CCR level `ccr` and the k-sensitivity `k`, its variants renamed `ccrC_kK`.
 fn pga_k(x: &UnitInputs<'_>, u: &Unit, ccr: usize, k: usize) -> Result<Vec<MetricValue>> {
-    let layer = x.layer_of(&x.ctx.sensitivity[&k], u)?;
-    let mut values = pga_metric(&x.study.manifest.analysis, vec![ccr], false).compute(&layer)?;
+    let (metric, layer) = pga_call(x, u)?.expect("a pga_k unit");
+    let mut values = metric.compute(&layer)?;
     // `ccrC` → `ccrC_kK` (`ccrC_kK_spectrum` under the spectrum null: the null stays last).
     for v in &mut values {
         v.variant = v
