@@ -44,23 +44,31 @@ pub(crate) const CUBLAS: Lib = Lib {
     hint: TOOLKIT_HINT,
 };
 
+/// The folders of a toolkit installed at `root` that may hold its libraries.
+const TOOLKIT_LIBS: [&str; 3] = ["lib64", "lib", "targets/x86_64-linux/lib"];
+
 /// The folders looked in besides the loader's path, in order: `$CUDA_HOME`, `$CUDA_PATH`,
-/// `$CUDA_ROOT` (their `lib64`, `lib` and `targets/x86_64-linux/lib`), the usual toolkit
-/// folders, and the driver's usual folders.
+/// `$CUDA_ROOT` (their `lib64`, `lib` and `targets/x86_64-linux/lib`), `/usr/local/cuda`,
+/// every CUDA 13 toolkit under `/usr/local` (`cuda-13.*`, the newest first), and the driver's
+/// usual folders.
 pub(crate) fn folders() -> Vec<PathBuf> {
     let mut out = Vec::new();
     for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
         if let Some(root) = std::env::var_os(var).filter(|v| !v.is_empty()) {
             let root = PathBuf::from(root);
-            for sub in ["lib64", "lib", "targets/x86_64-linux/lib"] {
-                out.push(root.join(sub));
-            }
+            out.extend(TOOLKIT_LIBS.iter().map(|sub| root.join(sub)));
         }
     }
+    let usr_local = std::path::Path::new("/usr/local");
+    out.extend(
+        TOOLKIT_LIBS
+            .iter()
+            .map(|sub| usr_local.join("cuda").join(sub)),
+    );
+    for root in toolkits(usr_local) {
+        out.extend(TOOLKIT_LIBS.iter().map(|sub| root.join(sub)));
+    }
     for dir in [
-        "/usr/local/cuda/lib64",
-        "/usr/local/cuda-13.0/lib64",
-        "/usr/local/cuda/targets/x86_64-linux/lib",
         "/opt/cuda/lib64",
         "/usr/lib/x86_64-linux-gnu",
         "/usr/lib64",
@@ -70,6 +78,34 @@ pub(crate) fn folders() -> Vec<PathBuf> {
         out.push(PathBuf::from(dir));
     }
     out
+}
+
+/// The CUDA 13 toolkits installed in `dir` (`cuda-13`, `cuda-13.0`, `cuda-13.1`, ...), the
+/// newest first (by version, so `cuda-13.10` before `cuda-13.9`).
+pub(crate) fn toolkits(dir: &std::path::Path) -> Vec<PathBuf> {
+    let version = |name: &str| -> Option<Vec<u32>> {
+        let v = name.strip_prefix("cuda-13")?;
+        let mut parts = vec![13];
+        if !v.is_empty() {
+            for p in v.strip_prefix('.')?.split('.') {
+                parts.push(p.parse().ok()?);
+            }
+        }
+        Some(parts)
+    };
+    let mut found: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let v = version(e.file_name().to_str()?)?;
+                    e.path().is_dir().then(|| (v, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.into_iter().rev().map(|(_, p)| p).collect()
 }
 
 /// The files in `dir` whose name starts with `prefix` (not NVRTC's `.alt.` variants), the

@@ -66,3 +66,27 @@ fn opening_devices() {
         other => panic!("{other}"),
     }
 }
+
+/// The CUDA 13 toolkits of a folder, newest first; other folders and files are not toolkits.
+#[test]
+fn toolkits_are_found_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "cuda-12.8",
+        "cuda-13.0",
+        "cuda-13.10",
+        "cuda-13.9",
+        "cuda-13",
+        "cuda",
+        "cuda-13.x",
+    ] {
+        std::fs::create_dir(dir.path().join(name)).unwrap();
+    }
+    std::fs::write(dir.path().join("cuda-13.2"), b"a file").unwrap();
+    let names: Vec<String> = crate::libs::toolkits(dir.path())
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["cuda-13.10", "cuda-13.9", "cuda-13.0", "cuda-13"]);
+    assert!(crate::libs::toolkits(&dir.path().join("missing")).is_empty());
+}
