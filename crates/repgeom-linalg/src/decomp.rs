@@ -46,9 +46,12 @@ pub fn to_f64_into(mut dst: MatMut<'_, f64>, x: MatRef<'_, f32>, par: Par) {
     });
 }
 
-/// Converts an `f64` matrix to `f32` (rounding to nearest).
-pub fn to_f32(x: MatRef<'_, f64>) -> Mat<f32> {
-    Mat::from_fn(x.nrows(), x.ncols(), |i, j| x[(i, j)] as f32)
+/// Converts an `f64` matrix to `f32` (rounding to nearest), by blocks of columns on the
+/// current rayon pool unless `par` is `Par::Seq`.
+pub fn to_f32(x: MatRef<'_, f64>, par: Par) -> Mat<f32> {
+    crate::mat_from_cols(x.nrows(), x.ncols(), par, |j| {
+        x.col(j).iter().map(|&v| v as f32)
+    })
 }
 
 /// Subtracts the mean over points (rows) from every column, in `f64`.
@@ -59,13 +62,11 @@ pub fn to_f32(x: MatRef<'_, f64>) -> Mat<f32> {
 /// `Par::Seq`, so the result is bit-identical at any thread count.
 pub fn center_columns(x: MatRef<'_, f32>, par: Par) -> Mat<f64> {
     let n = x.nrows();
-    let mut out = Mat::<f64>::zeros(n, x.ncols());
-    by_col_blocks(out.as_mut(), par, |j0, mut cols| {
-        for (j, mut col) in (j0..).zip(cols.as_mut().col_iter_mut()) {
-            col.as_mut()
-                .iter_mut()
-                .zip(x.col(j).iter())
-                .for_each(|(v, &x)| *v = f64::from(x));
+    let mut out = crate::mat_from_cols(n, x.ncols(), par, |j| {
+        x.col(j).iter().map(|&v| f64::from(v))
+    });
+    by_col_blocks(out.as_mut(), par, |_, mut cols| {
+        for col in cols.as_mut().col_iter_mut() {
             let mean = col.as_ref().iter().sum::<f64>() / n.max(1) as f64;
             col.iter_mut().for_each(|v| *v -= mean);
         }
@@ -639,10 +640,9 @@ pub fn remove_directions(x: MatRef<'_, f64>, u: MatRef<'_, f64>, par: Par) -> Ma
     // dimension of `c`, summed in order for each entry: one block of columns at a time, each
     // block sequential (faer's parallel rank-`c` update barely splits).
     let coef = project(x, u, par);
-    let mut out = Mat::<f64>::zeros(x.nrows(), x.ncols());
-    by_col_blocks(out.as_mut(), par, |j0, mut cols| {
+    let mut out = crate::mat_from_cols(x.nrows(), x.ncols(), par, |j| x.col(j).iter().copied());
+    by_col_blocks(out.as_mut(), par, |j0, cols| {
         let w = cols.ncols();
-        cols.copy_from(x.subcols(j0, w));
         matmul(
             cols,
             Accum::Add,

@@ -25,20 +25,66 @@ pub fn pair_index(n: usize, i: usize, j: usize) -> usize {
 /// A row whose norm is zero, or below `f32::EPSILON` times the largest row norm (below what
 /// `f32` data can resolve, e.g. a point equal to the mean after centring), has no direction:
 /// that is an [`Error::ZeroNorm`] naming `what` and the row.
-pub fn normalize_rows<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> Result<Mat<f32>> {
-    let (n, d) = (x.nrows(), x.ncols());
-    let mut norms = vec![0.0f64; n];
-    for j in 0..d {
-        for i in 0..n {
-            let v: f64 = x[(i, j)].into();
-            norms[i] += v * v;
-        }
-    }
+///
+/// Each row's squared norm is summed over its columns in order and the rows are written by
+/// blocks, on the current rayon pool unless `par` is `Par::Seq`: the same bits either way.
+pub fn normalize_rows<T: Copy + Into<f64> + Sync>(
+    x: MatRef<'_, T>,
+    what: &str,
+    par: Par,
+) -> Result<Mat<f32>> {
+    let d = x.ncols();
+    let norms = squared_row_norms(x, par);
     let first_bad = |i: usize| (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0);
     let inv = inverse_row_norms(&norms, what, first_bad)?;
-    Ok(Mat::from_fn(n, d, |i, j| {
-        (x[(i, j)].into() * inv[i]) as f32
-    }))
+    Ok(rows_to_f32(x, Some(&inv), par))
+}
+
+/// The fewest rows in a parallel block of [`squared_row_norms`].
+const MIN_NORM_ROWS: usize = 64;
+
+/// Every row's squared norm in `f64`, summed over the columns in order (blocks of rows on the
+/// current rayon pool unless `par` is `Par::Seq`: the same bits either way).
+fn squared_row_norms<T: Copy + Into<f64> + Sync>(x: MatRef<'_, T>, par: Par) -> Vec<f64> {
+    let mut sq = vec![0.0f64; x.nrows()];
+    // A row's sum does not depend on the blocks: as many as threads, each a run of rows.
+    let rows = match par {
+        Par::Seq => x.nrows(),
+        _ => x.nrows().div_ceil(rayon::current_num_threads()),
+    }
+    .max(MIN_NORM_ROWS);
+    let block = |(b, out): (usize, &mut [f64])| {
+        let r0 = b * rows;
+        for j in 0..x.ncols() {
+            for (t, s) in out.iter_mut().enumerate() {
+                let v: f64 = x[(r0 + t, j)].into();
+                *s += v * v;
+            }
+        }
+    };
+    if par == Par::Seq {
+        sq.chunks_mut(rows).enumerate().for_each(block);
+    } else {
+        use rayon::prelude::*;
+        sq.par_chunks_mut(rows).enumerate().for_each(block);
+    }
+    sq
+}
+
+/// `x` in `f32`, each row first multiplied in `f64` by its `scale` when one is given (blocks
+/// of columns on the current rayon pool unless `par` is `Par::Seq`).
+fn rows_to_f32<T: Copy + Into<f64> + Sync>(
+    x: MatRef<'_, T>,
+    scale: Option<&[f64]>,
+    par: Par,
+) -> Mat<f32> {
+    let (n, d) = (x.nrows(), x.ncols());
+    match scale {
+        Some(s) => crate::mat_from_cols(n, d, par, |j| {
+            (x.col(j).iter().zip(s)).map(|(&v, &s)| (v.into() * s) as f32)
+        }),
+        None => crate::mat_from_cols(n, d, par, |j| x.col(j).iter().map(|&v| v.into() as f32)),
+    }
 }
 
 /// `1 / ‖x_i‖` from the squared row norms `sq` (accumulated in `f64`): the scale
@@ -92,13 +138,13 @@ pub fn check_row_norms(sq: &[f64], what: &str, first_bad: impl Fn(usize) -> usiz
 ///
 /// Rows are normalised (see [`normalize_rows`]), then one `f32` GEMM computes the lower
 /// triangle of the Gram matrix. Values are clamped to `[0, 2]`.
-pub fn cosine_distances<T: Copy + Into<f64>>(
+pub fn cosine_distances<T: Copy + Into<f64> + Sync>(
     x: MatRef<'_, T>,
     what: &str,
     par: Par,
 ) -> Result<Vec<f32>> {
     let n = x.nrows();
-    let xn = normalize_rows(x, what)?;
+    let xn = normalize_rows(x, what, par)?;
     let mut out = vec![0.0f32; condensed_len(n)];
     condensed_from_normalized(xn.as_ref(), &mut out, par);
     Ok(out)
@@ -107,7 +153,7 @@ pub fn cosine_distances<T: Copy + Into<f64>>(
 /// Like [`cosine_distances`], writing into a caller-owned buffer of length $n(n-1)/2$ (so a
 /// loop over many projections allocates its largest buffer once).
 #[track_caller]
-pub fn cosine_distances_into<T: Copy + Into<f64>>(
+pub fn cosine_distances_into<T: Copy + Into<f64> + Sync>(
     x: MatRef<'_, T>,
     out: &mut [f32],
     what: &str,
@@ -118,7 +164,7 @@ pub fn cosine_distances_into<T: Copy + Into<f64>>(
         condensed_len(x.nrows()),
         "cosine_distances_into: buffer length"
     );
-    let xn = normalize_rows(x, what)?;
+    let xn = normalize_rows(x, what, par)?;
     condensed_from_normalized(xn.as_ref(), out, par);
     Ok(())
 }
@@ -189,7 +235,7 @@ pub(crate) fn for_each_gram_column(
 /// distances of the rows of `x`, computed block-wise without materialising the distances:
 /// each similarity becomes a sort key directly. `x` must have no zero rows (see
 /// [`normalize_rows`], whose error this returns).
-pub fn spearman_of_cosine<T: Copy + Into<f64>>(
+pub fn spearman_of_cosine<T: Copy + Into<f64> + Sync>(
     reference: &RankedReference,
     x: MatRef<'_, T>,
     scratch: &mut RankScratch,
@@ -201,7 +247,7 @@ pub fn spearman_of_cosine<T: Copy + Into<f64>>(
         condensed_len(x.nrows()),
         "spearman_of_cosine: reference length"
     );
-    let xn = normalize_rows(x, what)?;
+    let xn = normalize_rows(x, what, par)?;
     let rank2 = reference.rank2();
     // The CPU's SIMD level, detected once per call rather than once per column.
     let arch = pulp::Arch::new();
@@ -291,22 +337,17 @@ impl std::str::FromStr for Distance {
 /// Euclidean distances through one Gram product:
 /// $\lVert x_i - x_j\rVert^2 = s_i + s_j - 2\langle x_i, x_j\rangle$ (what the CUDA engine
 /// uploads for the full-space distances). Errors on a non-finite row.
-pub fn rows_with_sq_norms<T: Copy + Into<f64>>(
+pub fn rows_with_sq_norms<T: Copy + Into<f64> + Sync>(
     x: MatRef<'_, T>,
     what: &str,
+    par: Par,
 ) -> Result<(Mat<f32>, Vec<f32>)> {
-    let (n, d) = (x.nrows(), x.ncols());
-    let mut sq = vec![0.0f64; n];
-    for j in 0..d {
-        for (i, s) in sq.iter_mut().enumerate() {
-            let v: f64 = x[(i, j)].into();
-            *s += v * v;
-        }
-    }
+    let d = x.ncols();
+    let sq = squared_row_norms(x, par);
     check_row_norms(&sq, what, |i| {
         (0..d).find(|&j| !x[(i, j)].into().is_finite()).unwrap_or(0)
     })?;
-    let rows = Mat::from_fn(n, d, |i, j| x[(i, j)].into() as f32);
+    let rows = rows_to_f32(x, None, par);
     Ok((rows, sq.into_iter().map(|s| s as f32).collect()))
 }
 
@@ -328,7 +369,7 @@ fn euclidean_from_gram(si: f32, sj: f32, g: f32) -> f32 {
 /// let c = pairwise_distances(x.as_ref(), Distance::Cosine, "x", Par::Seq).unwrap();
 /// assert!((c[0] - 1.0).abs() < 1e-6); // orthogonal rows
 /// ```
-pub fn pairwise_distances<T: Copy + Into<f64>>(
+pub fn pairwise_distances<T: Copy + Into<f64> + Sync>(
     x: MatRef<'_, T>,
     distance: Distance,
     what: &str,
@@ -338,7 +379,7 @@ pub fn pairwise_distances<T: Copy + Into<f64>>(
         Distance::Cosine => cosine_distances(x, what, par),
         Distance::Euclidean => {
             let n = x.nrows();
-            let (rows, sq) = rows_with_sq_norms(x, what)?;
+            let (rows, sq) = rows_with_sq_norms(x, what, par)?;
             let mut out = vec![0.0f32; condensed_len(n)];
             let mut i = 0usize;
             for_each_gram_column(rows.as_ref(), par, &mut Vec::new(), |pos, sims| {
@@ -361,7 +402,7 @@ fn pair_index_start(n: usize, i: usize) -> usize {
 
 /// Spearman correlation between `reference` and the `distance` distances of the rows of `x`,
 /// block-wise as in [`spearman_of_cosine`] (which it is for [`Distance::Cosine`]).
-pub fn spearman_of_distances<T: Copy + Into<f64>>(
+pub fn spearman_of_distances<T: Copy + Into<f64> + Sync>(
     reference: &RankedReference,
     x: MatRef<'_, T>,
     distance: Distance,
@@ -378,7 +419,7 @@ pub fn spearman_of_distances<T: Copy + Into<f64>>(
                 condensed_len(n),
                 "spearman_of_distances: reference length"
             );
-            let (rows, sq) = rows_with_sq_norms(x, what)?;
+            let (rows, sq) = rows_with_sq_norms(x, what, par)?;
             let rank2 = reference.rank2();
             reference.spearman_with_words(scratch, what, |words, block| {
                 let mut i = 0usize;

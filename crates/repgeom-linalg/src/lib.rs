@@ -17,6 +17,7 @@
 //! This crate is not I/O and never prints: it sees only matrices and slices.
 #![deny(missing_docs)]
 
+mod alloc;
 mod decomp;
 mod distance;
 mod error;
@@ -27,6 +28,7 @@ mod rank;
 #[cfg(test)]
 mod tests;
 
+pub use alloc::mat_from_cols;
 pub use decomp::{
     EVD_PIECES, PrincipalDirections, ccr, center_columns, orthonormal_basis_check,
     principal_directions, project, project_f32, qr_positive, readout_subspace, remove_directions,

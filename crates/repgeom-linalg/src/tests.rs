@@ -144,7 +144,7 @@ fn one_column_products_do_not_depend_on_thread_count() {
     });
     let x = to_f64(x32.as_ref());
     let u = Mat::<f64>::from_fn(40, 1, |i, _| ((i * 7 + 3) as f64 * 0.37).cos());
-    let u32 = to_f32(u.as_ref());
+    let u32 = to_f32(u.as_ref(), Par::Seq);
     let run = |par: Par| {
         (
             project(x.as_ref(), u.as_ref(), par),
@@ -209,6 +209,65 @@ fn widening_in_blocks_equals_to_f64() {
             dst
         });
     }
+}
+
+/// Matrices written by blocks of columns on the pool (`mat_from_cols`, and the centring,
+/// CCR, conversions and row normalisation built on it) equal their definitions, entry by
+/// entry, at any thread count; empty shapes included, and shapes past one parallel block
+/// (600 × 500) with row- and column-major inputs.
+#[test]
+fn first_writes_in_blocks_equal_their_definitions() {
+    for (n, d) in [(0, 5), (5, 0), (1, 1), (70, 300), (600, 500)] {
+        let def = |i: usize, j: usize| ((i * 31 + j * 17) as f64 * 0.37).sin() + (j % 3) as f64;
+        check_thread_independent("mat_from_cols", |par| {
+            let m = mat_from_cols(n, d, par, |j| (0..n).map(move |i| def(i, j)));
+            assert!(m == Mat::from_fn(n, d, def), "{n} x {d}");
+            m
+        });
+    }
+    let data: Vec<f32> = (0..600 * 500).map(|v| (v as f32 * 0.37).sin()).collect();
+    for x in [
+        MatRef::from_row_major_slice(&data, 600, 500),
+        MatRef::from_column_major_slice(&data, 600, 500),
+    ] {
+        let x64 = Mat::from_fn(600, 500, |i, j| f64::from(x[(i, j)]));
+        check_thread_independent("centring", |par| {
+            let c = center_columns(x, par);
+            for j in 0..500 {
+                let mean = (0..600).map(|i| x64[(i, j)]).sum::<f64>() / 600.0;
+                assert!(
+                    (0..600).all(|i| c[(i, j)] == x64[(i, j)] - mean),
+                    "column {j}"
+                );
+            }
+            c
+        });
+        check_thread_independent("to_f32", |par| {
+            let y = to_f32(x64.as_ref(), par);
+            assert!(y == Mat::from_fn(600, 500, |i, j| x64[(i, j)] as f32));
+            y
+        });
+        let sq: Vec<f64> = (0..600)
+            .map(|i| (0..500).fold(0.0, |s, j| s + x64[(i, j)] * x64[(i, j)]))
+            .collect();
+        check_thread_independent("normalize_rows", |par| {
+            let y = normalize_rows(x, "x", par).unwrap();
+            assert!(
+                y == Mat::from_fn(600, 500, |i, j| (x64[(i, j)] * (1.0 / sq[i].sqrt())) as f32)
+            );
+            y
+        });
+        check_thread_independent("rows_with_sq_norms", |par| {
+            let (rows, norms) = rows_with_sq_norms(x, "x", par).unwrap();
+            assert!(rows == Mat::from_fn(600, 500, |i, j| x[(i, j)]));
+            assert!(norms.iter().zip(&sq).all(|(&a, &b)| a == b as f32));
+            (rows, norms)
+        });
+    }
+    let result = std::panic::catch_unwind(|| {
+        mat_from_cols(3, 2, Par::Seq, |j| (0..2 + j).map(|i| i as f64))
+    });
+    assert!(result.is_err(), "a column of another length is refused");
 }
 
 #[test]

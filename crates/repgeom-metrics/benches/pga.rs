@@ -51,11 +51,11 @@ fn bench_pga(c: &mut Criterion) {
 
     // The unavoidable parts: full Gram once, then per draw: projection, Gram, one pair sort.
     let hc = repgeom_linalg::ccr(h.as_ref(), 1, par).unwrap();
-    let h32 = repgeom_linalg::to_f32(hc.as_ref());
+    let h32 = repgeom_linalg::to_f32(hc.as_ref(), Par::Seq);
     let q32: Vec<Mat<f32>> = null
         .bases()
         .iter()
-        .map(|q| repgeom_linalg::to_f32(q.as_ref()))
+        .map(|q| repgeom_linalg::to_f32(q.as_ref(), Par::Seq))
         .collect();
     group.bench_function("floor_gemms_plus_one_sort_per_draw", |bench| {
         use rayon::prelude::*;

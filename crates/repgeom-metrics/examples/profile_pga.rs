@@ -120,8 +120,8 @@ fn main() {
         reference = Some(repgeom_linalg::RankedReference::new(&full, "full").unwrap());
     });
     let reference = reference.expect("ranked");
-    let h32 = repgeom_linalg::to_f32(hc.as_ref());
-    let q = repgeom_linalg::to_f32(repgeom_null::haar_basis(d, k, 0, 0).as_ref());
+    let h32 = repgeom_linalg::to_f32(hc.as_ref(), Par::Seq);
+    let q = repgeom_linalg::to_f32(repgeom_null::haar_basis(d, k, 0, 0).as_ref(), Par::Seq);
     let reps = reps("REPS", 5);
     let time = |label: &str, f: &mut dyn FnMut()| -> f64 {
         let (mut total, mut best) = (0.0f64, f64::INFINITY);

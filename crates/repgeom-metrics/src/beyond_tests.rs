@@ -373,6 +373,7 @@ fn cca_family_identities() {
     let a64 = repgeom_linalg::to_f64(r.a.as_ref());
     let rot = repgeom_linalg::to_f32(
         repgeom_linalg::project(a64.as_ref(), mix.as_ref(), Par::Seq).as_ref(),
+        Par::Seq,
     );
     let scaled = Mat::<f32>::from_fn(r.a.nrows(), d, |i, j| r.a[(i, j)] * (1.0 + j as f32));
     for (name, other, expect) in [
@@ -421,6 +422,7 @@ fn planted(structure_in_readout: bool, readout_sd: f64) -> (Mat<f32>, Mat<f64>) 
     }
     let acts = repgeom_linalg::to_f32(
         repgeom_linalg::project(x.as_ref(), frame.transpose(), Par::Seq).as_ref(),
+        Par::Seq,
     );
     let readout = frame.as_ref().subcols(0, k).to_owned();
     (acts, readout)
@@ -491,6 +493,7 @@ fn planted_aligned() -> (Mat<f32>, Mat<f64>) {
     let frame = repgeom_null::haar_basis(d, d, 31, 0);
     let acts = repgeom_linalg::to_f32(
         repgeom_linalg::project(x.as_ref(), frame.transpose(), Par::Seq).as_ref(),
+        Par::Seq,
     );
     (acts, frame.as_ref().subcols(0, k).to_owned())
 }

@@ -62,7 +62,10 @@ impl Fixture {
         let k = self.readout.ncols();
         let r = haar_basis(d, d, seed, 0);
         let h64 = repgeom_linalg::to_f64(self.acts.as_ref());
-        let acts = repgeom_linalg::to_f32(project(h64.as_ref(), r.as_ref(), Par::Seq).as_ref());
+        let acts = repgeom_linalg::to_f32(
+            project(h64.as_ref(), r.as_ref(), Par::Seq).as_ref(),
+            Par::Seq,
+        );
         let rt = r.transpose().to_owned();
         let readout = project(rt.as_ref(), self.readout.as_ref(), Par::Seq);
         let (shape, _) = self.null.to_array();

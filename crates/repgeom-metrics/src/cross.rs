@@ -169,8 +169,8 @@ impl PairMetric for DistanceSpearman {
                     right: format!("{} draws for {}", qb.len(), b.what()),
                 });
             }
-            let ha = to_f32(xa.as_ref());
-            let hb = to_f32(xb.as_ref());
+            let ha = to_f32(xa.as_ref(), par);
+            let hb = to_f32(xb.as_ref(), par);
             let pairs: Vec<(&Mat<f32>, &Mat<f32>)> =
                 qa.bases_f32().iter().zip(qb.bases_f32()).collect();
             let rhos = crate::pga::over_draws(

@@ -759,7 +759,9 @@ impl<'a> Acts<'a> {
     {
         match self {
             Acts::F32(m) => m,
-            Acts::F64(m) => store.insert(repgeom_linalg::to_f32(m)).as_ref(),
+            Acts::F64(m) => store
+                .insert(repgeom_linalg::to_f32(m, repgeom_linalg::Par::Seq))
+                .as_ref(),
             Acts::NdF32(v) => faer_f32(v, store),
             Acts::NdF64(v) => store
                 .insert(Mat::from_fn(v.nrows(), v.ncols(), |i, j| v[(i, j)] as f32))

@@ -154,9 +154,9 @@ pub(crate) fn cosine_neighbours(
     center: bool,
 ) -> Result<Neighbours> {
     let xn = if center {
-        normalize_rows(layer.centred(), layer.what())?
+        normalize_rows(layer.centred(), layer.what(), layer.par())?
     } else {
-        normalize_rows(layer.acts(), layer.what())?
+        normalize_rows(layer.acts(), layer.what(), layer.par())?
     };
     let xt = xn.transpose();
     Ok(top_k_blocked(layer.n(), k, true, layer.par(), |rows| {

@@ -650,7 +650,7 @@ fn sweep(
         }
         (None, given) => given.expect("a readout basis is given or computed"),
     };
-    let readout32 = to_f32(readout_basis);
+    let readout32 = to_f32(readout_basis, Par::Seq);
     let results = ccrs
         .iter()
         .map(|&c| {
@@ -945,13 +945,13 @@ impl Level {
                 let words = match distance {
                     Distance::Cosine => {
                         let rows = gpu.timed("pga: rows normalised (CPU)", || {
-                            repgeom_linalg::normalize_rows(corrected, label)
+                            repgeom_linalg::normalize_rows(corrected, label, par)
                         })?;
                         sorted(rows.as_ref(), None)?
                     }
                     Distance::Euclidean => {
                         let (rows, sq) = gpu.timed("pga: rows normalised (CPU)", || {
-                            repgeom_linalg::rows_with_sq_norms(corrected, label)
+                            repgeom_linalg::rows_with_sq_norms(corrected, label, par)
                         })?;
                         sorted(rows.as_ref(), Some(&sq))?
                     }
@@ -966,7 +966,7 @@ impl Level {
             }
         };
         let (h32, total_sq) = stage(gpu, "pga: f32 copy (CPU)", || {
-            (to_f32(corrected), squared_norm(corrected))
+            (to_f32(corrected, par), squared_norm(corrected))
         });
         Ok(Self {
             reference,
@@ -1123,8 +1123,11 @@ fn pair_of_index(n: usize, p: u64) -> (u32, u32) {
 }
 
 /// Row-normalised copy in row-major order (for per-pair dot products).
-fn normalized_rows_major<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> Result<Vec<f32>> {
-    let xn = repgeom_linalg::normalize_rows(x, what)?;
+fn normalized_rows_major<T: Copy + Into<f64> + Sync>(
+    x: MatRef<'_, T>,
+    what: &str,
+) -> Result<Vec<f32>> {
+    let xn = repgeom_linalg::normalize_rows(x, what, Par::Seq)?;
     let (n, d) = (xn.nrows(), xn.ncols());
     let mut out = vec![0.0f32; n * d];
     for j in 0..d {
@@ -1137,7 +1140,7 @@ fn normalized_rows_major<T: Copy + Into<f64>>(x: MatRef<'_, T>, what: &str) -> R
 
 /// Rows in row-major order for per-pair distances: normalised for cosine, as they are for
 /// Euclidean.
-fn sample_rows_major<T: Copy + Into<f64>>(
+fn sample_rows_major<T: Copy + Into<f64> + Sync>(
     x: MatRef<'_, T>,
     distance: Distance,
     what: &str,
@@ -1211,7 +1214,7 @@ fn pga_sampled(
     drop(full_rows);
     let reference =
         RankedReference::new(&full, &format!("{what}: full-space distances (sampled)"))?;
-    let h32 = to_f32(corrected);
+    let h32 = to_f32(corrected, par);
     let rho = |basis: MatRef<'_, f32>, scratch: &mut SampledScratch, space: &str| {
         let label = format!("{what}: projection onto the {space}");
         let projected = repgeom_linalg::project_f32(h32.as_ref(), basis, Par::Seq);

@@ -342,6 +342,7 @@ fn z_unchanged_by_a_rotation_of_everything() {
         let x64 = repgeom_linalg::to_f64(x.as_ref());
         repgeom_linalg::to_f32(
             repgeom_linalg::project(x64.as_ref(), rot.as_ref(), Par::Seq).as_ref(),
+            Par::Seq,
         )
     };
     // Basis B (d×k) becomes Rᵀ B so that (X R)(Rᵀ B) = X B.

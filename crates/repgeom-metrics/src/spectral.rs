@@ -549,7 +549,7 @@ pub fn isoscore(variances: &[f64]) -> Option<f64> {
 /// Mean of $\cos(x_i, x_j)$ over all pairs $i<j$ of raw rows, from
 /// $\sum_{i<j}\cos = (\lVert\sum_i \hat x_i\rVert^2 - N)/2$ (exact, `O(Nd)`).
 fn mean_cosine(input: &LayerInput<'_>) -> Result<f64> {
-    let xn = normalize_rows(input.acts(), input.what())?;
+    let xn = normalize_rows(input.acts(), input.what(), input.par())?;
     let (n, d) = (xn.nrows(), xn.ncols());
     let mut sum = vec![0.0f64; d];
     for j in 0..d {

@@ -273,7 +273,7 @@ impl NullBases {
         self.bases_f32.get_or_init(|| {
             self.bases
                 .par_iter()
-                .map(|q| repgeom_linalg::to_f32(q.as_ref()))
+                .map(|q| repgeom_linalg::to_f32(q.as_ref(), repgeom_linalg::Par::Seq))
                 .collect()
         })
     }

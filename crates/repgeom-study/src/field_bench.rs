@@ -201,7 +201,7 @@ fn pca_deletion(push: &mut dyn FnMut(Check)) -> Result<()> {
         .map(|r| if x[(r, probe_axis)] > 0.0 { 1.0 } else { -1.0 })
         .collect();
     let keep = |k: usize| Mat::<f64>::from_fn(n, d, |i, j| if j < k { x[(i, j)] } else { 0.0 });
-    let full = repgeom_linalg::to_f32(x.as_ref());
+    let full = repgeom_linalg::to_f32(x.as_ref(), Par::Seq);
     let series: Vec<(usize, f64, Mat<f32>)> = (1..=d)
         .rev()
         .map(|k| {
@@ -209,7 +209,7 @@ fn pca_deletion(push: &mut dyn FnMut(Check)) -> Result<()> {
             (
                 k,
                 probe_accuracy(&xk, &labels),
-                repgeom_linalg::to_f32(xk.as_ref()),
+                repgeom_linalg::to_f32(xk.as_ref(), Par::Seq),
             )
         })
         .collect();
@@ -266,14 +266,14 @@ fn pca_deletion(push: &mut dyn FnMut(Check)) -> Result<()> {
 fn residual_net(n: usize, d: usize, layers: usize, a: f64, seed: u64) -> Vec<Mat<f32>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut x = Mat::<f64>::from_fn(n, d, |_, _| normal(&mut rng));
-    let mut out = vec![repgeom_linalg::to_f32(x.as_ref())];
+    let mut out = vec![repgeom_linalg::to_f32(x.as_ref(), Par::Seq)];
     for _ in 1..layers {
         let w = Mat::<f64>::from_fn(d, d, |_, _| normal(&mut rng) / (d as f64).sqrt());
         let h = Mat::<f64>::from_fn(n, d, |i, j| {
             (0..d).map(|k| x[(i, k)] * w[(k, j)]).sum::<f64>().tanh()
         });
         x = Mat::from_fn(n, d, |i, j| x[(i, j)] + a * h[(i, j)]);
-        out.push(repgeom_linalg::to_f32(x.as_ref()));
+        out.push(repgeom_linalg::to_f32(x.as_ref(), Par::Seq));
     }
     out
 }

@@ -174,6 +174,7 @@ fn specificity(push: &mut dyn FnMut(Check)) -> Result<()> {
             Par::Seq,
         )
         .as_ref(),
+        Par::Seq,
     );
     let shuffles: Vec<Mat<f32>> = (0..=N_SHUFFLES)
         .map(|s| {

@@ -1,0 +1,88 @@
+//! Large matrices whose first write is spread over the pool.
+//!
+//! A fresh allocation of tens of megabytes comes from the system as untouched pages, and the
+//! first write to each page faults (about 30 ms for a 64 MB matrix on a 2-core VM): faer's
+//! `Mat::from_fn` and `Mat::zeros` take all of them on one thread, which then bounds a layer's
+//! centring, CCR and conversions however many threads the pool has. [`mat_from_cols`] writes
+//! each element once, by blocks of columns on the pool, so the threads take the faults side by
+//! side.
+#![allow(unsafe_code)] // a matrix's first write spread over the pool; see the SAFETY notes.
+
+use faer::{Mat, Par};
+
+/// Elements per parallel block of [`mat_from_cols`] (1 MiB of `f64`): large against a task's
+/// overhead, small against a layer's matrix.
+const BLOCK_ELEMS: usize = 1 << 17;
+
+/// The allocation's base pointer, shared by the tasks that each write their own columns.
+struct Base<T>(*mut T);
+
+// SAFETY: the tasks write disjoint columns of one allocation that outlives them (see
+// `mat_from_cols`), and `T: Send`.
+unsafe impl<T: Send> Send for Base<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Base<T> {}
+
+impl<T> Base<T> {
+    /// The pointer (a method, so that closures capture the `Sync` wrapper, not its field).
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+/// The `nrows × ncols` matrix whose column `j` is the `nrows` values `column(j)` yields,
+/// like faer's `Mat::from_fn` but written by blocks of columns on the current rayon pool
+/// unless `par` is `Par::Seq` (or the matrix is small). Each entry is computed once, by
+/// `column` alone, so nothing depends on the thread count. A column of another length is a
+/// bug in the caller: it panics.
+///
+/// ```
+/// use repgeom_linalg::{Mat, Par, mat_from_cols};
+/// let f = |i: usize, j: usize| (i * 1000 + j) as f64;
+/// let m = mat_from_cols(300, 500, Par::rayon(2), |j| (0..300).map(move |i| f(i, j)));
+/// assert_eq!(m, Mat::from_fn(300, 500, f));
+/// ```
+pub fn mat_from_cols<T, I>(
+    nrows: usize,
+    ncols: usize,
+    par: Par,
+    column: impl Fn(usize) -> I + Sync,
+) -> Mat<T>
+where
+    T: Copy + Send + Sync,
+    I: IntoIterator<Item = T>,
+{
+    let mut m = Mat::<T>::with_capacity(nrows, ncols);
+    let stride = m.col_stride().unsigned_abs();
+    assert!(stride >= nrows, "a column holds its rows");
+    let base = Base(m.as_ptr_mut());
+    let write_columns = |cols: std::ops::Range<usize>| {
+        for j in cols {
+            let mut values = column(j).into_iter();
+            // SAFETY: the allocation holds `stride * ncols` elements of `T`, column `j` starts
+            // at `j * stride` and holds `nrows <= stride` of them, and each column is written
+            // by one task only.
+            let col = unsafe { base.get().add(j * stride) };
+            for i in 0..nrows {
+                let v = values.next().expect("a column yields nrows values");
+                // SAFETY: as above, `i < nrows`.
+                unsafe { col.add(i).write(v) };
+            }
+            assert!(values.next().is_none(), "a column yields nrows values");
+        }
+    };
+    let per_block = (BLOCK_ELEMS / nrows.max(1)).max(1);
+    if par == Par::Seq || ncols <= per_block {
+        write_columns(0..ncols);
+    } else {
+        use rayon::prelude::*;
+        (0..ncols.div_ceil(per_block))
+            .into_par_iter()
+            .for_each(|b| write_columns(b * per_block..((b + 1) * per_block).min(ncols)));
+    }
+    // SAFETY: the capacity holds `nrows × ncols` elements (`with_capacity`), and every one of
+    // them was written above (a column of another length panicked before this point, and
+    // `T: Copy`, so the unwinding matrix, still without rows or columns, drops nothing).
+    unsafe { m.set_dims(nrows, ncols) };
+    m
+}
