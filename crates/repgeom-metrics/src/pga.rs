@@ -589,6 +589,11 @@ fn sweep(
         NullKind::Haar => null.bases_f32(),
         NullKind::Spectrum => &[],
     };
+    // A given readout basis in `f32`, so that even the first level's draws can take it along.
+    let given32 = match &readout {
+        Readout::Given(basis) => Some(to_f32(basis.as_ref(), Par::Seq)),
+        Readout::Pending(_) => None,
+    };
     let correct = |centred: &Mat<f64>, directions: &Option<Mat<f64>>, c: usize| {
         stage(gpu, "pga: CCR removal (CPU)", || match (directions, c) {
             (Some(u), c) if c > 0 => {
@@ -618,7 +623,8 @@ fn sweep(
                 let label = format!("{what} after CCR-{c}");
                 Some(with_workers(workers, || {
                     let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par, gpu)?;
-                    let draws = level.null_draws(haar32, gpu, par, on_draw)?;
+                    let readout = given32.as_ref().map(Mat::as_ref);
+                    let draws = level.null_draws(haar32, readout, gpu, par, on_draw)?;
                     Ok((level, draws))
                 })?)
             }
@@ -693,7 +699,8 @@ fn sweep(
                 ),
                 None => with_workers(workers, || {
                     let level = Level::new(corrected.as_ref(), c, opts.distance, &label, par, gpu)?;
-                    let draws = level.null_draws(null32, gpu, par, on_draw)?;
+                    let draws =
+                        level.null_draws(null32, Some(readout32.as_ref()), gpu, par, on_draw)?;
                     level.finish(readout32.as_ref(), draws, gpu)
                 }),
             }?;
@@ -911,6 +918,10 @@ pub fn pga(
     Ok(all.remove(0))
 }
 
+/// `(rho, captured squared norm)` of a level's null draws in draw order, and the readout's
+/// when it was computed with them ([`Level::null_draws`]).
+type Draws = (Vec<(f64, f64)>, Option<(f64, f64)>);
+
 /// One CCR level of a layer, ready for the exact engine: the ranked full-space distances, the
 /// corrected layer in `f32`, and its total squared norm (for the captured shares).
 struct Level {
@@ -989,14 +1000,18 @@ impl Level {
 
     /// `(rho, captured squared norm)` of every null draw, in draw order: on the device when
     /// one is given (`on_draw` then called once per draw when the device is done), else on
-    /// the CPU.
+    /// the CPU, where the readout's, when its basis is known, is computed among them (one
+    /// more draw on the pool rather than one on its own thread after them; `on_draw` is still
+    /// called once per null draw). The readout's is `None` where it is left to
+    /// [`Self::finish`].
     fn null_draws(
         &self,
         null: &[Mat<f32>],
+        readout: Option<MatRef<'_, f32>>,
         gpu: Option<&repgeom_cuda::Gpu>,
         par: Par,
         on_draw: &(dyn Fn() + Sync),
-    ) -> Result<Vec<(f64, f64)>> {
+    ) -> Result<Draws> {
         if let Some(gpu) = gpu {
             let bases: Vec<MatRef<'_, f32>> = null.iter().map(Mat::as_ref).collect();
             let label = format!("{}: projection onto a random subspace", self.label);
@@ -1012,28 +1027,41 @@ impl Level {
             for _ in &out {
                 on_draw();
             }
-            return Ok(out);
+            return Ok((out, None));
         }
         let (engine, n) = (self.engine(), self.h32.nrows());
-        over_draws(
-            null,
+        let spaces: Vec<(MatRef<'_, f32>, &str)> = (null.iter())
+            .map(|q| (q.as_ref(), "random subspace"))
+            .chain(readout.map(|r| (r, "readout subspace")))
+            .collect();
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let per_null_draw = || {
+            if calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < null.len() {
+                on_draw();
+            }
+        };
+        let mut out = over_draws(
+            &spaces,
             par,
-            on_draw,
+            &per_null_draw,
             || DrawScratch::new(n),
-            |q, scratch| engine.rho(q.as_ref(), scratch, "random subspace"),
-        )
+            |(q, space), scratch| engine.rho(*q, scratch, space),
+        )?;
+        let readout = readout.and_then(|_| out.pop());
+        Ok((out, readout))
     }
 
     /// The readout's `rho` against the null draws' (from [`Self::null_draws`]).
     fn finish(
         &self,
         readout: MatRef<'_, f32>,
-        draws: Vec<(f64, f64)>,
+        (draws, computed): Draws,
         gpu: Option<&repgeom_cuda::Gpu>,
     ) -> Result<PgaResult> {
         let (n, d, k) = (self.h32.nrows(), self.h32.ncols(), readout.ncols());
-        let (rho_readout, sq_readout) = match gpu {
-            Some(gpu) => gpu.timed("pga: readout draw (device)", || {
+        let (rho_readout, sq_readout) = match (computed, gpu) {
+            (Some(done), _) => done,
+            (None, Some(gpu)) => gpu.timed("pga: readout draw (device)", || {
                 gpu.pga_draws(
                     self.h32.as_ref(),
                     &[readout],
@@ -1042,9 +1070,10 @@ impl Level {
                     &format!("{}: projection onto the readout subspace", self.label),
                 )
             })?[0],
-            None => self
-                .engine()
-                .rho(readout, &mut DrawScratch::new(n), "readout subspace")?,
+            (None, None) => {
+                self.engine()
+                    .rho(readout, &mut DrawScratch::new(n), "readout subspace")?
+            }
         };
         let (null_rhos, sq_null): (Vec<f64>, Vec<f64>) = draws.into_iter().unzip();
         let mut r = PgaResult::from_null(

@@ -514,6 +514,64 @@ fn sampled_pairs_are_distinct_and_valid() {
     }
 }
 
+/// The progress callback is called once per null draw of every level, whether the readout's
+/// draw runs among them (a known basis) or after them (one decomposed beside the first
+/// level), sequentially or on a pool; and the rows are the same either way.
+#[test]
+fn progress_counts_the_null_draws_only() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let r = load();
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let ccrs = [0, 1];
+    let expected = ccrs.len() * r.null.len();
+    let mut rows = Vec::new();
+    for par in [Par::Seq, Par::rayon(2)] {
+        let calls = AtomicUsize::new(0);
+        let on_draw = || {
+            calls.fetch_add(1, Ordering::Relaxed);
+        };
+        let given = two
+            .install(|| {
+                pga_ccr_sweep_with(
+                    r.layers[0].as_ref(),
+                    r.basis.as_ref(),
+                    &r.null,
+                    &ccrs,
+                    "l0",
+                    par,
+                    &on_draw,
+                    &EngineOptions::default(),
+                )
+            })
+            .unwrap();
+        assert_eq!(calls.swap(0, Ordering::Relaxed), expected, "{par:?}, given");
+        let (_, pending) = two
+            .install(|| {
+                pga_ccr_sweep_overlapped(
+                    r.layers[0].as_ref(),
+                    || Ok::<_, Error>(r.basis.clone()),
+                    &r.null,
+                    &ccrs,
+                    "l0",
+                    par,
+                    &on_draw,
+                    &EngineOptions::default(),
+                )
+            })
+            .unwrap();
+        assert_eq!(calls.load(Ordering::Relaxed), expected, "{par:?}, pending");
+        assert!(
+            given == pending,
+            "{par:?}: the readout's draw wherever it runs"
+        );
+        rows.push(given);
+    }
+    assert!(rows[0] == rows[1], "sequential and parallel");
+}
+
 #[test]
 fn memory_budget_limits_workers_or_fails_before_allocating() {
     let r = load();
