@@ -71,12 +71,40 @@ pub fn map_in_order<R: Send>(n: usize, par: Par, f: impl Fn(usize) -> R + Sync +
     }
 }
 
-/// Checks that every entry of `x` is finite; returns the first offending `(row, col)`.
-pub fn first_non_finite<T: Copy + Into<f64>>(x: MatRef<'_, T>) -> Option<(usize, usize)> {
-    // Almost every matrix is finite: one pass in memory order (rows of a row-major matrix) says
-    // so without the column-major walk, which strides across a row-major matrix's cache lines.
+/// Checks that every entry of `x` is finite; returns the first offending `(row, col)` (the
+/// first in column-major order). The check runs by lines on the current rayon pool unless
+/// `par` is `Par::Seq`; the offender, if any, is looked for in order, so it is the same.
+///
+/// ```
+/// use repgeom_linalg::{Mat, Par, first_non_finite};
+/// let mut x = Mat::<f32>::zeros(300, 40);
+/// assert_eq!(first_non_finite(x.as_ref(), Par::rayon(2)), None);
+/// x[(7, 30)] = f32::NAN;
+/// x[(9, 3)] = f32::INFINITY;
+/// assert_eq!(first_non_finite(x.as_ref(), Par::rayon(2)), Some((9, 3)));
+/// ```
+pub fn first_non_finite<T: Copy + Into<f64> + Sync>(
+    x: MatRef<'_, T>,
+    par: Par,
+) -> Option<(usize, usize)> {
+    // Almost every matrix is finite: one pass in memory order (rows of a row-major matrix,
+    // columns otherwise) says so without the column-major walk, which strides across a
+    // row-major matrix's cache lines.
     let finite = |v: &T| (*v).into().is_finite();
-    if x.col_stride() == 1 && (0..x.nrows()).all(|i| x.row(i).iter().all(finite)) {
+    let row_major = x.col_stride() == 1;
+    let line = |l: usize| match row_major {
+        true => x.row(l).iter().all(finite),
+        false => x.col(l).iter().all(finite),
+    };
+    let lines = if row_major { x.nrows() } else { x.ncols() };
+    let all_finite = match par {
+        Par::Seq => (0..lines).all(line),
+        _ => {
+            use rayon::prelude::*;
+            (0..lines).into_par_iter().all(line)
+        }
+    };
+    if all_finite {
         return None;
     }
     for j in 0..x.ncols() {

@@ -91,7 +91,8 @@ impl CovarianceAccumulator {
                 right: format!("width d = {d}"),
             });
         }
-        if let Some((row, col)) = repgeom_linalg::first_non_finite(batch) {
+        if let Some((row, col)) = repgeom_linalg::first_non_finite(batch, repgeom_linalg::Par::Seq)
+        {
             return Err(Error::NonFinite {
                 what: format!("covariance accumulator of {}, this batch", self.what),
                 row,

@@ -108,7 +108,7 @@ pub fn check_readout_for(
             cols,
         });
     }
-    if let Some((row, col)) = first_non_finite(w_u) {
+    if let Some((row, col)) = first_non_finite(w_u, Par::Seq) {
         return Err(Error::NonFinite {
             what: format!("{readout} tensor {tensor} [{rows}, {cols}]"),
             row,
@@ -190,7 +190,7 @@ impl<'a> LayerInput<'a> {
                 reason: format!("a representation needs at least one dimension ({what})"),
             });
         }
-        if let Some((row, col)) = first_non_finite(acts) {
+        if let Some((row, col)) = first_non_finite(acts, par) {
             return Err(Error::NonFinite { what, row, col });
         }
         let constant = (0..d).all(|j| {
@@ -585,7 +585,7 @@ pub(crate) fn check_unembedding(
             reason: format!("the readout subspace dimension must satisfy 0 < k < d = {d}"),
         });
     }
-    if let Some((row, col)) = repgeom_linalg::first_non_finite(w_u) {
+    if let Some((row, col)) = repgeom_linalg::first_non_finite(w_u, Par::Seq) {
         return Err(Error::NonFinite {
             what: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
             row,
@@ -637,8 +637,8 @@ pub(crate) fn check_basis_shape(
 }
 
 /// Every activation finite, and no point at the origin.
-pub(crate) fn check_acts_values(acts: MatRef<'_, f32>, what: &str) -> Result<()> {
-    if let Some((row, col)) = first_non_finite(acts) {
+pub(crate) fn check_acts_values(acts: MatRef<'_, f32>, what: &str, par: Par) -> Result<()> {
+    if let Some((row, col)) = first_non_finite(acts, par) {
         return Err(Error::NonFinite {
             what: what.into(),
             row,
@@ -650,7 +650,7 @@ pub(crate) fn check_acts_values(acts: MatRef<'_, f32>, what: &str) -> Result<()>
 
 /// Every entry of the readout basis finite.
 pub(crate) fn check_basis_values(basis: MatRef<'_, f64>, what: &str) -> Result<()> {
-    if let Some((row, col)) = first_non_finite(basis) {
+    if let Some((row, col)) = first_non_finite(basis, Par::Seq) {
         return Err(Error::NonFinite {
             what: format!("readout basis for {what}"),
             row,

@@ -369,7 +369,7 @@ pub fn memory_estimate(n: usize, d: usize, k: usize) -> MemoryEstimate {
 pub fn validate_inputs(acts: MatRef<'_, f32>, basis: MatRef<'_, f64>, what: &str) -> Result<()> {
     check_enough_points(acts.nrows(), what)?;
     check_basis_shape(acts.nrows(), acts.ncols(), basis, what)?;
-    check_acts_values(acts, what)?;
+    check_acts_values(acts, what, Par::Seq)?;
     check_basis_values(basis, what)
 }
 
@@ -457,7 +457,7 @@ pub fn pga_ccr_sweep_overlapped<E: From<Error> + Send>(
     opts: &EngineOptions,
 ) -> std::result::Result<(Mat<f64>, Vec<PgaResult>), E> {
     check_enough_points(acts.nrows(), what)?;
-    check_acts_values(acts, what)?;
+    check_acts_values(acts, what, par)?;
     // The readout's own error type is carried past the engine's: parked here, and the engine
     // sees a placeholder that it only passes on.
     let failed: std::sync::Mutex<Option<E>> = std::sync::Mutex::new(None);

@@ -140,7 +140,8 @@ impl CkaAccumulator {
             });
         }
         for (m, side) in [(a, "first"), (b, "second")] {
-            if let Some((row, col)) = repgeom_linalg::first_non_finite(m) {
+            if let Some((row, col)) = repgeom_linalg::first_non_finite(m, repgeom_linalg::Par::Seq)
+            {
                 return Err(Error::NonFinite {
                     what: format!("streaming CKA on {what}, {side} representation of this batch"),
                     row,
