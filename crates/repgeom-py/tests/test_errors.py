@@ -77,9 +77,12 @@ def test_panics_become_internal_error():
 
 
 def test_ctrl_c_interrupts_a_long_call():
+    # The child takes Ctrl-C as Python's default handler does even where its launcher ignores
+    # SIGINT (a shell's background job ignores it, and the child would inherit that).
     script = textwrap.dedent(
         """
-        import sys, numpy as np, repgeom
+        import signal, sys, numpy as np, repgeom
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         rng = np.random.default_rng(0)
         acts = rng.standard_normal((3000, 128)).astype(np.float32)
         w = rng.standard_normal((300, 128)).astype(np.float32)
