@@ -19,6 +19,7 @@ use crate::calibrate::{CompareSettings, Comparison};
 use crate::error::{Error, Result};
 pub use crate::input::{BASIS_TOL, NullSource, Readout, basis_from_array, check_readout_basis};
 use crate::input::{LayerInput, ReadoutView, check_unembedding, draw_null};
+use crate::pga::MemoryEstimate;
 pub use crate::pga_metric::{Hooks, ModelInput, ModelLayer, ModelPga, PgaRow};
 use crate::registry::PairMetric;
 
@@ -155,6 +156,33 @@ impl ModelContext {
     /// The null bases, if drawn or supplied.
     pub fn null(&self) -> Option<&NullBases> {
         self.null.as_ref()
+    }
+
+    /// What one [`crate::Pga`] call on a layer of `n` points of this model needs from the
+    /// engine's memory, and the budget it runs under; `None` where no budget applies (none
+    /// set, or sampled pairs) or the model has no null bases. A front end that runs several
+    /// layers at once on one pool sizes them with [`MemoryEstimate::at_once`] (a study's
+    /// units of one checkpoint) before it builds any layer's input.
+    ///
+    /// ```
+    /// use repgeom_linalg::{Mat, Par};
+    /// use repgeom_metrics::analysis::{ModelContext, NullSource, Readout};
+    /// use repgeom_metrics::Pga;
+    /// use repgeom_null::NullParams;
+    ///
+    /// let w_u = Mat::<f32>::from_fn(50, 8, |i, j| ((i * 13 + j * 7) % 9) as f32 - 4.0);
+    /// let null = NullSource::Draw(NullParams { n_null: 10, seed: 0 });
+    /// let model = ModelContext::new(8, 2, Some(Readout::Unembedding(w_u.as_ref())), Some(null), "toy", Par::Seq)?
+    ///     .with_memory_budget(Some(1 << 30));
+    /// let (est, budget) = model.pga_memory(&Pga::default(), 300).unwrap();
+    /// assert_eq!((est, budget), (repgeom_metrics::pga::memory_estimate(300, 8, 2), 1 << 30));
+    /// # Ok::<(), repgeom_metrics::Error>(())
+    /// ```
+    pub fn pga_memory(&self, pga: &crate::Pga, n: usize) -> Option<(MemoryEstimate, u64)> {
+        let null = self.null.as_ref()?;
+        let engine = pga.engine_with(self.memory_budget, self.device);
+        let est = engine.exact_memory(n, null.d(), null.k(), null.len())?;
+        Some((est, engine.max_memory?))
     }
 
     /// One layer (`N × d`) as a metric input, with the model's readout basis and null bases

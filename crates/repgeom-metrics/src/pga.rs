@@ -316,6 +316,22 @@ impl MemoryEstimate {
 }
 
 impl EngineOptions {
+    /// How many pairs of `n` points the engine samples under these options: `max_pairs`
+    /// where it is below all `n(n−1)/2` pairs, `None` where the exact engine runs on all of
+    /// them. The one place that decides which engine a layer gets.
+    ///
+    /// ```
+    /// use repgeom_metrics::pga::EngineOptions;
+    /// let opts = EngineOptions { max_pairs: Some(10_000), ..Default::default() };
+    /// assert_eq!(opts.sampled_pairs(300), Some(10_000)); // of 44,850 pairs
+    /// assert_eq!(opts.sampled_pairs(100), None); // 4,950 pairs: all of them, exactly
+    /// assert_eq!(EngineOptions::default().sampled_pairs(300), None);
+    /// ```
+    pub fn sampled_pairs(&self, n: usize) -> Option<usize> {
+        self.max_pairs
+            .filter(|&m| m < repgeom_linalg::condensed_len(n))
+    }
+
     /// The memory the exact engine needs under these options for `n` points in `d`
     /// dimensions and `draws` null bases of dimension `k` (the spectrum null adds its
     /// covariance and a level's matched bases), or `None` where the options sample pairs
@@ -335,10 +351,7 @@ impl EngineOptions {
         k: usize,
         draws: usize,
     ) -> Option<MemoryEstimate> {
-        if self
-            .max_pairs
-            .is_some_and(|m| m < repgeom_linalg::condensed_len(n))
-        {
+        if self.sampled_pairs(n).is_some() {
             return None;
         }
         let mut est = memory_estimate(n, d, k);
@@ -559,10 +572,9 @@ fn sweep(
     }
     let total_pairs = repgeom_linalg::condensed_len(n);
     check_max_pairs(opts.max_pairs)?;
-    let sample = match opts.max_pairs {
-        Some(m) if m < total_pairs => Some(sample_pairs(n, m, opts.pair_seed)),
-        _ => None,
-    };
+    let sample = opts
+        .sampled_pairs(n)
+        .map(|m| sample_pairs(n, m, opts.pair_seed));
     let workers = match (opts.exact_memory(n, d, k, null.len()), opts.max_memory) {
         (Some(est), Some(budget)) => {
             let fit = budget.saturating_sub(est.shared) / est.per_worker.max(1);
@@ -656,7 +668,10 @@ fn sweep(
         }
         (None, given) => given.expect("a readout basis is given or computed"),
     };
-    let readout32 = to_f32(readout_basis, Par::Seq);
+    let readout32 = match given32 {
+        Some(basis) => basis,
+        None => to_f32(readout_basis, Par::Seq),
+    };
     let results = ccrs
         .iter()
         .map(|&c| {

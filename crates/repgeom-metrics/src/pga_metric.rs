@@ -12,8 +12,8 @@ use crate::input::{
     NullSource, Readout, ReadoutView, check_readout_basis, check_unembedding, draw_null,
 };
 use crate::pga::{
-    BootstrapOptions, BootstrapUnit, EngineOptions, MemoryEstimate, NullKind, PgaResult,
-    assign_q_values, bootstrap_ci, pga_ccr_sweep_overlapped,
+    BootstrapOptions, BootstrapUnit, EngineOptions, NullKind, PgaResult, assign_q_values,
+    bootstrap_ci, pga_ccr_sweep_overlapped,
 };
 use crate::registry::Metric;
 use crate::value::{MetricInfo, MetricValue, OptionDoc};
@@ -125,35 +125,6 @@ impl Pga {
             device,
             ..self.engine.clone()
         }
-    }
-
-    /// What one call of this metric on `input` needs from the engine's memory, and the
-    /// budget it runs under; `None` where no budget applies (none set, or sampled pairs) or
-    /// the input has no null bases. A front end that runs several layers at once on one pool
-    /// sizes them with [`MemoryEstimate::at_once`] (a study's units of one checkpoint).
-    ///
-    /// ```
-    /// use repgeom_linalg::{Mat, Par};
-    /// use repgeom_metrics::analysis::{ModelContext, NullSource, Readout};
-    /// use repgeom_metrics::{LayerInput, Pga};
-    /// use repgeom_null::NullParams;
-    ///
-    /// let w_u = Mat::<f32>::from_fn(50, 8, |i, j| ((i * 13 + j * 7) % 9) as f32 - 4.0);
-    /// let acts = Mat::<f32>::from_fn(300, 8, |i, j| ((i * 31 + j * 17) % 11) as f32 - 5.0);
-    /// let null = NullSource::Draw(NullParams { n_null: 10, seed: 0 });
-    /// let model = ModelContext::new(8, 2, Some(Readout::Unembedding(w_u.as_ref())), Some(null), "toy", Par::Seq)?
-    ///     .with_memory_budget(Some(1 << 30));
-    /// let layer = model.layer(acts.as_ref(), "toy layer 0")?;
-    /// let (est, budget) = Pga::default().memory(&layer).unwrap();
-    /// assert_eq!((est, budget), (repgeom_metrics::pga::memory_estimate(300, 8, 2), 1 << 30));
-    /// # Ok::<(), repgeom_metrics::Error>(())
-    /// ```
-    pub fn memory(&self, input: &LayerInput<'_>) -> Option<(MemoryEstimate, u64)> {
-        let null = input.null_opt()?;
-        let engine = self.engine_with(input.memory_budget(), input.device());
-        let (n, d) = (input.acts().nrows(), input.acts().ncols());
-        let est = engine.exact_memory(n, d, null.k(), null.len())?;
-        Some((est, engine.max_memory?))
     }
 
     /// The variant of a row at CCR level `c`: `ccrC` under the Haar null (unchanged from
@@ -676,7 +647,7 @@ fn pair_budget(
     n: usize,
     par: Par,
 ) -> Option<EngineOptions> {
-    if par == Par::Seq || engine.null != NullKind::Haar || engine.max_pairs.is_some() {
+    if par == Par::Seq || engine.null != NullKind::Haar || engine.sampled_pairs(n).is_some() {
         return None;
     }
     let half = match engine.max_memory {

@@ -533,38 +533,44 @@ fn progress_counts_the_null_draws_only() {
         let on_draw = || {
             calls.fetch_add(1, Ordering::Relaxed);
         };
-        let given = two
-            .install(|| {
-                pga_ccr_sweep_with(
-                    r.layers[0].as_ref(),
-                    r.basis.as_ref(),
-                    &r.null,
-                    &ccrs,
-                    "l0",
-                    par,
-                    &on_draw,
-                    &EngineOptions::default(),
-                )
-            })
-            .unwrap();
-        assert_eq!(calls.swap(0, Ordering::Relaxed), expected, "{par:?}, given");
-        let (_, pending) = two
-            .install(|| {
+        let (layer, opts) = (r.layers[0].as_ref(), EngineOptions::default());
+        let sweep = |pending: bool| {
+            let rows = two.install(|| {
+                if !pending {
+                    return pga_ccr_sweep_with(
+                        layer,
+                        r.basis.as_ref(),
+                        &r.null,
+                        &ccrs,
+                        "l0",
+                        par,
+                        &on_draw,
+                        &opts,
+                    );
+                }
                 pga_ccr_sweep_overlapped(
-                    r.layers[0].as_ref(),
+                    layer,
                     || Ok::<_, Error>(r.basis.clone()),
                     &r.null,
                     &ccrs,
                     "l0",
                     par,
                     &on_draw,
-                    &EngineOptions::default(),
+                    &opts,
                 )
-            })
-            .unwrap();
-        assert_eq!(calls.load(Ordering::Relaxed), expected, "{par:?}, pending");
+                .map(|(_, rows)| rows)
+            });
+            let label = if pending { "pending" } else { "given" };
+            assert_eq!(
+                calls.swap(0, Ordering::Relaxed),
+                expected,
+                "{par:?}, {label}"
+            );
+            rows.unwrap()
+        };
+        let given = sweep(false);
         assert!(
-            given == pending,
+            given == sweep(true),
             "{par:?}: the readout's draw wherever it runs"
         );
         rows.push(given);

@@ -78,47 +78,50 @@ pub(super) fn compute_unit(x: &UnitInputs<'_>, u: &Unit) -> Result<Vec<Row>> {
     Ok(values.into_iter().map(|v| to_row(x.m, u, v)).collect())
 }
 
-/// The PGA metric and layer input of a `pga` or `pga_k` unit, as it computes them; `None`
-/// for the other kinds.
-fn pga_call<'a>(x: &UnitInputs<'a>, u: &Unit) -> Result<Option<(Pga, LayerInput<'a>)>> {
+/// The PGA metric of a `pga` or `pga_k` unit and the model context its layer is taken in
+/// (the model's own `k`, or a sensitivity `k`); `None` for the other kinds.
+fn pga_of<'a>(x: &UnitInputs<'a>, u: &Unit) -> Option<(Pga, &'a ModelContext)> {
     let a = &x.study.manifest.analysis;
-    Ok(match &u.kind {
+    match &u.kind {
         // The bootstrap, by sequence when they are known.
-        UnitKind::Pga { ccr } => {
-            let mut layer = x.layer(u)?;
-            if let Some(ids) = x.sequences {
-                layer = layer.with_sequences(ids)?;
-            }
-            Some((pga_metric(a, ccr.clone(), true), layer))
+        UnitKind::Pga { ccr } => Some((pga_metric(a, ccr.clone(), true), &x.ctx.model)),
+        UnitKind::PgaK { ccr, k } => {
+            Some((pga_metric(a, vec![*ccr], false), &x.ctx.sensitivity[k]))
         }
-        UnitKind::PgaK { ccr, k } => Some((
-            pga_metric(a, vec![*ccr], false),
-            x.layer_of(&x.ctx.sensitivity[k], u)?,
-        )),
         _ => None,
-    })
+    }
 }
 
-/// The memory a PGA unit's engine needs and the budget it runs under ([`Pga::memory`]);
-/// `None` for other kinds, where no budget applies, and where the unit's layer is refused
-/// (the unit reports that when it runs).
+/// The PGA metric and layer input of a `pga` or `pga_k` unit, as it computes them.
+fn pga_call<'a>(x: &UnitInputs<'a>, u: &Unit) -> Result<(Pga, LayerInput<'a>)> {
+    let (metric, model) = pga_of(x, u).expect("a pga or pga_k unit");
+    let mut layer = x.layer_of(model, u)?;
+    if let (UnitKind::Pga { .. }, Some(ids)) = (&u.kind, x.sequences) {
+        layer = layer.with_sequences(ids)?;
+    }
+    Ok((metric, layer))
+}
+
+/// The memory a PGA unit's engine needs and the budget it runs under
+/// ([`ModelContext::pga_memory`]), from the layer's shape alone: `None` for other kinds, where
+/// no budget applies.
 pub(super) fn memory(
     x: &UnitInputs<'_>,
     u: &Unit,
 ) -> Option<(repgeom_metrics::pga::MemoryEstimate, u64)> {
-    let (metric, layer) = pga_call(x, u).ok()??;
-    metric.memory(&layer)
+    let (metric, model) = pga_of(x, u)?;
+    model.pga_memory(&metric, x.acts.nrows())
 }
 
 /// `pga` at the CCR levels of unit `u`.
 fn pga(x: &UnitInputs<'_>, u: &Unit) -> Result<Vec<MetricValue>> {
-    let (metric, layer) = pga_call(x, u)?.expect("a pga unit");
+    let (metric, layer) = pga_call(x, u)?;
     Ok(metric.compute(&layer)?)
 }
 
 /// `pga` at CCR level `ccr` and the k-sensitivity `k`, its variants renamed `ccrC_kK`.
 fn pga_k(x: &UnitInputs<'_>, u: &Unit, ccr: usize, k: usize) -> Result<Vec<MetricValue>> {
-    let (metric, layer) = pga_call(x, u)?.expect("a pga_k unit");
+    let (metric, layer) = pga_call(x, u)?;
     let mut values = metric.compute(&layer)?;
     // `ccrC` → `ccrC_kK` (`ccrC_kK_spectrum` under the spectrum null: the null stays last).
     for v in &mut values {
