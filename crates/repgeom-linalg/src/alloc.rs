@@ -1,12 +1,13 @@
-//! Large matrices whose first write is spread over the pool.
+//! Large buffers written by the pool's threads into disjoint places of one allocation.
 //!
 //! A fresh allocation of tens of megabytes comes from the system as untouched pages, and the
 //! first write to each page faults (about 30 ms for a 64 MB matrix on a 2-core VM): faer's
 //! `Mat::from_fn` and `Mat::zeros` take all of them on one thread, which then bounds a layer's
 //! centring, CCR and conversions however many threads the pool has. [`mat_from_cols`] writes
 //! each element once, by blocks of columns on the pool, so the threads take the faults side by
-//! side.
-#![allow(unsafe_code)] // a matrix's first write spread over the pool; see the SAFETY notes.
+//! side. [`stable_scatter`], one pass of the radix sort that ranks a layer's two million
+//! distances, writes each chunk's words into runs of the output that no other chunk touches.
+#![allow(unsafe_code)] // disjoint writes from the pool's threads; see the SAFETY notes.
 
 use faer::{Mat, Par};
 
@@ -85,4 +86,60 @@ where
     // `T: Copy`, so the unwinding matrix, still without rows or columns, drops nothing).
     unsafe { m.set_dims(nrows, ncols) };
     m
+}
+
+/// Words per chunk of [`stable_scatter`] (512 KiB of `u64`): large against a task's overhead,
+/// small against a layer's 2 million pairs.
+pub(crate) const SCATTER_CHUNK: usize = 1 << 16;
+
+/// Writes the words of `src` into `dst` (of the same length) ordered by `digit(word)`, a
+/// bucket below `buckets`, stably: one pass of a least-significant-digit radix sort, by
+/// chunks of [`SCATTER_CHUNK`] words on the current rayon pool. Each chunk counts its digits;
+/// the counts' prefix sums over (digit, chunk) give every chunk its own run of slots in each
+/// bucket, which it then fills in order. The result is the sequential pass's at any thread
+/// count. `digit` must be a function of the word: a chunk that finds more words of a digit
+/// than it counted panics rather than write past its run.
+pub(crate) fn stable_scatter(
+    src: &[u64],
+    dst: &mut [u64],
+    buckets: usize,
+    digit: impl Fn(u64) -> usize + Sync,
+) {
+    use rayon::prelude::*;
+    assert_eq!(src.len(), dst.len(), "a scatter keeps its length");
+    let counts: Vec<Vec<usize>> = (src.par_chunks(SCATTER_CHUNK))
+        .map(|chunk| {
+            let mut k = vec![0usize; buckets];
+            for &w in chunk {
+                k[digit(w)] += 1;
+            }
+            k
+        })
+        .collect();
+    // runs[c][b]: the slots of chunk c's words of digit b, `start..end`.
+    let mut runs: Vec<Vec<(usize, usize)>> = vec![vec![(0, 0); buckets]; counts.len()];
+    let mut next = 0;
+    for b in 0..buckets {
+        for (run, k) in runs.iter_mut().zip(&counts) {
+            run[b] = (next, next + k[b]);
+            next += k[b];
+        }
+    }
+    debug_assert_eq!(next, dst.len());
+    let base = Base(dst.as_mut_ptr());
+    (src.par_chunks(SCATTER_CHUNK))
+        .zip(runs)
+        .for_each(|(chunk, mut run)| {
+            for &w in chunk {
+                let (slot, end) = &mut run[digit(w)];
+                assert!(*slot < *end, "a word's digit is a function of the word");
+                // SAFETY: the runs tile `0..dst.len()` (their lengths are the counts, which
+                // sum to `src.len() == dst.len()`), no two (chunk, digit) runs overlap, this
+                // task alone writes its chunk's runs, and it writes only below each run's end
+                // (the assert): every write is in bounds and no slot is written by two tasks.
+                // `dst` is borrowed mutably for the whole call.
+                unsafe { base.get().add(*slot).write(w) };
+                *slot += 1;
+            }
+        });
 }

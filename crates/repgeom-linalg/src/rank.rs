@@ -1,5 +1,10 @@
 //! Average ranks and Spearman correlation, with a radix-sort fast path for repeated use.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use faer::Par;
+
+use crate::alloc::{SCATTER_CHUNK, stable_scatter};
 use crate::{Error, Result};
 
 /// Maps an `f32` to a `u32` whose unsigned order is the float's total order (−0 and +0 equal).
@@ -20,7 +25,13 @@ fn order_key(v: f32) -> u32 {
 /// Distances between `0.5` and `2` span at most 24 bits: three passes of 8 bits (256
 /// buckets, whose write fronts stay in L1), where fixed 11-bit digits of the whole key
 /// scattered into 2048 buckets; one pass fewer when the range is narrower still.
-pub(crate) fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
+///
+/// Where [`pooled`], each pass runs by chunks on the current rayon pool ([`stable_scatter`]):
+/// a stable sort has one result, so the words come out the same.
+pub(crate) fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>, par: Par) {
+    if pooled(par, words.len()) {
+        return radix_sort_keys_par(words, tmp);
+    }
     // Every slot of `tmp` is written by a pass before it is read: only its length matters,
     // so a reused buffer is not cleared again.
     if tmp.len() != words.len() {
@@ -35,17 +46,11 @@ pub(crate) fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
         lo = lo.min(w);
         hi = hi.max(w);
     }
-    let (lo, hi) = ((lo >> 32) as u32, (hi >> 32) as u32);
-    let bits = 32 - (hi - lo).leading_zeros();
-    if bits == 0 {
+    let lo = (lo >> 32) as u32;
+    let Some((passes, width)) = digits(lo, (hi >> 32) as u32) else {
         return; // all keys equal
-    }
-    let passes = bits.div_ceil(MAX_DIGIT) as usize;
-    let width = bits.div_ceil(passes as u32);
-    let digit = |w: u64, p: usize| {
-        let shift = p as u32 * width;
-        (((((w >> 32) as u32) - lo) >> shift) & ((1u32 << width) - 1)) as usize
     };
+    let digit = |w: u64, p: usize| digit_of(w, p, lo, width);
     let mut counts = vec![0u32; passes << width];
     for &w in words.iter() {
         for p in 0..passes {
@@ -72,6 +77,59 @@ pub(crate) fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
 /// The widest digit of [`radix_sort_keys`], in bits.
 const MAX_DIGIT: u32 = 11;
 
+/// The fewest words that [`radix_sort_keys`] and [`RankedReference::from_sorted_words`] split
+/// over a pool: below it, a task's overhead outweighs the work.
+const PAR_MIN_WORDS: usize = 1 << 17;
+
+/// Whether `len` words are sorted or ranked by chunks on the current rayon pool: under `par`,
+/// at least [`PAR_MIN_WORDS`] of them, and a pool of more than one thread (on one, the
+/// sequential passes, which count every digit in one read, are faster). The words are the
+/// same either way.
+fn pooled(par: Par, len: usize) -> bool {
+    par != Par::Seq && len >= PAR_MIN_WORDS && rayon::current_num_threads() > 1
+}
+
+/// The digits of [`radix_sort_keys`] for keys between `lo` and `hi` (the upper halves of the
+/// words): `(passes, width)`, or `None` when every key is equal.
+fn digits(lo: u32, hi: u32) -> Option<(usize, u32)> {
+    let bits = 32 - (hi - lo).leading_zeros();
+    if bits == 0 {
+        return None;
+    }
+    let passes = bits.div_ceil(MAX_DIGIT);
+    Some((passes as usize, bits.div_ceil(passes)))
+}
+
+/// Digit `p` of word `w` under [`digits`]: bits `p·width ..` of its key less `lo`.
+#[inline]
+fn digit_of(w: u64, p: usize, lo: u32, width: u32) -> usize {
+    let shift = p as u32 * width;
+    (((((w >> 32) as u32) - lo) >> shift) & ((1u32 << width) - 1)) as usize
+}
+
+/// [`radix_sort_keys`] with each pass by chunks on the current rayon pool.
+fn radix_sort_keys_par(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
+    use rayon::prelude::*;
+    if tmp.len() != words.len() {
+        // Zeroed by the system: the pages are first touched by the scatter's tasks.
+        *tmp = vec![0; words.len()];
+    }
+    let (lo, hi) = (words.par_chunks(SCATTER_CHUNK))
+        .map(|c| {
+            c.iter()
+                .fold((u64::MAX, 0), |(l, h), &w| (l.min(w), h.max(w)))
+        })
+        .reduce(|| (u64::MAX, 0), |(l, h), (a, b)| (l.min(a), h.max(b)));
+    let Some((passes, width)) = digits((lo >> 32) as u32, (hi >> 32) as u32) else {
+        return;
+    };
+    let lo = (lo >> 32) as u32;
+    for p in 0..passes {
+        stable_scatter(words, tmp, 1 << width, |w| digit_of(w, p, lo, width));
+        std::mem::swap(words, tmp);
+    }
+}
+
 /// Reusable buffers for [`RankedReference::spearman`], one per worker thread.
 #[derive(Debug, Default)]
 pub struct RankScratch {
@@ -81,20 +139,24 @@ pub struct RankScratch {
     pub(crate) block: Vec<f32>,
 }
 
-/// Fills `words` with sorted `(key, index)` words for `values`.
-fn sorted_words(values: &[f32], scratch: &mut RankScratch) {
+/// Fills `words` with sorted `(key, index)` words for `values`, on the current rayon pool
+/// unless `par` is `Par::Seq` (the same words either way).
+fn sorted_words(values: &[f32], scratch: &mut RankScratch, par: Par) {
     assert!(
         values.len() < u32::MAX as usize,
         "at most 2^32 - 1 values can be ranked"
     );
-    scratch.words.clear();
-    scratch.words.extend(
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (u64::from(order_key(v)) << 32) | i as u64),
-    );
-    radix_sort_keys(&mut scratch.words, &mut scratch.tmp);
+    let word = |(i, &v): (usize, &f32)| (u64::from(order_key(v)) << 32) | i as u64;
+    if pooled(par, values.len()) {
+        use rayon::prelude::*;
+        (values.par_iter().enumerate())
+            .map(word)
+            .collect_into_vec(&mut scratch.words);
+    } else {
+        scratch.words.clear();
+        scratch.words.extend(values.iter().enumerate().map(word));
+    }
+    radix_sort_keys(&mut scratch.words, &mut scratch.tmp, par);
 }
 
 /// Walks sorted words group by group of tied keys, calling `f(average_rank, group)` with
@@ -116,7 +178,7 @@ fn for_each_tie_group(words: &[u64], mut f: impl FnMut(f64, &[u64])) {
 /// Average ranks (1-based; ties share the mean of their positions), as SciPy's `rankdata`.
 pub fn average_ranks(values: &[f32]) -> Vec<f64> {
     let mut scratch = RankScratch::default();
-    sorted_words(values, &mut scratch);
+    sorted_words(values, &mut scratch, Par::Seq);
     let mut ranks = vec![0.0f64; values.len()];
     for_each_tie_group(&scratch.words, |r, group| {
         for &w in group {
@@ -142,19 +204,36 @@ pub struct RankedReference {
 }
 
 impl RankedReference {
-    /// Ranks `values`. Errors if fewer than 2 values or all are tied.
-    pub fn new(values: &[f32], what: &str) -> Result<Self> {
+    /// Ranks `values`, on the current rayon pool unless `par` is `Par::Seq` (the same ranks
+    /// at any thread count). Errors if fewer than 2 values or all are tied.
+    ///
+    /// ```
+    /// use repgeom_linalg::{Par, RankScratch, RankedReference};
+    /// let values: Vec<f32> = (0..300_000u64).map(|i| ((i * 7919) % 1000) as f32).collect();
+    /// let other: Vec<f32> = values.iter().map(|v| v.sqrt()).collect();
+    /// let pooled = RankedReference::new(&values, "x", Par::rayon(2)).unwrap();
+    /// let rho = pooled.spearman(&other, &mut RankScratch::default(), "x").unwrap();
+    /// assert_eq!(rho, 1.0); // a monotone map, ties and all
+    /// let alone = RankedReference::new(&values, "x", Par::Seq).unwrap();
+    /// assert_eq!(pooled.rank2(), alone.rank2());
+    /// ```
+    pub fn new(values: &[f32], what: &str, par: Par) -> Result<Self> {
         let mut scratch = RankScratch::default();
-        sorted_words(values, &mut scratch);
-        Self::from_sorted_words(&scratch.words, what)
+        sorted_words(values, &mut scratch, par);
+        Self::from_sorted_words(&scratch.words, what, par)
     }
 
     /// The reference from its words sorted elsewhere (the CUDA engine sorts them on the
     /// device): `words[p] = (order_key(value) << 32) | index` (see [`float_key`]), sorted by
     /// key; the order inside a tie group does not matter. The ranks and their sum of squares
-    /// are computed here, as [`Self::new`] computes them. Errors if fewer than 2 values or all
-    /// are tied.
-    pub fn from_sorted_words(words: &[u64], what: &str) -> Result<Self> {
+    /// are computed here, as [`Self::new`] computes them, by chunks of whole tie groups on the
+    /// current rayon pool unless `par` is `Par::Seq`. Errors if fewer than 2 values or all are
+    /// tied.
+    ///
+    /// The sum of squares is exact: `Σ (r − m)² = (n (n² − 1) − Σ_g (t_g³ − t_g)) / 12` over
+    /// the tie groups `g` (sizes `t_g`), summed in integers and rounded once, as the other
+    /// side's in [`Self::rho_from_tie_sums`].
+    pub fn from_sorted_words(words: &[u64], what: &str, par: Par) -> Result<Self> {
         let n = words.len();
         if n < 2 {
             return Err(Error::TooFewPoints {
@@ -171,20 +250,46 @@ impl RankedReference {
             words.windows(2).all(|w| w[0] >> 32 <= w[1] >> 32),
             "sorted by key"
         );
-        let mean = (n as f64 + 1.0) / 2.0;
-        let mut rank2 = vec![0u32; n];
-        let mut sum_sq = 0.0f64;
-        for_each_tie_group(words, |r, group| {
-            let twice = (2.0 * r) as u32;
-            sum_sq += (r - mean) * (r - mean) * group.len() as f64;
-            for &w in group {
-                rank2[(w & 0xFFFF_FFFF) as usize] = twice;
+        // Chunks start at tie groups' first words, so each holds whole groups: twice a
+        // group's average rank is `start + end + 1` (1-based ranks), known inside its chunk.
+        let key = |p: usize| words[p] >> 32;
+        let par = if pooled(par, n) { par } else { Par::Seq };
+        let mut starts = vec![0];
+        if par != Par::Seq {
+            for mut s in (SCATTER_CHUNK..n).step_by(SCATTER_CHUNK) {
+                while s < n && key(s) == key(s - 1) {
+                    s += 1;
+                }
+                if s < n && s > *starts.last().expect("the first chunk") {
+                    starts.push(s);
+                }
             }
+        }
+        starts.push(n);
+        let rank2: Vec<AtomicU32> = crate::map_in_order(n, par, |_| AtomicU32::new(0));
+        // Σ (t³ − t) over each chunk's groups.
+        let ties = crate::map_in_order(starts.len() - 1, par, |c| {
+            let (from, to) = (starts[c], starts[c + 1]);
+            let mut ties = 0u128;
+            for_each_tie_group(&words[from..to], |r, group| {
+                let twice = (2.0 * r) as u32 + 2 * from as u32;
+                let t = group.len() as u128;
+                ties += t * t * t - t;
+                for &w in group {
+                    rank2[(w & 0xFFFF_FFFF) as usize].store(twice, Ordering::Relaxed);
+                }
+            });
+            ties
         });
-        if sum_sq == 0.0 {
+        let n = n as i128;
+        let sxx12 = n * (n * n - 1) - ties.into_iter().sum::<u128>() as i128;
+        if sxx12 == 0 {
             return Err(Error::Constant { what: what.into() });
         }
-        Ok(Self { rank2, sum_sq })
+        Ok(Self {
+            rank2: rank2.into_iter().map(AtomicU32::into_inner).collect(),
+            sum_sq: sxx12 as f64 / 12.0,
+        })
     }
 
     /// Number of values.
@@ -276,7 +381,7 @@ impl RankedReference {
     /// position `j` into its group at a time. A forward pass carries each group's start `s`,
     /// a backward pass its end `e`.
     fn finish(&self, scratch: &mut RankScratch, what: &str) -> Result<f64> {
-        radix_sort_keys(&mut scratch.words, &mut scratch.tmp);
+        radix_sort_keys(&mut scratch.words, &mut scratch.tmp, Par::Seq);
         let words = &scratch.words;
         let n = words.len();
         let (mut starts, mut ties) = (0u128, 0u128);
@@ -377,6 +482,6 @@ pub fn pearson(a: &[f64], b: &[f64], what: &str) -> Result<f64> {
 #[track_caller]
 pub fn spearman(a: &[f32], b: &[f32], what: &str) -> Result<f64> {
     assert_eq!(a.len(), b.len(), "spearman: length mismatch");
-    let reference = RankedReference::new(a, what)?;
+    let reference = RankedReference::new(a, what, Par::Seq)?;
     reference.spearman(b, &mut RankScratch::default(), what)
 }

@@ -351,7 +351,7 @@ fn euclidean_distances_match_definition_and_blockwise_spearman() {
     }
     let cos = pairwise_distances(x.as_ref(), Distance::Cosine, "x", Par::Seq).unwrap();
     assert_eq!(cos, cosine_distances(x.as_ref(), "x", Par::Seq).unwrap());
-    let reference = RankedReference::new(&cos, "cos").unwrap();
+    let reference = RankedReference::new(&cos, "cos", Par::Seq).unwrap();
     let direct = reference
         .spearman(&got, &mut RankScratch::default(), "x")
         .unwrap();
@@ -449,7 +449,8 @@ fn certification_accepts_the_top_pairs_and_rejects_a_missed_eigenvalue() {
 }
 
 /// Sorts `(key << 32 | payload)` words of `keys` with the radix sort and checks the result
-/// against the standard library's sort: keys in order, and the same words (a permutation).
+/// against the standard library's sort: keys in order, and the same words (a permutation);
+/// then on pools of 2 and 3 threads, where a long input is sorted by chunks: the same words.
 fn check_radix_sort(keys: &[u32], label: &str) {
     let words: Vec<u64> = keys
         .iter()
@@ -457,12 +458,12 @@ fn check_radix_sort(keys: &[u32], label: &str) {
         .map(|(i, &k)| (u64::from(k) << 32) | i as u64)
         .collect();
     let (mut got, mut tmp) = (words.clone(), Vec::new());
-    crate::rank::radix_sort_keys(&mut got, &mut tmp);
+    crate::rank::radix_sort_keys(&mut got, &mut tmp, Par::Seq);
     assert!(
         got.windows(2).all(|w| w[0] >> 32 <= w[1] >> 32),
         "{label}: keys out of order"
     );
-    let (mut a, mut b) = (got.clone(), words);
+    let (mut a, mut b) = (got.clone(), words.clone());
     a.sort_unstable();
     b.sort_unstable();
     assert!(
@@ -471,19 +472,27 @@ fn check_radix_sort(keys: &[u32], label: &str) {
     );
     // Reusing the buffers (as every null draw does) gives the same order of keys.
     let mut again: Vec<u64> = keys.iter().map(|&k| u64::from(k) << 32).collect();
-    crate::rank::radix_sort_keys(&mut again, &mut tmp);
+    crate::rank::radix_sort_keys(&mut again, &mut tmp, Par::Seq);
     assert!(
         again.iter().zip(&got).all(|(x, y)| x >> 32 == y >> 32),
         "{label}: a reused scratch changed the order"
     );
+    for threads in [2, 3] {
+        let (mut pooled, mut tmp) = (words.clone(), Vec::new());
+        pool_of(threads)
+            .install(|| crate::rank::radix_sort_keys(&mut pooled, &mut tmp, Par::rayon(0)));
+        assert!(pooled == got, "{label}: {threads} threads sort otherwise");
+    }
 }
 
 #[test]
 fn radix_sort_orders_keys_whatever_their_range() {
-    let big = 70_000;
+    // Past one chunk of the sequential sort's tests, and past the pool's threshold, with a
+    // last chunk of another length.
+    let (big, pooled) = (70_000, 300_007);
     // A reproducible spread of keys: a multiplicative hash of the index.
     let hash = |i: usize| (i as u32).wrapping_mul(2_654_435_761);
-    for n in [0, 1, 2, 100, big] {
+    for n in [0, 1, 2, 100, big, pooled] {
         check_radix_sort(&(0..n).map(hash).collect::<Vec<_>>(), "full range");
         check_radix_sort(&vec![7u32; n], "all equal");
         check_radix_sort(
@@ -539,6 +548,37 @@ fn spearman_on_large_inputs_matches_ranks_from_a_comparison_sort() {
     let expect = pearson(&ranks(&a), &ranks(&b), "ranks").unwrap();
     let got = spearman(&a, &b, "large").unwrap();
     assert!((got - expect).abs() < STRICT, "{got} vs {expect}");
+    // Ranked by chunks on a pool: the same ranks, to the bit, with tie groups across the
+    // chunks' edges (`a`'s groups of about 13, and half of `c` in one group).
+    let c: Vec<f32> = (0..n)
+        .map(|i| if i % 2 == 0 { 1.0 } else { (i % 7) as f32 })
+        .collect();
+    for v in [&a, &b, &c] {
+        let alone = RankedReference::new(v, "alone", Par::Seq).unwrap();
+        let twice: Vec<u32> = ranks(v).iter().map(|r| (2.0 * r) as u32).collect();
+        assert!(alone.rank2() == twice, "twice the average ranks");
+        let rho = alone
+            .spearman(&b, &mut RankScratch::default(), "x")
+            .unwrap();
+        for threads in [2, 3] {
+            let pooled = pool_of(threads)
+                .install(|| RankedReference::new(v, "pooled", Par::rayon(0)))
+                .unwrap();
+            assert!(pooled.rank2() == twice, "{threads} threads rank otherwise");
+            let again = pooled.spearman(&b, &mut RankScratch::default(), "x");
+            assert_eq!(again.unwrap(), rho, "{threads} threads: the sum of squares");
+        }
+    }
+    let tied = pool_of(2).install(|| RankedReference::new(&vec![3.0; n], "tied", Par::rayon(0)));
+    assert!(matches!(tied, Err(Error::Constant { .. })), "{tied:?}");
+}
+
+/// A rayon pool of `threads` threads.
+fn pool_of(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 /// The top-`m` decomposition is the whole one, bit for bit, in its first `m` columns; and the

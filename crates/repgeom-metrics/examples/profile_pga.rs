@@ -117,7 +117,8 @@ fn main() {
     });
     let mut reference = None;
     let rank = stage("rank full")(&mut || {
-        reference = Some(repgeom_linalg::RankedReference::new(&full, "full").unwrap());
+        reference =
+            Some(repgeom_linalg::RankedReference::new(&full, "full", Par::rayon(0)).unwrap());
     });
     let reference = reference.expect("ranked");
     let h32 = repgeom_linalg::to_f32(hc.as_ref(), Par::Seq);

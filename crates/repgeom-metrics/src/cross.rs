@@ -121,7 +121,7 @@ impl PairMetric for DistanceSpearman {
         let mut scratch = RankScratch::default();
 
         let da = cosine_distances(xa.as_ref(), &label_a, par)?;
-        let ref_a = RankedReference::new(&da, &format!("{label_a}: full-space distances"))?;
+        let ref_a = RankedReference::new(&da, &format!("{label_a}: full-space distances"), par)?;
         let tied_a = tied_fraction(&da);
         drop(da);
         let db = cosine_distances(xb.as_ref(), &label_b, par)?;
@@ -256,7 +256,7 @@ impl DrawScratch {
             &label,
             Par::Seq,
         )?;
-        let reference = RankedReference::new(&self.da, &label)?;
+        let reference = RankedReference::new(&self.da, &label, Par::Seq)?;
         Ok(reference.spearman(&self.db, &mut self.rank, &label)?)
     }
 }

@@ -983,12 +983,12 @@ impl Level {
                     }
                 };
                 gpu.timed("pga: full-space ranks (CPU)", || {
-                    RankedReference::from_sorted_words(&words, &what)
+                    RankedReference::from_sorted_words(&words, &what, par)
                 })?
             }
             None => {
                 let full = pairwise_distances(corrected, distance, label, par)?;
-                RankedReference::new(&full, &what)?
+                RankedReference::new(&full, &what, par)?
             }
         };
         let (h32, total_sq) = stage(gpu, "pga: f32 copy (CPU)", || {
@@ -1256,8 +1256,11 @@ fn pga_sampled(
     let mut full = Vec::new();
     sampled_distances(&full_rows, d, pairs, distance, &mut full);
     drop(full_rows);
-    let reference =
-        RankedReference::new(&full, &format!("{what}: full-space distances (sampled)"))?;
+    let reference = RankedReference::new(
+        &full,
+        &format!("{what}: full-space distances (sampled)"),
+        par,
+    )?;
     let h32 = to_f32(corrected, par);
     let rho = |basis: MatRef<'_, f32>, scratch: &mut SampledScratch, space: &str| {
         let label = format!("{what}: projection onto the {space}");

@@ -36,7 +36,7 @@ fn pga_z(layer: MatRef<'_, f32>, readout: MatRef<'_, f32>, k: usize, c: usize, s
     let hc = repgeom_linalg::ccr(layer, c, Par::Seq).unwrap();
     let vk = repgeom_linalg::readout_subspace(readout, k, Par::Seq).unwrap();
     let full = repgeom_linalg::cosine_distances(hc.as_ref(), "full", Par::Seq).unwrap();
-    let reference = RankedReference::new(&full, "full").unwrap();
+    let reference = RankedReference::new(&full, "full", Par::Seq).unwrap();
     let mut scratch = RankScratch::default();
     let mut rho = |basis: MatRef<'_, f64>| {
         let proj = repgeom_linalg::project(hc.as_ref(), basis, Par::Seq);
