@@ -67,7 +67,9 @@ pub fn basis_from_array(shape: &[usize], data: &[f64], d: usize, what: &str) -> 
 /// A readout `W_U` as a front end loaded it, checked before any decomposition against the
 /// activations' `d` and the `k` asked for, every entry finite: the one check of the command
 /// line, Python and the study, its errors naming both inputs, the tensor and its shape
-/// ([`Error::ReadoutWidth`], [`Error::ReadoutK`], [`Error::NonFinite`]).
+/// ([`Error::ReadoutWidth`], [`Error::ReadoutK`], [`Error::NonFinite`]). The finiteness scan
+/// (200 million entries for a 6.9B model's `W_U`) runs on the current rayon pool; the entry it
+/// reports is the first in column-major order whatever the pool.
 ///
 /// ```
 /// use repgeom_linalg::Mat;
@@ -108,7 +110,7 @@ pub fn check_readout_for(
             cols,
         });
     }
-    if let Some((row, col)) = first_non_finite(w_u, Par::Seq) {
+    if let Some((row, col)) = first_non_finite(w_u, Par::rayon(0)) {
         return Err(Error::NonFinite {
             what: format!("{readout} tensor {tensor} [{rows}, {cols}]"),
             row,
@@ -564,7 +566,8 @@ pub fn check_readout_basis(basis: MatRef<'_, f64>, d: usize, what: &str) -> Resu
     Ok(())
 }
 
-/// `W_U`'s width against the activations' `d`, `0 < k < d`, and every entry finite.
+/// `W_U`'s width against the activations' `d`, `0 < k < d`, and every entry finite (scanned on
+/// the current rayon pool; the first offender in column-major order whatever the pool).
 pub(crate) fn check_unembedding(
     w_u: MatRef<'_, f32>,
     d: usize,
@@ -585,7 +588,7 @@ pub(crate) fn check_unembedding(
             reason: format!("the readout subspace dimension must satisfy 0 < k < d = {d}"),
         });
     }
-    if let Some((row, col)) = repgeom_linalg::first_non_finite(w_u, Par::Seq) {
+    if let Some((row, col)) = repgeom_linalg::first_non_finite(w_u, Par::rayon(0)) {
         return Err(Error::NonFinite {
             what: format!("W_U [{}, {}]", w_u.nrows(), w_u.ncols()),
             row,

@@ -992,7 +992,7 @@ impl Level {
             }
         };
         let (h32, total_sq) = stage(gpu, "pga: f32 copy (CPU)", || {
-            (to_f32(corrected, par), squared_norm(corrected))
+            (to_f32(corrected, par), squared_norm(corrected, par))
         });
         Ok(Self {
             reference,
@@ -1268,7 +1268,7 @@ fn pga_sampled(
         let rows = sample_rows_major(projected.as_ref(), distance, &label)?;
         sampled_distances(&rows, k, pairs, distance, &mut scratch.1);
         let rho = reference.spearman(&scratch.1, &mut scratch.0, &label)?;
-        Ok::<(f64, f64), Error>((rho, squared_norm(projected.as_ref())))
+        Ok::<(f64, f64), Error>((rho, squared_norm(projected.as_ref(), Par::Seq)))
     };
     let (rho_readout, sq_readout) =
         rho(readout, &mut SampledScratch::default(), "readout subspace")?;
@@ -1284,7 +1284,7 @@ fn pga_sampled(
         Some(spearman_standard_error(rho_readout, pairs.len())),
         distance,
     )?;
-    set_captured(&mut r, squared_norm(corrected), sq_readout, &sq_null);
+    set_captured(&mut r, squared_norm(corrected, par), sq_readout, &sq_null);
     Ok(r)
 }
 
@@ -1395,20 +1395,22 @@ impl Engine<'_> {
             &label,
             Par::Seq,
         )?;
-        Ok((rho, squared_norm(projected.as_ref())))
+        Ok((rho, squared_norm(projected.as_ref(), Par::Seq)))
     }
 }
 
-/// Sum of squares of every entry, accumulated in `f64`.
-fn squared_norm<T: Copy + Into<f64>>(m: MatRef<'_, T>) -> f64 {
-    let mut s = 0.0;
-    for j in 0..m.ncols() {
-        for i in 0..m.nrows() {
-            let v: f64 = m[(i, j)].into();
-            s += v * v;
-        }
-    }
-    s
+/// Sum of squares of every entry, accumulated in `f64`: each column's sum in order, then the
+/// columns' sums in order. The columns run on the current rayon pool unless `par` is
+/// `Par::Seq`; each sum has one order, so the bits do not depend on the thread count.
+fn squared_norm<T: Copy + Into<f64> + Sync>(m: MatRef<'_, T>, par: Par) -> f64 {
+    let column = |j: usize| {
+        m.col(j).iter().fold(0.0, |s, &v| {
+            let v: f64 = v.into();
+            s + v * v
+        })
+    };
+    let columns = repgeom_linalg::map_in_order(m.ncols(), par, column);
+    columns.into_iter().fold(0.0, |s, c| s + c)
 }
 
 /// Sets the captured-variance fields of `r` from the squared norms of the readout's and the
