@@ -707,3 +707,38 @@ fn cosine_key_is_the_float_key_of_the_clamped_distance() {
         );
     }
 }
+
+/// The radix sort's chunked pass against the standard library's stable sort by digit, on
+/// lengths about the chunks' edges and with 1 to 2048 buckets, at 1, 2 and 3 threads; and a
+/// digit that is not a function of the word panics instead of writing past a chunk's runs.
+#[test]
+fn stable_scatter_is_a_stable_sort_by_digit() {
+    use crate::alloc::{SCATTER_CHUNK, stable_scatter};
+    let c = SCATTER_CHUNK;
+    let word = |i: usize| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) << 20) | i as u64;
+    for len in [0, 1, 5, c - 1, c, c + 1, 3 * c + 5] {
+        let src: Vec<u64> = (0..len).map(word).collect();
+        for buckets in [1usize, 2, 256, 2048] {
+            let digit = |w: u64| ((w >> 40) as usize) % buckets;
+            let mut expect = src.clone();
+            expect.sort_by_key(|&w| digit(w)); // stable
+            for threads in [1, 2, 3] {
+                let mut got = vec![0; len];
+                pool_of(threads).install(|| stable_scatter(&src, &mut got, buckets, digit));
+                assert!(
+                    got == expect,
+                    "len {len}, {buckets} buckets, {threads} threads"
+                );
+            }
+        }
+    }
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let src: Vec<u64> = (0..c + 1).map(word).collect();
+    let fickle =
+        |_: u64| usize::from(calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < src.len());
+    let mut out = vec![0; src.len()];
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool_of(2).install(|| stable_scatter(&src, &mut out, 2, fickle));
+    }));
+    assert!(panicked.is_err(), "a fickle digit is caught");
+}
