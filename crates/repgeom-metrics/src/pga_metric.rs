@@ -613,6 +613,9 @@ impl Pga {
                     pair_budget(&engine, &null, layer.acts.nrows(), par),
                 ) {
                     (Some(next), Some(half)) => {
+                        // The bases' f32 copy first (once per model): a layer that waited on
+                        // the other's conversion would block a thread the conversion could use.
+                        null.bases_f32();
                         let (a, b) = rayon::join(|| run(layer, &half), || run(next, &half));
                         rows.extend(a?);
                         rows.extend(b?);
