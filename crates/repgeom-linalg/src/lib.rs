@@ -28,7 +28,7 @@ mod rank;
 #[cfg(test)]
 mod tests;
 
-pub use alloc::mat_from_cols;
+pub use alloc::{mat_from_cols, mat_from_row_major};
 pub use decomp::{
     EVD_PIECES, PrincipalDirections, ccr, center_columns, orthonormal_basis_check,
     principal_directions, project, project_f32, qr_positive, readout_subspace, remove_directions,

@@ -224,7 +224,18 @@ fn first_writes_in_blocks_equal_their_definitions() {
             assert!(m == Mat::from_fn(n, d, def), "{n} x {d}");
             m
         });
+        // Past one tile (64) in both directions, with partial last tiles.
+        let rows: Vec<f64> = (0..n * d)
+            .map(|v| def(v / d.max(1), v % d.max(1)))
+            .collect();
+        check_thread_independent("mat_from_row_major", |par| {
+            let m = mat_from_row_major(&rows, n, d, par);
+            assert!(m == Mat::from_fn(n, d, def), "{n} x {d} from rows");
+            m
+        });
     }
+    let short = std::panic::catch_unwind(|| mat_from_row_major(&[1.0f32; 5], 2, 3, Par::Seq));
+    assert!(short.is_err(), "row-major data of another length");
     let data: Vec<f32> = (0..600 * 500).map(|v| (v as f32 * 0.37).sin()).collect();
     for x in [
         MatRef::from_row_major_slice(&data, 600, 500),

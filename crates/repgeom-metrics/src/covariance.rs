@@ -204,7 +204,7 @@ impl CovarianceAccumulator {
             n: state.n,
             shift,
             sum,
-            scatter: Mat::from_fn(d, d, |i, j| scatter[i * d + j]),
+            scatter: repgeom_linalg::mat_from_row_major(scatter, d, d, Par::Seq),
         })
     }
 

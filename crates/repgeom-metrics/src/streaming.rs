@@ -235,7 +235,7 @@ impl CkaAccumulator {
         let (dx, dy) = (state.len_of("sx", what)?, state.len_of("sy", what)?);
         let mat = |name: &str, r: usize, c: usize| -> Result<Mat<f64>> {
             let v = state.take(name, &[r, c], what)?;
-            Ok(Mat::from_fn(r, c, |i, j| v[i * c + j]))
+            Ok(repgeom_linalg::mat_from_row_major(v, r, c, Par::Seq))
         };
         let vec = |name: &str, len: usize| -> Result<Vec<f64>> {
             Ok(state.take(name, &[len], what)?.to_vec())

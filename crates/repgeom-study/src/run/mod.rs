@@ -185,7 +185,12 @@ pub(crate) fn run_units_with(
                     let mx = la.acts;
                     out.insert(
                         la.layer,
-                        Mat::from_fn(mx.rows, mx.cols, |i, j| mx.data[i * mx.cols + j]),
+                        repgeom_linalg::mat_from_row_major(
+                            &mx.data,
+                            mx.rows,
+                            mx.cols,
+                            Par::rayon(0),
+                        ),
                     );
                 }
                 Some((out, labels))
