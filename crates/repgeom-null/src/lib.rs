@@ -214,7 +214,7 @@ impl NullBases {
         let checked: Vec<(Mat<f64>, f64)> = data
             .par_chunks_exact(d * k)
             .map(|chunk| {
-                let q = Mat::<f64>::from_fn(d, k, |i, j| chunk[i * k + j]);
+                let q = repgeom_linalg::mat_from_row_major(chunk, d, k, repgeom_linalg::Par::Seq);
                 let deviation = repgeom_linalg::orthonormal_basis_check(q.as_ref());
                 (q, deviation)
             })
