@@ -73,19 +73,31 @@ where
         }
     };
     let per_block = (BLOCK_ELEMS / nrows.max(1)).max(1);
-    if par == Par::Seq || ncols <= per_block {
-        write_columns(0..ncols);
-    } else {
-        use rayon::prelude::*;
-        (0..ncols.div_ceil(per_block))
-            .into_par_iter()
-            .for_each(|b| write_columns(b * per_block..((b + 1) * per_block).min(ncols)));
-    }
+    column_blocks(ncols, per_block, par, ncols <= per_block, write_columns);
     // SAFETY: the capacity holds `nrows × ncols` elements (`with_capacity`), and every one of
     // them was written above (a column of another length panicked before this point, and
     // `T: Copy`, so the unwinding matrix, still without rows or columns, drops nothing).
     unsafe { m.set_dims(nrows, ncols) };
     m
+}
+
+/// `write(cols)` over the ranges of `width` columns that cover `0..ncols`: all at once on this
+/// thread where `par` is `Par::Seq` or the matrix is `small`, else one task per range on the
+/// current rayon pool.
+fn column_blocks(
+    ncols: usize,
+    width: usize,
+    par: Par,
+    small: bool,
+    write: impl Fn(std::ops::Range<usize>) + Sync,
+) {
+    if par == Par::Seq || small {
+        return write(0..ncols);
+    }
+    use rayon::prelude::*;
+    (0..ncols.div_ceil(width))
+        .into_par_iter()
+        .for_each(|b| write(b * width..((b + 1) * width).min(ncols)));
 }
 
 /// Words per chunk of [`stable_scatter`] (512 KiB of `u64`): large against a task's overhead,
@@ -195,14 +207,8 @@ where
             }
         }
     };
-    if par == Par::Seq || nrows.saturating_mul(ncols) <= BLOCK_ELEMS {
-        write_columns(0..ncols);
-    } else {
-        use rayon::prelude::*;
-        (0..ncols.div_ceil(TILE))
-            .into_par_iter()
-            .for_each(|b| write_columns(b * TILE..((b + 1) * TILE).min(ncols)));
-    }
+    let small = nrows.saturating_mul(ncols) <= BLOCK_ELEMS;
+    column_blocks(ncols, TILE, par, small, write_columns);
     // SAFETY: the capacity holds `nrows × ncols` elements (`with_capacity`), and every one of
     // them was written above (each column's rows, tile by tile; `data` holds every entry, so
     // nothing panicked in between, and `T: Copy` drops nothing if it had).
