@@ -195,7 +195,11 @@ impl RawTensor<'_> {
             .saturating_add(len)
             .saturating_mul(sz)
             .min(bytes.len());
-        Ok(convert_f32(&bytes[a..b], self.dtype, self.big_endian))
+        Ok(convert_f32_pooled(
+            &bytes[a..b],
+            self.dtype,
+            self.big_endian,
+        ))
     }
 
     /// The whole tensor (C order) at the precision it is stored in: f16 and bf16 as they are,
@@ -230,14 +234,20 @@ impl RawTensor<'_> {
         };
         let be = self.big_endian;
         let out = match self.dtype {
-            DType::F64 => bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_bits(u64::from_ne_bytes(word(c, be))))
-                .collect(),
-            DType::F32 | DType::F16 | DType::BF16 => convert_f32(&bytes, self.dtype, be)
-                .into_iter()
-                .map(f64::from)
-                .collect(),
+            DType::F64 => {
+                use rayon::prelude::*;
+                (bytes.par_chunks_exact(8))
+                    .with_min_len(CONVERT_CHUNK)
+                    .map(|c| f64::from_bits(u64::from_ne_bytes(word(c, be))))
+                    .collect()
+            }
+            DType::F32 | DType::F16 | DType::BF16 => {
+                use rayon::prelude::*;
+                (convert_f32_pooled(&bytes, self.dtype, be).into_par_iter())
+                    .with_min_len(CONVERT_CHUNK)
+                    .map(f64::from)
+                    .collect()
+            }
             _ => {
                 let ints = self.to_i128_from(&bytes, file)?;
                 ints.into_iter().map(|x| x as f64).collect()
@@ -354,6 +364,28 @@ fn u16_words(bytes: &[u8], big_endian: bool) -> Vec<u16> {
     } else {
         c.map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
     }
+}
+
+/// Elements per task of the conversions on the pool ([`convert_f32_pooled`], f64 arrays):
+/// 1 MiB of `f32`, large against a task's overhead.
+const CONVERT_CHUNK: usize = 1 << 18;
+
+/// [`convert_f32`] by chunks of [`CONVERT_CHUNK`] elements on the current rayon pool: the same
+/// values (each is converted alone), with a large array's conversion and first writes spread
+/// over the threads (a 6.9B model's `W_U` is 206 million values).
+pub(crate) fn convert_f32_pooled(bytes: &[u8], dtype: DType, big_endian: bool) -> Vec<f32> {
+    use rayon::prelude::*;
+    let size = dtype.size();
+    let n = bytes.len() / size.max(1);
+    if n <= CONVERT_CHUNK || !matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
+        return convert_f32(bytes, dtype, big_endian);
+    }
+    // Zeroed by the system: the pages are first touched by the tasks.
+    let mut out = vec![0f32; n];
+    (out.par_chunks_mut(CONVERT_CHUNK))
+        .zip(bytes.par_chunks(CONVERT_CHUNK * size))
+        .for_each(|(o, b)| o.copy_from_slice(&convert_f32(b, dtype, big_endian)));
+    out
 }
 
 /// Converts packed float bytes of `dtype` to f32.

@@ -67,3 +67,32 @@ fn numel_guards_overflow() {
     assert_eq!(checked_numel(&[1 << 21, 1 << 20]), None);
     assert_eq!(checked_numel(&[usize::MAX, 2]), None);
 }
+
+/// A large array converted by chunks on a pool is the sequential conversion, value for
+/// value, for every float dtype, either byte order, and a trailing partial element.
+#[test]
+fn pooled_conversion_equals_the_sequential_one() {
+    use crate::tensor::{convert_f32, convert_f32_pooled};
+    let n = 3 * (1 << 18) + 77; // three chunks and a partial one
+    let bytes: Vec<u8> = (0..n * 8 + 3)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
+        .collect();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for big_endian in [false, true] {
+            let b = &bytes[..n * dtype.size() + 1];
+            let alone = convert_f32(b, dtype, big_endian);
+            let pooled = pool.install(|| convert_f32_pooled(b, dtype, big_endian));
+            assert_eq!(alone.len(), n, "{dtype:?}");
+            // Bits, so that NaN payloads count too.
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&alone) == bits(&pooled),
+                "{dtype:?}, big endian {big_endian}"
+            );
+        }
+    }
+}
