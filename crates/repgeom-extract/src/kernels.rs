@@ -4,7 +4,8 @@
 //!
 //! Every function here is branch-free arithmetic on `f32` (no `mul_add`, so no contraction
 //! differs between instruction sets), compiled for the best instruction set the CPU has
-//! through `pulp`'s runtime dispatch and split over rayon's threads by element or by row.
+//! through `pulp`'s runtime dispatch; the activations are split over rayon's threads by
+//! element, the softmax runs one row at a time inside attention's tasks (`attention.rs`).
 //! Each output depends only on its own input element (activations) or its own row (softmax,
 //! log-sum-exp), so results are identical at any thread count.
 //!
@@ -172,23 +173,25 @@ impl pulp::WithSimd for LseOp<'_> {
     }
 }
 
-/// `s ← softmax(scale · s)` over each row of attention scores `[.., T, T]`, where query `i`
-/// sees keys `j ≤ i` (and `i − j < window` on sliding-window layers); masked entries become
-/// 0. One pass, in place, instead of scale, mask add and softmax as three new tensors.
-pub(crate) fn masked_softmax(scores: &mut [f32], t: usize, scale: f32, window: Option<usize>) {
-    scores.par_chunks_mut(t).enumerate().for_each(|(r, row)| {
-        let i = r % t;
-        let lo = window.map_or(0, |w| (i + 1).saturating_sub(w));
-        row[..lo].fill(0.0);
-        row[i + 1..].fill(0.0);
-        pulp::Arch::new().dispatch(SoftmaxOp {
-            row: &mut row[lo..=i],
-            scale,
-        })
+/// `row ← softmax(scale · row)` for row `i` of a `[T, T]` matrix of attention scores, where
+/// query `i` sees keys `j ≤ i` (and `i − j < window` on sliding-window layers); masked entries
+/// become 0. One pass, in place, instead of scale, mask add and softmax as three new tensors.
+pub(crate) fn masked_softmax_row(row: &mut [f32], i: usize, scale: f32, window: Option<usize>) {
+    let lo = visible_from(i, window);
+    row[..lo].fill(0.0);
+    row[i + 1..].fill(0.0);
+    pulp::Arch::new().dispatch(SoftmaxOp {
+        row: &mut row[lo..=i],
+        scale,
     });
 }
 
-/// The body of [`masked_softmax`] for the visible part of one row; see [`ActOp`].
+/// The first key query `i` sees: 0, or `i + 1 − window` on a sliding-window layer.
+pub(crate) fn visible_from(i: usize, window: Option<usize>) -> usize {
+    window.map_or(0, |w| (i + 1).saturating_sub(w))
+}
+
+/// The body of [`masked_softmax_row`] for the visible part of one row; see [`ActOp`].
 struct SoftmaxOp<'a> {
     row: &'a mut [f32],
     scale: f32,
@@ -218,30 +221,6 @@ impl pulp::WithSimd for SoftmaxOp<'_> {
         for o in self.row.iter_mut() {
             *o *= inv;
         }
-    }
-}
-
-/// [`masked_softmax`] as an in-place candle operation (CPU, contiguous `f32`). In place, so
-/// for a tensor no other reads: a fresh product of scores.
-#[derive(Debug)]
-pub(crate) struct MaskedSoftmax {
-    pub(crate) scale: f32,
-    pub(crate) window: Option<usize>,
-}
-
-impl InplaceOp1 for MaskedSoftmax {
-    fn name(&self) -> &'static str {
-        "repgeom-masked-softmax"
-    }
-
-    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
-        let dims = l.dims();
-        let t = dims[dims.len() - 1];
-        if dims.len() < 2 || dims[dims.len() - 2] != t {
-            candle_core::bail!("{}: square [.., T, T] scores, got {dims:?}", self.name());
-        }
-        let (scale, window) = (self.scale, self.window);
-        with_f32(self.name(), s, l, |x| masked_softmax(x, t, scale, window))
     }
 }
 
@@ -368,7 +347,9 @@ mod tests {
             .collect();
         for window in [None, Some(1), Some(6), Some(100)] {
             let mut got = scores.clone();
-            masked_softmax(&mut got, t, 0.7, window);
+            for (r, row) in got.chunks_mut(t).enumerate() {
+                masked_softmax_row(row, r % t, 0.7, window);
+            }
             for (r, (g, x)) in got.chunks(t).zip(scores.chunks(t)).enumerate() {
                 let i = r % t;
                 let seen = |j: usize| j <= i && window.is_none_or(|w| i - j < w);

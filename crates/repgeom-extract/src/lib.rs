@@ -31,6 +31,7 @@
 //! and only the architectures listed in `docs/extraction.md`.
 #![deny(missing_docs)]
 
+mod attention;
 mod config;
 mod error;
 mod extract;

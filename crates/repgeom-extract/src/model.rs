@@ -11,8 +11,9 @@ use rayon::prelude::*;
 use repgeom_io::{Arch, GainConvention, NormKind};
 use repgeom_linalg::{MatMut, MatRef, Par, matmul_abt_add_f32, matmul_abt_f32};
 
+use crate::attention::{Heads, Scores, attention};
 use crate::config::{Activation, Family, ModelConfig, RopeScaling};
-use crate::kernels::{Act, MaskedSoftmax, row_lse};
+use crate::kernels::{Act, row_lse};
 use crate::{Error, Result};
 
 mod device;
@@ -280,7 +281,7 @@ impl Layer {
 }
 
 /// Precomputed rotary tables for one sequence length (the causal and sliding-window masks are
-/// applied inside the softmax, [`MaskedSoftmax`]).
+/// applied inside the softmax, [`attention`]).
 struct Context {
     cos: Tensor,
     sin: Tensor,
@@ -366,34 +367,34 @@ impl wiring::Ops for Cpu<'_> {
             }
             wiring::Qkv::Split { q, k, v } => {
                 let nkv = c.n_kv_heads;
-                let (q, mut k, mut v) = (heads(q, nh)?, heads(k, nkv)?, heads(v, nkv)?);
-                if nkv != nh {
-                    let rep = nh / nkv;
-                    let repeat = |x: Tensor| -> Result<Tensor> {
-                        Ok(x.unsqueeze(2)?
-                            .expand((b, nkv, rep, t, hd))?
-                            .contiguous()?
-                            .reshape((b, nh, t, hd))?)
-                    };
-                    k = repeat(k)?;
-                    v = repeat(v)?;
-                }
-                (q, k, v)
+                (heads(q, nh)?, heads(k, nkv)?, heads(v, nkv)?)
             }
         };
-        let q = self.model.rotate(&q, &self.ctx)?;
-        let k = self.model.rotate(&k, &self.ctx)?;
-        // fresh tensors, so the softmax may overwrite them
-        let (probs, scale) = match c.attn_logit_softcap {
-            Some(cap) => (
-                softcap(&(q.matmul(&k.t()?)? * c.attention_scale)?, cap)?,
-                1.0,
-            ),
-            None => (q.matmul(&k.t()?)?, c.attention_scale as f32),
+        let nkv = k.dim(1)?;
+        let q = self.model.rotate(&q, &self.ctx)?.contiguous()?;
+        let k = self.model.rotate(&k, &self.ctx)?.contiguous()?;
+        let (qs, ql) = q.storage_and_layout();
+        let (ks, kl) = k.storage_and_layout();
+        let (vs, vl) = v.storage_and_layout();
+        let shape = Heads {
+            batch: b,
+            len: t,
+            q_heads: nh,
+            kv_heads: nkv,
+            head_dim: hd,
         };
-        probs.inplace_op1(&MaskedSoftmax { scale, window })?;
-        let y = probs.matmul(&v)?; // [B, H, T, hd]
-        Ok(y.transpose(1, 2)?.contiguous()?.reshape((b, t, nh * hd))?)
+        let y = attention(
+            shape,
+            f32_slice(&qs, ql, b * nh * t * hd)?,
+            f32_slice(&ks, kl, b * nkv * t * hd)?,
+            f32_slice(&vs, vl, b * nkv * t * hd)?,
+            Scores {
+                scale: c.attention_scale,
+                cap: c.attn_logit_softcap,
+                window,
+            },
+        );
+        Ok(Tensor::from_vec(y, (b, t, nh * hd), &Device::Cpu)?)
     }
 }
 
@@ -801,18 +802,21 @@ impl Model {
 
     /// An upper estimate of the bytes one forward pass of `batch` sequences of `seq_len`
     /// tokens allocates beyond the weights: the hidden state and its copies, q/k/v and the
-    /// attention output, three `[B, H, T, T]` score buffers, three MLP-wide buffers, and for
-    /// the loss the gathered rows, per worker thread one 1 MiB tile of logits and one slice of
-    /// the readout in `f32`, and each row's partial log-sum-exp per vocabulary tile.
+    /// attention output, three MLP-wide buffers, per worker thread one block of attention
+    /// scores (`attention::scratch_len`: 64 query rows against `T` keys), and for the loss
+    /// the gathered rows, per worker thread one 1 MiB tile of logits and one slice of the
+    /// readout in `f32`, and each row's partial log-sum-exp per vocabulary tile.
     pub fn activation_bytes(&self, batch: usize, seq_len: usize) -> u64 {
         let c = &self.config;
         let (b, t) = (batch as u64, seq_len as u64);
         let (d, qkv, ff) = widths(c);
-        let per_seq = t * (8 * d + 4 * qkv + 3 * ff) + 3 * c.n_heads as u64 * t * t;
+        let per_seq = t * (8 * d + 4 * qkv + 3 * ff);
         let rows = b * t;
         let tiles = c.vocab_size.div_ceil(LOSS_TILE_VOCAB) as u64;
         let workers = rayon::current_num_threads() as u64;
-        let per_worker = (LOSS_TILE_ROWS * LOSS_TILE_VOCAB) as u64 + LOSS_TILE_VOCAB as u64 * d;
+        let per_worker = (LOSS_TILE_ROWS * LOSS_TILE_VOCAB) as u64
+            + LOSS_TILE_VOCAB as u64 * d
+            + crate::attention::scratch_len(seq_len) as u64;
         4 * (b * per_seq + rows * d + workers * per_worker) + 24 * rows * tiles
     }
 
@@ -1377,11 +1381,6 @@ fn narrowest_exact(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
         }
     }
     Ok(Tensor::from_vec(data, shape, dev)?)
-}
-
-/// `cap · tanh(x / cap)`.
-fn softcap(x: &Tensor, cap: f64) -> Result<Tensor> {
-    Ok(((x / cap)?.tanh()? * cap)?)
 }
 
 /// The `len` f32 values of a contiguous tensor's storage, borrowed.
