@@ -241,13 +241,7 @@ impl RawTensor<'_> {
                     .map(|c| f64::from_bits(u64::from_ne_bytes(word(c, be))))
                     .collect()
             }
-            DType::F32 | DType::F16 | DType::BF16 => {
-                use rayon::prelude::*;
-                (convert_f32_pooled(&bytes, self.dtype, be).into_par_iter())
-                    .with_min_len(CONVERT_CHUNK)
-                    .map(f64::from)
-                    .collect()
-            }
+            DType::F32 | DType::F16 | DType::BF16 => convert_f64_pooled(&bytes, self.dtype, be),
             _ => {
                 let ints = self.to_i128_from(&bytes, file)?;
                 ints.into_iter().map(|x| x as f64).collect()
@@ -366,7 +360,8 @@ fn u16_words(bytes: &[u8], big_endian: bool) -> Vec<u16> {
     }
 }
 
-/// Elements per task of the conversions on the pool ([`convert_f32_pooled`], f64 arrays):
+/// Elements per task of the conversions on the pool ([`convert_f32_pooled`],
+/// [`convert_f64_pooled`], f64 arrays):
 /// 1 MiB of `f32`, large against a task's overhead.
 const CONVERT_CHUNK: usize = 1 << 18;
 
@@ -377,59 +372,99 @@ pub(crate) fn convert_f32_pooled(bytes: &[u8], dtype: DType, big_endian: bool) -
     use rayon::prelude::*;
     let size = dtype.size();
     let n = bytes.len() / size.max(1);
-    if n <= CONVERT_CHUNK || !matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
+    if n <= CONVERT_CHUNK || !dtype.is_float() {
         return convert_f32(bytes, dtype, big_endian);
     }
     // Zeroed by the system: the pages are first touched by the tasks.
     let mut out = vec![0f32; n];
     (out.par_chunks_mut(CONVERT_CHUNK))
         .zip(bytes.par_chunks(CONVERT_CHUNK * size))
-        .for_each(|(o, b)| o.copy_from_slice(&convert_f32(b, dtype, big_endian)));
+        .for_each(|(o, b)| convert_f32_into(b, dtype, big_endian, o));
     out
 }
 
-/// Converts packed float bytes of `dtype` to f32.
+/// [`convert_f32`] widened to `f64`, by chunks of [`CONVERT_CHUNK`] elements on the current
+/// rayon pool, each through its task's own `f32` buffer (no `f32` copy of the whole array).
+pub(crate) fn convert_f64_pooled(bytes: &[u8], dtype: DType, big_endian: bool) -> Vec<f64> {
+    use rayon::prelude::*;
+    let size = dtype.size();
+    let n = bytes.len() / size.max(1);
+    let mut out = vec![0f64; n];
+    (out.par_chunks_mut(CONVERT_CHUNK))
+        .zip(bytes.par_chunks(CONVERT_CHUNK * size))
+        .for_each_init(
+            || vec![0f32; CONVERT_CHUNK.min(n)],
+            |buf, (o, b)| {
+                let buf = &mut buf[..o.len()];
+                convert_f32_into(b, dtype, big_endian, buf);
+                for (x, &y) in o.iter_mut().zip(buf.iter()) {
+                    *x = f64::from(y);
+                }
+            },
+        );
+    out
+}
+
+/// Converts packed float bytes of `dtype` to f32 (empty for a dtype that is not a float).
+pub(crate) fn convert_f32(bytes: &[u8], dtype: DType, big_endian: bool) -> Vec<f32> {
+    if !dtype.is_float() {
+        return Vec::new();
+    }
+    let mut out = vec![0f32; bytes.len() / dtype.size()];
+    convert_f32_into(bytes, dtype, big_endian, &mut out);
+    out
+}
+
+/// Converts the whole elements of `bytes`, packed floats of `dtype`, into `out` (as many);
+/// a dtype that is not a float leaves `out` as it is.
 ///
 /// Each branch is a simple loop with the byte order decided outside it, so that it vectorises:
 /// weight shards are tens of millions of elements.
-pub(crate) fn convert_f32(bytes: &[u8], dtype: DType, big_endian: bool) -> Vec<f32> {
+fn convert_f32_into(bytes: &[u8], dtype: DType, big_endian: bool, out: &mut [f32]) {
+    debug_assert_eq!(out.len(), bytes.len() / dtype.size().max(1));
     match dtype {
         DType::F32 => {
             let c = bytes.chunks_exact(4);
             if big_endian {
-                c.map(|c| f32::from_be_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect()
+                for (o, c) in out.iter_mut().zip(c) {
+                    *o = f32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                }
             } else {
-                c.map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect()
+                for (o, c) in out.iter_mut().zip(c) {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
             }
         }
         DType::F64 => {
             let c = bytes.chunks_exact(8);
             if big_endian {
-                c.map(|c| f64::from_be_bytes(arr(c)) as f32).collect()
+                for (o, c) in out.iter_mut().zip(c) {
+                    *o = f64::from_be_bytes(arr(c)) as f32;
+                }
             } else {
-                c.map(|c| f64::from_le_bytes(arr(c)) as f32).collect()
+                for (o, c) in out.iter_mut().zip(c) {
+                    *o = f64::from_le_bytes(arr(c)) as f32;
+                }
             }
         }
         DType::BF16 => {
             let c = bytes.chunks_exact(2);
             if big_endian {
-                c.map(|c| f32::from_bits(u32::from(u16::from_be_bytes([c[0], c[1]])) << 16))
-                    .collect()
+                for (o, c) in out.iter_mut().zip(c) {
+                    *o = f32::from_bits(u32::from(u16::from_be_bytes([c[0], c[1]])) << 16);
+                }
             } else {
-                c.map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
-                    .collect()
+                for (o, c) in out.iter_mut().zip(c) {
+                    *o = f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16);
+                }
             }
         }
         DType::F16 => {
             use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
             let words = u16_words(bytes, big_endian);
             let halves: &[f16] = words.reinterpret_cast();
-            let mut out = vec![0f32; halves.len()];
-            halves.convert_to_f32_slice(&mut out);
-            out
+            halves.convert_to_f32_slice(out);
         }
-        _ => Vec::new(),
+        _ => {}
     }
 }

@@ -69,10 +69,11 @@ fn numel_guards_overflow() {
 }
 
 /// A large array converted by chunks on a pool is the sequential conversion, value for
-/// value, for every float dtype, either byte order, and a trailing partial element.
+/// value, for every float dtype, either byte order, and a trailing partial element; and so is
+/// its conversion to `f64` through each task's own `f32` buffer.
 #[test]
 fn pooled_conversion_equals_the_sequential_one() {
-    use crate::tensor::{convert_f32, convert_f32_pooled};
+    use crate::tensor::{convert_f32, convert_f32_pooled, convert_f64_pooled};
     let n = 3 * (1 << 18) + 77; // three chunks and a partial one
     let bytes: Vec<u8> = (0..n * 8 + 3)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
@@ -92,6 +93,12 @@ fn pooled_conversion_equals_the_sequential_one() {
             assert!(
                 bits(&alone) == bits(&pooled),
                 "{dtype:?}, big endian {big_endian}"
+            );
+            let wide = pool.install(|| convert_f64_pooled(b, dtype, big_endian));
+            let widened: Vec<u64> = alone.iter().map(|&x| f64::from(x).to_bits()).collect();
+            assert!(
+                wide.iter().map(|x| x.to_bits()).collect::<Vec<_>>() == widened,
+                "f64: {dtype:?}, big endian {big_endian}"
             );
         }
     }
