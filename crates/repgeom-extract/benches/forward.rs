@@ -1,7 +1,9 @@
 //! Forward-pass throughput of a random Pythia-70M-shaped GPT-NeoX (d = 512, 6 layers,
 //! vocabulary 50304) on 8 sequences of 256 tokens, at batch 1 and at the default batch, with
 //! the hidden states only and with the loss: the configurations `fixtures/extract/time_torch.py`
-//! times in transformers.
+//! times in transformers. And 2 sequences of 2,048 tokens (hidden states, one batch), where
+//! attention's two `T × T` products per head (`4 T d` flops per token and layer, half that
+//! over the keys a causal query sees) weigh two thirds of the linear layers' `24 d²`.
 //!
 //! `cargo bench -p repgeom-extract --bench forward` (or `cargo xtask bench extract`, which also
 //! runs the transformers side); tokens/s is criterion's throughput.
@@ -15,6 +17,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const SEQUENCES: usize = 8;
 const SEQ_LEN: usize = 256;
+// 8 × 256 = 2 × 2048 ids: the long sequences reuse them
 
 fn forward(c: &mut Criterion) {
     let model = Model::random(ModelConfig::pythia_70m(), 0).expect("random model");
@@ -47,6 +50,24 @@ fn forward(c: &mut Criterion) {
             });
         }
     }
+    g.finish();
+    let long = 2048;
+    let seqs: Vec<&[u32]> = ids.chunks(long).collect();
+    let mut g = c.benchmark_group("pythia70m_random_2x2048");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements((2 * long) as u64));
+    g.bench_function("batch2_hidden_states", |b| {
+        b.iter(|| {
+            let mut rows = 0usize;
+            model
+                .forward_batch(&seqs, false, &mut |_, h| {
+                    rows += h.len();
+                    Ok(())
+                })
+                .expect("forward");
+            std::hint::black_box(rows);
+        })
+    });
     g.finish();
 }
 
