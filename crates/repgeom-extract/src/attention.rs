@@ -1,17 +1,22 @@
 //! Causal self-attention of a batch on the CPU: one rayon task per (sequence, query head),
-//! each running its two products and its softmax alone.
+//! each reading its head from the projections where they are, and running its rotary
+//! embedding, its two products and its softmax alone.
 //!
 //! A batch of `B` sequences with `H` heads is `B · H` independent problems of `T × T` scores.
-//! As batched candle products they were `B · H` small GEMMs one after another, each split over
+//! As candle operations they were three strided copies of the projections into `[B, H, T, hd]`
+//! and the rotary embedding's narrow, rope and concatenation (copies on one thread, while
+//! the rest of the pool waited), then `B · H` small GEMMs one after another, each split over
 //! the whole pool (at 16 threads a 256 × 256 × 64 product is a few microseconds of work per
-//! thread against the cost of waking them), and their scores lived at once as `[B, H, T, T]`
-//! buffers. Here every task takes its query rows 64 at a time: their scores against the keys
-//! they see (`Q K_hᵀ`) in its worker's own buffer, the soft cap and the masked softmax row by
-//! row, and `P V_h` written straight into its head's columns of the `[B, T, H · hd]` output,
-//! with `Par::Seq` products:
-//! every entry's sum runs in one order, so the output is the same at any thread count.
-//! Grouped keys and values are read where they are (query head `h` uses key head
-//! `h / (H / H_kv)`), not repeated into `H` copies.
+//! thread against the cost of waking them), with the scores of all heads at once as
+//! `[B, H, T, T]` buffers. Here every task copies its query head and key head out of the
+//! projections into its worker's buffers, rotating them on the way (candle's rope formula,
+//! operation for operation), then takes its query rows 64 at a time: their scores against the
+//! keys they see (`Q K_hᵀ`) in its worker's own buffer, the soft cap and the masked softmax
+//! row by row, and `P V_h` (the values read in place) written straight into its head's
+//! columns of the `[B, T, H · hd]` output, with `Par::Seq` products: every entry's sum runs in
+//! one order, so the output is the same at any thread count. Grouped keys and values are
+//! read where they are (query head `h` uses key head `h / (H / H_kv)`), not repeated into `H`
+//! copies.
 
 use rayon::prelude::*;
 use repgeom_linalg::{MatMut, MatRef, Par, matmul_abt_f32};
@@ -29,6 +34,38 @@ pub(crate) struct Heads {
     pub(crate) head_dim: usize,
 }
 
+/// Where one kind of head (queries, keys or values) lies in a projection's row-major
+/// `[B·T, row]` output: head `h` of token `p` is the `head_dim` values from
+/// `p · row + first + h · step`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadsIn<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) row: usize,
+    pub(crate) first: usize,
+    pub(crate) step: usize,
+}
+
+impl<'a> HeadsIn<'a> {
+    /// The heads of a projection of their own, `[B·T, heads · head_dim]`.
+    pub(crate) fn separate(data: &'a [f32], heads: usize, head_dim: usize) -> Self {
+        HeadsIn {
+            data,
+            row: heads * head_dim,
+            first: 0,
+            step: head_dim,
+        }
+    }
+}
+
+/// The rotary embedding of queries and keys (rotate-half) on the first `dims` values of each
+/// head, from tables `[T, dims / 2]` of cosines and sines.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rotary<'a> {
+    pub(crate) cos: &'a [f32],
+    pub(crate) sin: &'a [f32],
+    pub(crate) dims: usize,
+}
+
 /// How scores become probabilities: `scale · q·k`, Gemma-2's soft cap `cap · tanh(x / cap)`
 /// where `cap` is set, then the causal (and, with `window`, sliding-window) softmax.
 #[derive(Debug, Clone, Copy)]
@@ -38,10 +75,40 @@ pub(crate) struct Scores {
     pub(crate) window: Option<usize>,
 }
 
-/// Attention of a batch: `q` is `[B, H, T, hd]`, `k` and `v` are `[B, H_kv, T, hd]` (each
-/// contiguous, row-major); the result is `[B, T, H · hd]`, head `h` in columns
-/// `h · hd .. (h + 1) · hd`.
-pub(crate) fn attention(shape: Heads, q: &[f32], k: &[f32], v: &[f32], s: Scores) -> Vec<f32> {
+/// One worker's buffers: a block of scores, and the rotated query and key heads.
+struct Scratch {
+    scores: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(t: usize, hd: usize) -> Self {
+        Scratch {
+            scores: vec![0f32; ROWS.min(t) * t],
+            q: vec![0f32; t * hd],
+            k: vec![0f32; t * hd],
+        }
+    }
+}
+
+/// The `f32` values of one worker's buffers for sequences of `t` tokens and heads of `hd`
+/// values (for memory estimates).
+pub(crate) fn scratch_len(t: usize, hd: usize) -> usize {
+    ROWS.min(t) * t + 2 * t * hd
+}
+
+/// Attention of a batch: queries of `shape.q_heads` heads, keys and values of
+/// `shape.kv_heads`, where [`HeadsIn`] says; `rotary` rotates queries and keys. The result is
+/// `[B, T, H · hd]`, head `h` in columns `h · hd .. (h + 1) · hd`.
+pub(crate) fn attention(
+    shape: Heads,
+    q: HeadsIn<'_>,
+    k: HeadsIn<'_>,
+    v: HeadsIn<'_>,
+    rotary: Option<Rotary<'_>>,
+    s: Scores,
+) -> Vec<f32> {
     let Heads {
         batch,
         len: t,
@@ -53,15 +120,26 @@ pub(crate) fn attention(shape: Heads, q: &[f32], k: &[f32], v: &[f32], s: Scores
         kv_heads > 0 && q_heads % kv_heads == 0,
         "attention: {q_heads} query heads over {kv_heads} key/value heads"
     );
-    let block = t * hd;
-    assert_eq!(q.len(), batch * q_heads * block, "attention: q's length");
-    assert_eq!(k.len(), batch * kv_heads * block, "attention: k's length");
-    assert_eq!(v.len(), batch * kv_heads * block, "attention: v's length");
+    let fits = |x: &HeadsIn<'_>, heads: usize| {
+        heads == 0
+            || batch * t == 0
+            || (x.first + (heads - 1) * x.step + hd <= x.row
+                && x.data.len() >= (batch * t - 1) * x.row + x.first + (heads - 1) * x.step + hd)
+    };
+    assert!(fits(&q, q_heads), "attention: the queries' layout");
+    assert!(fits(&k, kv_heads), "attention: the keys' layout");
+    assert!(fits(&v, kv_heads), "attention: the values' layout");
+    if let Some(r) = &rotary {
+        assert!(
+            r.dims % 2 == 0
+                && r.dims <= hd
+                && r.cos.len() >= t * r.dims / 2
+                && r.sin.len() >= t * r.dims / 2,
+            "attention: the rotary tables"
+        );
+    }
     let width = q_heads * hd;
     let group = q_heads / kv_heads;
-    fn head(x: &[f32], i: usize, t: usize, hd: usize) -> MatRef<'_, f32> {
-        MatRef::from_row_major_slice(&x[i * t * hd..][..t * hd], t, hd)
-    }
     // zeroed by the system: the pages are first touched by the tasks
     let mut out = vec![0f32; batch * t * width];
     out.par_chunks_mut(t * width.max(1))
@@ -76,27 +154,62 @@ pub(crate) fn attention(shape: Heads, q: &[f32], k: &[f32], v: &[f32], s: Scores
                 rest = next;
             }
             heads.into_par_iter().enumerate().for_each_init(
-                || vec![0f32; scratch_len(t)],
-                |scores, (h, dst)| {
-                    let kv = seq * kv_heads + h / group;
-                    let (qh, kh) = (head(q, seq * q_heads + h, t, hd), head(k, kv, t, hd));
-                    let vh = head(v, kv, t, hd);
-                    one_head(dst, qh, kh, vh, scores, s);
+                || Scratch::new(t, hd),
+                |buf, (h, dst)| {
+                    let kv = h / group;
+                    gather(&mut buf.q, q, seq, h, t, hd, rotary);
+                    gather(&mut buf.k, k, seq, kv, t, hd, rotary);
+                    let start = seq * t * v.row + v.first + kv * v.step;
+                    let vh =
+                        MatRef::from_row_major_slice_with_stride(&v.data[start..], t, hd, v.row);
+                    one_head(
+                        dst,
+                        MatRef::from_row_major_slice(&buf.q, t, hd),
+                        MatRef::from_row_major_slice(&buf.k, t, hd),
+                        vh,
+                        &mut buf.scores,
+                        s,
+                    );
                 },
             );
         });
     out
 }
 
+/// Copies head `h` of sequence `seq` into `dst` (`[T, hd]`), rotating its first `dims`
+/// values where `rotary` is given, with candle's rope: for `i < dims / 2`,
+/// `x_i cos − x_{i+half} sin` and `x_i sin + x_{i+half} cos`, each product rounded.
+fn gather(
+    dst: &mut [f32],
+    x: HeadsIn<'_>,
+    seq: usize,
+    h: usize,
+    t: usize,
+    hd: usize,
+    rotary: Option<Rotary<'_>>,
+) {
+    for (i, d) in dst.chunks_exact_mut(hd).enumerate() {
+        let start = (seq * t + i) * x.row + x.first + h * x.step;
+        let src = &x.data[start..start + hd];
+        match rotary {
+            Some(r) if r.dims > 0 => {
+                let half = r.dims / 2;
+                let (cos, sin) = (&r.cos[i * half..][..half], &r.sin[i * half..][..half]);
+                for j in 0..half {
+                    let (x1, x2) = (src[j], src[j + half]);
+                    d[j] = x1 * cos[j] - x2 * sin[j];
+                    d[j + half] = x1 * sin[j] + x2 * cos[j];
+                }
+                d[r.dims..].copy_from_slice(&src[r.dims..]);
+            }
+            _ => d.copy_from_slice(src),
+        }
+    }
+}
+
 /// Query rows per block of [`one_head`]: a block's scores need the keys up to its last row
 /// only, and fit in a worker's cache (`64 × T` values).
 const ROWS: usize = 64;
-
-/// The scores buffer of one worker for sequences of `t` tokens: one block of [`ROWS`]
-/// query rows against every key.
-pub(crate) fn scratch_len(t: usize) -> usize {
-    ROWS.min(t) * t
-}
 
 /// One head of one sequence: `dst ← softmax(Q Kᵀ) V`, by blocks of [`ROWS`] query rows, each
 /// block's scores in `scores` (at least `ROWS × T` values).
@@ -158,8 +271,39 @@ fn one_head(
 mod tests {
     use super::*;
 
+    /// Head `h` of token `p` of `x`, as `f64`.
+    fn head(x: &HeadsIn<'_>, p: usize, h: usize, hd: usize) -> Vec<f64> {
+        let start = p * x.row + x.first + h * x.step;
+        x.data[start..start + hd]
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect()
+    }
+
+    /// A head rotated in `f64` at position `i`.
+    fn rotated(mut x: Vec<f64>, i: usize, r: Option<Rotary<'_>>) -> Vec<f64> {
+        if let Some(r) = r {
+            let half = r.dims / 2;
+            for j in 0..half {
+                let (c, s) = (
+                    f64::from(r.cos[i * half + j]),
+                    f64::from(r.sin[i * half + j]),
+                );
+                let (x1, x2) = (x[j], x[j + half]);
+                x[j] = x1 * c - x2 * s;
+                x[j + half] = x1 * s + x2 * c;
+            }
+        }
+        x
+    }
+
     /// Attention computed directly in `f64` from the definition.
-    fn direct(shape: Heads, q: &[f32], k: &[f32], v: &[f32], s: Scores) -> Vec<f64> {
+    fn direct(
+        shape: Heads,
+        (q, k, v): (HeadsIn<'_>, HeadsIn<'_>, HeadsIn<'_>),
+        r: Option<Rotary<'_>>,
+        s: Scores,
+    ) -> Vec<f64> {
         let Heads {
             batch,
             len: t,
@@ -170,33 +314,28 @@ mod tests {
         let mut out = vec![0f64; batch * t * q_heads * hd];
         for b in 0..batch {
             for h in 0..q_heads {
-                let qb = (b * q_heads + h) * t * hd;
-                let kb = (b * kv_heads + h / (q_heads / kv_heads)) * t * hd;
+                let kv = h / (q_heads / kv_heads);
                 for i in 0..t {
+                    let qi = rotated(head(&q, b * t + i, h, hd), i, r);
                     let seen: Vec<usize> = (0..=i)
                         .filter(|&j| s.window.is_none_or(|w| i - j < w))
                         .collect();
                     let logits: Vec<f64> = seen
                         .iter()
                         .map(|&j| {
-                            let dot: f64 = (0..hd)
-                                .map(|c| {
-                                    f64::from(q[qb + i * hd + c]) * f64::from(k[kb + j * hd + c])
-                                })
-                                .sum();
-                            let x = dot * s.scale;
+                            let kj = rotated(head(&k, b * t + j, kv, hd), j, r);
+                            let x = qi.iter().zip(&kj).map(|(a, b)| a * b).sum::<f64>() * s.scale;
                             s.cap.map_or(x, |cap| cap * (x / cap).tanh())
                         })
                         .collect();
                     let max = logits.iter().copied().fold(f64::MIN, f64::max);
                     let e: Vec<f64> = logits.iter().map(|x| (x - max).exp()).collect();
                     let sum: f64 = e.iter().sum();
-                    for c in 0..hd {
-                        out[(b * t + i) * q_heads * hd + h * hd + c] = seen
-                            .iter()
-                            .zip(&e)
-                            .map(|(&j, p)| p / sum * f64::from(v[kb + j * hd + c]))
-                            .sum();
+                    for (&j, p) in seen.iter().zip(&e) {
+                        let vj = head(&v, b * t + j, kv, hd);
+                        for c in 0..hd {
+                            out[(b * t + i) * q_heads * hd + h * hd + c] += p / sum * vj[c];
+                        }
                     }
                 }
             }
@@ -209,14 +348,15 @@ mod tests {
         const TOL: f64 = 2e-6;
         let value =
             |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 1999) as f32 / 999.5 - 1.0;
-        // lengths across the row blocks, grouped heads, windows, the soft cap
-        for (batch, len, q_heads, kv_heads, head_dim, window, cap) in [
-            (1, 1, 1, 1, 4, None, None),
-            (2, 5, 2, 2, 3, None, None),
-            (2, 70, 4, 2, 8, None, None),
-            (1, 150, 3, 1, 5, Some(40), None),
-            (2, 130, 2, 1, 6, Some(3), Some(2.5)),
-            (1, 64, 2, 2, 4, Some(64), Some(50.0)),
+        // lengths across the row blocks, grouped heads, windows, the soft cap, partial and
+        // whole rotary dimensions
+        for (batch, len, q_heads, kv_heads, head_dim, window, cap, rot) in [
+            (1, 1, 1, 1, 4, None, None, 0),
+            (2, 5, 2, 2, 3, None, None, 2),
+            (2, 70, 4, 2, 8, None, None, 8),
+            (1, 150, 3, 1, 6, Some(40), None, 4),
+            (2, 130, 2, 1, 6, Some(3), Some(2.5), 0),
+            (1, 64, 2, 2, 4, Some(64), Some(50.0), 4),
         ] {
             let shape = Heads {
                 batch,
@@ -225,27 +365,64 @@ mod tests {
                 kv_heads,
                 head_dim,
             };
-            let n = |h: usize| batch * h * len * head_dim;
-            let q: Vec<f32> = (0..n(q_heads)).map(|i| value(i, 1)).collect();
-            let k: Vec<f32> = (0..n(kv_heads)).map(|i| value(i, 2)).collect();
-            let v: Vec<f32> = (0..n(kv_heads)).map(|i| value(i, 3)).collect();
+            let rows = batch * len;
+            let half = rot / 2;
+            let cos: Vec<f32> = (0..len * half).map(|i| (i as f32 * 0.37).cos()).collect();
+            let sin: Vec<f32> = (0..len * half).map(|i| (i as f32 * 0.37).sin()).collect();
+            let rotary = (rot > 0).then_some(Rotary {
+                cos: &cos,
+                sin: &sin,
+                dims: rot,
+            });
             let s = Scores {
                 scale: 0.6,
                 cap,
                 window,
             };
-            let want = direct(shape, &q, &k, &v, s);
-            for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let got = pool.install(|| attention(shape, &q, &k, &v, s));
-                for (p, (&g, &w)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (f64::from(g) - w).abs() <= TOL,
-                        "{shape:?} {s:?}, {threads} threads, entry {p}: {g} vs {w}"
-                    );
+            // separate projections, and (with as many key as query heads) GPT-NeoX's fused
+            // per-head [q | k | v] layout
+            let split: Vec<Vec<f32>> = [q_heads, kv_heads, kv_heads]
+                .iter()
+                .enumerate()
+                .map(|(salt, &h)| (0..rows * h * head_dim).map(|i| value(i, salt)).collect())
+                .collect();
+            let fused: Vec<f32> = (0..rows * q_heads * 3 * head_dim)
+                .map(|i| value(i, 5))
+                .collect();
+            let mut layouts = vec![(
+                "split",
+                [0, 1, 2].map(|i| HeadsIn {
+                    data: &split[i],
+                    row: split[i].len() / rows,
+                    first: 0,
+                    step: head_dim,
+                }),
+            )];
+            if q_heads == kv_heads {
+                layouts.push((
+                    "fused per head",
+                    [0, 1, 2].map(|i| HeadsIn {
+                        data: &fused,
+                        row: q_heads * 3 * head_dim,
+                        first: i * head_dim,
+                        step: 3 * head_dim,
+                    }),
+                ));
+            }
+            for (name, [q, k, v]) in layouts {
+                let want = direct(shape, (q, k, v), rotary, s);
+                for threads in [1, 3] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let got = pool.install(|| attention(shape, q, k, v, rotary, s));
+                    for (p, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (f64::from(g) - w).abs() <= TOL,
+                            "{name} {shape:?} {s:?} rotary {rot}, {threads} threads, entry {p}: {g} vs {w}"
+                        );
+                    }
                 }
             }
         }

@@ -240,6 +240,55 @@ impl InplaceOp1 for Act {
     }
 }
 
+/// An element-by-element operation of two activations of one shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pairwise {
+    Add,
+    Mul,
+}
+
+/// `a ← a + b` or `a ← a · b`, element by element, in parallel chunks (each element's one
+/// rounding, as candle's own operation, which runs on one thread).
+pub(crate) fn pairwise(op: Pairwise, a: &mut [f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "pairwise: lengths differ");
+    a.par_chunks_mut(CHUNK)
+        .zip(b.par_chunks(CHUNK))
+        .for_each(|(a, b)| match op {
+            Pairwise::Add => a.iter_mut().zip(b).for_each(|(x, &y)| *x += y),
+            Pairwise::Mul => a.iter_mut().zip(b).for_each(|(x, &y)| *x *= y),
+        });
+}
+
+impl candle_core::InplaceOp2 for Pairwise {
+    fn name(&self) -> &'static str {
+        match self {
+            Pairwise::Add => "repgeom-add",
+            Pairwise::Mul => "repgeom-mul",
+        }
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<()> {
+        let name = candle_core::InplaceOp2::name(self);
+        if l1.shape() != l2.shape() {
+            candle_core::bail!("{name}: shapes {:?} and {:?}", l1.shape(), l2.shape());
+        }
+        let CpuStorage::F32(b) = s2 else {
+            candle_core::bail!("{name}: f32 input only");
+        };
+        let Some((start, end)) = l2.contiguous_offsets() else {
+            candle_core::bail!("{name}: contiguous input only");
+        };
+        let b = &b[start..end];
+        with_f32(name, s1, l1, |a| pairwise(*self, a, b))
+    }
+}
+
 /// Runs `f` on the contiguous f32 values a layout selects.
 fn with_f32(
     name: &str,
@@ -374,6 +423,37 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn pairwise_equals_candles_operations() {
+        use candle_core::{Device, Tensor};
+        // three chunks and a partial one, on a pool of three threads
+        let n = 3 * CHUNK + 17;
+        let a: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 1013) as f32 / 37.0 - 13.0)
+            .collect();
+        let b: Vec<f32> = (0..n)
+            .map(|i| ((i * 104_729) % 997) as f32 / 41.0 - 11.0)
+            .collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let (ta, tb) = (
+            Tensor::from_slice(&a, n, &Device::Cpu).unwrap(),
+            Tensor::from_slice(&b, n, &Device::Cpu).unwrap(),
+        );
+        for (op, want) in [
+            (Pairwise::Add, (&ta + &tb).unwrap()),
+            (Pairwise::Mul, (&ta * &tb).unwrap()),
+        ] {
+            let mut got = a.clone();
+            pool.install(|| pairwise(op, &mut got, &b));
+            let want = want.to_vec1::<f32>().unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&got) == bits(&want), "{op:?}");
         }
     }
 

@@ -4,16 +4,16 @@
 
 use std::path::Path;
 
-use candle_core::{D, DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use repgeom_io::{Arch, GainConvention, NormKind};
 use repgeom_linalg::{MatMut, MatRef, Par, matmul_abt_add_f32, matmul_abt_f32};
 
-use crate::attention::{Heads, Scores, attention};
+use crate::attention::{Heads, HeadsIn, Rotary, Scores, attention};
 use crate::config::{Activation, Family, ModelConfig, RopeScaling};
-use crate::kernels::{Act, row_lse};
+use crate::kernels::{Act, Pairwise, row_lse};
 use crate::{Error, Result};
 
 mod device;
@@ -280,11 +280,11 @@ impl Layer {
     }
 }
 
-/// Precomputed rotary tables for one sequence length (the causal and sliding-window masks are
-/// applied inside the softmax, [`attention`]).
+/// Precomputed rotary tables for one sequence length, `[T, rotary_dims / 2]` (the causal and
+/// sliding-window masks are applied inside the softmax, [`attention`]).
 struct Context {
-    cos: Tensor,
-    sin: Tensor,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
 }
 
 /// The CPU's operations for one batch of `b` sequences of `t` tokens: candle tensors
@@ -324,12 +324,14 @@ impl wiring::Ops for Cpu<'_> {
         l.forward(x)
     }
 
+    /// In place and on the pool: the wiring adds to fresh activations only.
     fn add(&self, a: Tensor, b: &Tensor) -> Result<Tensor> {
-        Ok((a + b)?)
+        pairwise(Pairwise::Add, a, b)
     }
 
+    /// In place and on the pool: the wiring multiplies fresh activations only.
     fn mul(&self, a: Tensor, b: &Tensor) -> Result<Tensor> {
-        Ok((a * b)?)
+        pairwise(Pairwise::Mul, a, b)
     }
 
     /// In place: the wiring activates fresh projections only.
@@ -343,58 +345,68 @@ impl wiring::Ops for Cpu<'_> {
         Ok(x.clamp(-c, c)?)
     }
 
+    /// Heads are read where the projections put them (`HeadsIn`), not copied into
+    /// `[B, H, T, hd]` first; attention's tasks rotate and copy their own.
     fn attend(&self, qkv: wiring::Qkv<'_, Tensor>, window: Option<usize>) -> Result<Tensor> {
         let c = &self.model.config;
         let (b, t) = (self.b, self.t);
         let (hd, nh) = (c.head_dim, c.n_heads);
-        // [B, T, n·hd] -> [B, n, T, hd]
-        let heads = |y: &Tensor, n: usize| -> Result<Tensor> {
-            Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
-        };
-        let (q, k, v) = match qkv {
-            wiring::Qkv::Fused(y, FusedLayout::PerHead) => {
-                let y = y.reshape((b, t, nh, 3 * hd))?.transpose(1, 2)?;
-                let part = |i: usize| -> Result<Tensor> {
-                    Ok(y.narrow(D::Minus1, i * hd, hd)?.contiguous()?)
-                };
-                (part(0)?, part(1)?, part(2)?)
-            }
-            wiring::Qkv::Fused(y, FusedLayout::Blocks) => {
-                let d = nh * hd;
-                let part =
-                    |i: usize| -> Result<Tensor> { heads(&y.narrow(D::Minus1, i * d, d)?, nh) };
-                (part(0)?, part(1)?, part(2)?)
-            }
-            wiring::Qkv::Split { q, k, v } => {
-                let nkv = c.n_kv_heads;
-                (heads(q, nh)?, heads(k, nkv)?, heads(v, nkv)?)
-            }
-        };
-        let nkv = k.dim(1)?;
-        let q = self.model.rotate(&q, &self.ctx)?.contiguous()?;
-        let k = self.model.rotate(&k, &self.ctx)?.contiguous()?;
-        let (qs, ql) = q.storage_and_layout();
-        let (ks, kl) = k.storage_and_layout();
-        let (vs, vl) = v.storage_and_layout();
-        let shape = Heads {
-            batch: b,
-            len: t,
-            q_heads: nh,
-            kv_heads: nkv,
-            head_dim: hd,
-        };
-        let y = attention(
-            shape,
-            f32_slice(&qs, ql, b * nh * t * hd)?,
-            f32_slice(&ks, kl, b * nkv * t * hd)?,
-            f32_slice(&vs, vl, b * nkv * t * hd)?,
-            Scores {
+        let rows = b * t;
+        let run = |[q, k, v]: [HeadsIn<'_>; 3], kv_heads: usize| -> Result<Tensor> {
+            let shape = Heads {
+                batch: b,
+                len: t,
+                q_heads: nh,
+                kv_heads,
+                head_dim: hd,
+            };
+            let rotary = (c.rotary_dims > 0).then_some(Rotary {
+                cos: &self.ctx.cos,
+                sin: &self.ctx.sin,
+                dims: c.rotary_dims,
+            });
+            let scores = Scores {
                 scale: c.attention_scale,
                 cap: c.attn_logit_softcap,
                 window,
-            },
-        );
-        Ok(Tensor::from_vec(y, (b, t, nh * hd), &Device::Cpu)?)
+            };
+            let out = attention(shape, q, k, v, rotary, scores);
+            Ok(Tensor::from_vec(out, (b, t, nh * hd), &Device::Cpu)?)
+        };
+        match qkv {
+            wiring::Qkv::Fused(y, layout) => {
+                let row = 3 * nh * hd;
+                let (s, l) = y.storage_and_layout();
+                let data = f32_slice(&s, l, rows * row)?;
+                let at = |first: usize, step: usize| HeadsIn {
+                    data,
+                    row,
+                    first,
+                    step,
+                };
+                let heads = match layout {
+                    // per head [q | k | v]
+                    FusedLayout::PerHead => [at(0, 3 * hd), at(hd, 3 * hd), at(2 * hd, 3 * hd)],
+                    // [q (d) | k (d) | v (d)]
+                    FusedLayout::Blocks => [at(0, hd), at(nh * hd, hd), at(2 * nh * hd, hd)],
+                };
+                run(heads, nh)
+            }
+            wiring::Qkv::Split { q, k, v } => {
+                let nkv = c.n_kv_heads;
+                let (sq, lq) = q.storage_and_layout();
+                let (sk, lk) = k.storage_and_layout();
+                let (sv, lv) = v.storage_and_layout();
+                run(
+                    [
+                        HeadsIn::separate(f32_slice(&sq, lq, rows * nh * hd)?, nh, hd),
+                        HeadsIn::separate(f32_slice(&sk, lk, rows * nkv * hd)?, nkv, hd),
+                        HeadsIn::separate(f32_slice(&sv, lv, rows * nkv * hd)?, nkv, hd),
+                    ],
+                    nkv,
+                )
+            }
+        }
     }
 }
 
@@ -816,7 +828,7 @@ impl Model {
         let workers = rayon::current_num_threads() as u64;
         let per_worker = (LOSS_TILE_ROWS * LOSS_TILE_VOCAB) as u64
             + LOSS_TILE_VOCAB as u64 * d
-            + crate::attention::scratch_len(seq_len) as u64;
+            + crate::attention::scratch_len(seq_len, c.head_dim) as u64;
         4 * (b * per_seq + rows * d + workers * per_worker) + 24 * rows * tiles
     }
 
@@ -1017,7 +1029,7 @@ impl Model {
         let (t, flat) = self.flat_batch(batch)?;
         let ops = Cpu {
             model: self,
-            ctx: self.context(t)?,
+            ctx: self.context(t),
             b: batch.len(),
             t,
         };
@@ -1178,41 +1190,9 @@ impl Model {
         (cos, sin)
     }
 
-    fn context(&self, t: usize) -> Result<Context> {
-        let c = &self.config;
+    fn context(&self, t: usize) -> Context {
         let (cos, sin) = self.rotary_tables(t);
-        let half = (c.rotary_dims / 2).max(1);
-        let (cos, sin) = if c.rotary_dims == 0 {
-            (
-                Tensor::zeros((t, half), DType::F32, &self.device)?,
-                Tensor::zeros((t, half), DType::F32, &self.device)?,
-            )
-        } else {
-            (
-                Tensor::from_vec(cos, (t, half), &self.device)?,
-                Tensor::from_vec(sin, (t, half), &self.device)?,
-            )
-        };
-        Ok(Context { cos, sin })
-    }
-
-    /// Rotary embedding on the first `rotary_dims` of each head (rotate-half convention),
-    /// `x: [B, H, T, hd]`.
-    fn rotate(&self, x: &Tensor, ctx: &Context) -> Result<Tensor> {
-        let (rot, hd) = (self.config.rotary_dims, self.config.head_dim);
-        if rot == 0 {
-            return Ok(x.clone());
-        }
-        let r = candle_nn::rotary_emb::rope(
-            &x.narrow(D::Minus1, 0, rot)?.contiguous()?,
-            &ctx.cos,
-            &ctx.sin,
-        )?;
-        Ok(if rot == hd {
-            r
-        } else {
-            Tensor::cat(&[&r, &x.narrow(D::Minus1, rot, hd - rot)?], D::Minus1)?
-        })
+        Context { cos, sin }
     }
 
     /// The readout matrix `W_U` ([V, d], row-major), tied or not.
@@ -1381,6 +1361,26 @@ fn narrowest_exact(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
         }
     }
     Ok(Tensor::from_vec(data, shape, dev)?)
+}
+
+/// `a ← a op b` for two `f32` activations of one shape, in place on the pool
+/// ([`crate::kernels::pairwise`]) where both are contiguous (candle's in-place operation
+/// handles a `b` that shares `a`'s storage), through candle's operation otherwise: the same
+/// values either way.
+fn pairwise(op: Pairwise, a: Tensor, b: &Tensor) -> Result<Tensor> {
+    let fits = a.dtype() == DType::F32
+        && b.dtype() == DType::F32
+        && a.shape() == b.shape()
+        && a.is_contiguous()
+        && b.is_contiguous();
+    if !fits {
+        return Ok(match op {
+            Pairwise::Add => (a + b)?,
+            Pairwise::Mul => (a * b)?,
+        });
+    }
+    a.inplace_op2(b, &op)?;
+    Ok(a)
 }
 
 /// The `len` f32 values of a contiguous tensor's storage, borrowed.
