@@ -70,10 +70,13 @@ fn numel_guards_overflow() {
 
 /// A large array converted by chunks on a pool is the sequential conversion, value for
 /// value, for every float dtype, either byte order, and a trailing partial element; and so is
-/// its conversion to `f64` through each task's own `f32` buffer.
+/// its conversion to `f64` through each task's own `f32` buffer, and the half-precision words
+/// a model keeps.
 #[test]
 fn pooled_conversion_equals_the_sequential_one() {
-    use crate::tensor::{convert_f32, convert_f32_pooled, convert_f64_pooled};
+    use crate::tensor::{
+        convert_f32, convert_f32_pooled, convert_f64_pooled, u16_words, u16_words_pooled,
+    };
     let n = 3 * (1 << 18) + 77; // three chunks and a partial one
     let bytes: Vec<u8> = (0..n * 8 + 3)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
@@ -82,6 +85,14 @@ fn pooled_conversion_equals_the_sequential_one() {
         .num_threads(3)
         .build()
         .unwrap();
+    for big_endian in [false, true] {
+        let b = &bytes[..n * 2 + 1];
+        let pooled = pool.install(|| u16_words_pooled(b, big_endian));
+        assert!(
+            pooled == u16_words(b, big_endian),
+            "u16, big endian {big_endian}"
+        );
+    }
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for big_endian in [false, true] {
             let b = &bytes[..n * dtype.size() + 1];

@@ -99,9 +99,7 @@ pub fn write_safetensors(
     tensors: &[(String, Vec<usize>, &[f32])],
     metadata: &BTreeMap<String, String>,
 ) -> Result<()> {
-    write_st(path, tensors, metadata, "F32", |x: &f32| {
-        x.to_le_bytes().to_vec()
-    })
+    write_st(path, tensors, metadata, "F32", |x: &f32| x.to_le_bytes())
 }
 
 /// [`write_safetensors`] with F64 tensors (sums that must survive a round trip exactly, such
@@ -111,20 +109,23 @@ pub fn write_safetensors_f64(
     tensors: &[(String, Vec<usize>, &[f64])],
     metadata: &BTreeMap<String, String>,
 ) -> Result<()> {
-    write_st(path, tensors, metadata, "F64", |x: &f64| {
-        x.to_le_bytes().to_vec()
-    })
+    write_st(path, tensors, metadata, "F64", |x: &f64| x.to_le_bytes())
 }
 
+/// Values per task of a tensor's conversion to bytes.
+const BYTES_CHUNK: usize = 1 << 16;
+
 /// One `.safetensors` writer for every dtype: `dtype` its name, `bytes` one value's
-/// little-endian bytes.
-fn write_st<T>(
+/// little-endian bytes. Each tensor's bytes are made by chunks on the current rayon pool (a
+/// 6.9B model's 2,048 points are 1.1 GB), then written.
+fn write_st<T: Sync, const W: usize>(
     path: &Path,
     tensors: &[(String, Vec<usize>, &[T])],
     metadata: &BTreeMap<String, String>,
     dtype: &str,
-    bytes: impl Fn(&T) -> Vec<u8>,
+    bytes: impl Fn(&T) -> [u8; W] + Sync,
 ) -> Result<()> {
+    use rayon::prelude::*;
     let mut seen = std::collections::BTreeSet::new();
     for (name, shape, data) in tensors {
         check_len(path, name, shape, data.len())?;
@@ -166,7 +167,14 @@ fn write_st<T>(
         w.write_all(&(header.len() as u64).to_le_bytes())?;
         w.write_all(header.as_bytes())?;
         for (_, _, data) in tensors {
-            let out: Vec<u8> = data.iter().flat_map(&bytes).collect();
+            let mut out = vec![0u8; data.len() * W];
+            (out.par_chunks_mut(BYTES_CHUNK * W))
+                .zip(data.par_chunks(BYTES_CHUNK))
+                .for_each(|(out, data)| {
+                    for (o, x) in out.chunks_exact_mut(W).zip(data) {
+                        o.copy_from_slice(&bytes(x));
+                    }
+                });
             w.write_all(&out)?;
         }
         Ok(())
