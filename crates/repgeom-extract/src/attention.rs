@@ -140,8 +140,8 @@ pub(crate) fn attention(
     }
     let width = q_heads * hd;
     let group = q_heads / kv_heads;
-    // zeroed by the system: the pages are first touched by the tasks
-    let mut out = vec![0f32; batch * t * width];
+    // every value is written by a task
+    let mut out = crate::kernels::zeros(batch * t * width);
     out.par_chunks_mut(t * width.max(1))
         .enumerate()
         .for_each(|(seq, rows)| {

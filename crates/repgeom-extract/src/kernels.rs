@@ -96,6 +96,19 @@ fn act(a: Activation, x: f32) -> f32 {
     }
 }
 
+/// `n` zeros, written by chunks on the current rayon pool. `vec![0.0; n]` is one `calloc`,
+/// which mimalloc meets by zeroing reused memory on the calling thread (and the kernel faults
+/// fresh pages in there): one serial pass over every new activation while the pool waits.
+pub(crate) fn zeros(n: usize) -> Vec<f32> {
+    let mut v = Vec::new();
+    (0..n)
+        .into_par_iter()
+        .with_min_len(CHUNK)
+        .map(|_| 0.0)
+        .collect_into_vec(&mut v);
+    v
+}
+
 /// `x ← act(x)` for every element, in parallel chunks.
 pub(crate) fn activate(a: Activation, xs: &mut [f32]) {
     xs.par_chunks_mut(CHUNK)

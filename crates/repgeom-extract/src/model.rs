@@ -99,8 +99,8 @@ impl Linear {
         let x = x.to_dtype(DType::F32)?.contiguous()?;
         let out = self.weight.dim(0)?;
         let (xs, xl) = x.storage_and_layout();
-        // zeroed by the system; the bias rows written in parallel (the product adds to them)
-        let mut y = vec![0.0f32; rows * out];
+        // zeroed and the bias rows written on the pool (the product adds to them)
+        let mut y = crate::kernels::zeros(rows * out);
         if let Some(b) = &self.bias {
             let b = b.to_dtype(DType::F32)?.to_vec1::<f32>()?;
             if b.len() != out {
@@ -974,10 +974,10 @@ impl Model {
         let last = last.contiguous()?;
         let (h_store, h_layout) = last.storage_and_layout();
         let h = f32_slice(&h_store, h_layout, b * t * d)?;
-        let mut rows = vec![0f32; pairs.len() * d];
-        for (dst, &(r, _)) in rows.chunks_mut(d).zip(&pairs) {
-            dst.copy_from_slice(&h[r * d..(r + 1) * d]);
-        }
+        let mut rows = crate::kernels::zeros(pairs.len() * d);
+        (rows.par_chunks_mut(d.max(1)))
+            .zip(pairs.par_iter())
+            .for_each(|(dst, &(r, _))| dst.copy_from_slice(&h[r * d..(r + 1) * d]));
         let targets: Vec<u32> = pairs.iter().map(|&(_, target)| target).collect();
         let nll = self.nll(&rows, &targets)?;
         Ok(Some(per_sequence(batch, &nll)))
