@@ -7,6 +7,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tokenizers::Tokenizer;
 
+use crate::cuts::Cuts;
 use crate::model::Model;
 use crate::model::Precision;
 use crate::words::{WordPool, sample_words, word_tokens};
@@ -374,6 +375,8 @@ pub struct Extractor {
     model: Model,
     tokenizer: Tokenizer,
     tokenizer_path: PathBuf,
+    /// Where the tokenizer's texts may be cut ([`Cuts::of`]).
+    cuts: Cuts,
     name: String,
     revision: Option<String>,
 }
@@ -417,10 +420,12 @@ impl Extractor {
                 reason: e.to_string(),
             })?;
         let (name, revision) = model_name(dir);
+        let cuts = Cuts::of(&tokenizer);
         let extractor = Self {
             model,
             tokenizer,
             tokenizer_path,
+            cuts,
             name,
             revision,
         };
@@ -448,15 +453,55 @@ impl Extractor {
     }
 
     /// Token ids of `text`, without special tokens (no BOS/EOS is added).
+    ///
+    /// On a pool of several threads, a long text is cut at line starts into pieces of about
+    /// [`ENCODE_PIECE_BYTES`] tokenised side by side, where the tokenizer's pipeline makes the
+    /// pieces' ids the whole text's (byte-level BPE as in GPT-2, GPT-NeoX, Llama 3, Qwen2 and
+    /// OLMo; see `docs/extraction.md`); else, and on one thread, the text is tokenised whole.
+    /// The ids are the same either way.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| Error::Tokenizer {
-                path: self.tokenizer_path.clone(),
-                reason: e.to_string(),
-            })?;
-        Ok(enc.get_ids().to_vec())
+        self.encode_from(text, true)
+    }
+
+    /// Whether this tokenizer's texts may be cut at line starts ([`text_blocks`]) and their
+    /// pieces tokenised apart with the whole text's ids; else why not.
+    pub fn cuts_at_lines(&self) -> std::result::Result<(), &str> {
+        match &self.cuts {
+            Cuts::Lines { .. } => Ok(()),
+            Cuts::Whole(why) => Err(why),
+        }
+    }
+
+    /// The ids of `text`, the text's start where `at_start`, else a piece cut at a line start
+    /// (only asked where [`Cuts::Lines`]).
+    fn encode_from(&self, text: &str, at_start: bool) -> Result<Vec<u32>> {
+        let one = |piece: &str, first: bool| -> Result<Vec<u32>> {
+            let tokenizer = match &self.cuts {
+                Cuts::Lines { rest: Some(rest) } if !first => rest,
+                _ => &self.tokenizer,
+            };
+            let enc = tokenizer
+                .encode(piece, false)
+                .map_err(|e| Error::Tokenizer {
+                    path: self.tokenizer_path.clone(),
+                    reason: e.to_string(),
+                })?;
+            Ok(enc.get_ids().to_vec())
+        };
+        let parallel = matches!(self.cuts, Cuts::Lines { .. })
+            && rayon::current_num_threads() > 1
+            && text.len() >= 2 * ENCODE_PIECE_BYTES;
+        if !parallel {
+            return one(text, at_start);
+        }
+        use rayon::prelude::*;
+        let pieces: Vec<&str> = text_blocks(text, ENCODE_PIECE_BYTES).collect();
+        let ids: Vec<Vec<u32>> = pieces
+            .par_iter()
+            .enumerate()
+            .map(|(i, piece)| one(piece, at_start && i == 0))
+            .collect::<Result<_>>()?;
+        Ok(ids.concat())
     }
 
     /// Runs the extraction; `progress` is called after every sequence (or line).
@@ -900,10 +945,20 @@ impl Extractor {
             let mut seqs: Vec<Vec<u32>> = Vec::with_capacity(chunk.len());
             // (slot in the batch, point index, the word's token positions in its window)
             let mut rows: Vec<(usize, usize, Vec<usize>)> = Vec::new();
-            for (slot, (_, range)) in chunk.iter().enumerate() {
+            // Each window is tokenised alone, so the batch's windows run side by side.
+            let encodings: Vec<Result<tokenizers::Encoding>> = {
+                use rayon::prelude::*;
+                chunk
+                    .par_iter()
+                    .map(|(_, range)| {
+                        self.encode_offsets(&text[points[range.start].window_bytes.clone()])
+                    })
+                    .collect()
+            };
+            for ((slot, (_, range)), enc) in chunk.iter().enumerate().zip(encodings) {
                 let first = &points[range.start];
                 let at = first.window_bytes.start;
-                let enc = self.encode_offsets(&text[first.window_bytes.clone()])?;
+                let enc = enc?;
                 let (ids, offsets) = (enc.get_ids().to_vec(), enc.get_offsets());
                 if ids.len() > p.seq_len {
                     return Err(Error::WindowTooLong {
@@ -1033,12 +1088,22 @@ impl Extractor {
         }
         let mut encoded = Vec::with_capacity(n);
         let mut truncated = 0usize;
-        for (i, line) in lines[..n].iter().enumerate() {
-            let mut ids = if line.trim().is_empty() {
-                Vec::new()
-            } else {
-                self.encode(line)?
-            };
+        // Each line is tokenised alone, so the lines run side by side; errors are met in order.
+        let each: Vec<Result<Vec<u32>>> = {
+            use rayon::prelude::*;
+            lines[..n]
+                .par_iter()
+                .map(|line| {
+                    if line.trim().is_empty() {
+                        Ok(Vec::new())
+                    } else {
+                        self.encode(line)
+                    }
+                })
+                .collect()
+        };
+        for (i, ids) in each.into_iter().enumerate() {
+            let mut ids = ids?;
             if ids.is_empty() {
                 return Err(Error::EmptyLine { line: i + 1 });
             }
@@ -1136,7 +1201,6 @@ fn stream_models<E: From<Error>>(
             .into());
         }
     }
-    let (lead, _) = models[0];
     let len = p.seq_len;
     let start = usize::from(p.skip_first);
     let per_seq = len - start; // at least 1: a checked seq_len is at least 2
@@ -1168,17 +1232,14 @@ fn stream_models<E: From<Error>>(
         pending.drain(..whole * len);
     };
     let mut bytes_done = 0usize;
-    let mut blocks = text_blocks(text, STREAM_BLOCK_BYTES).peekable();
+    let mut blocks = stream_blocks(models, text).peekable();
     while out.tokens_kept < wanted {
         move_whole(&mut pending, &mut queue);
         let last_block = blocks.peek().is_none();
         let n_seq = queue.len() / len;
         if n_seq < p.batch_size && !last_block {
             let block = blocks.next().expect("peeked");
-            let ids = lead.encode(block)?;
-            for &(other, _) in &models[1..] {
-                same_ids(lead, other, &ids, &other.encode(block)?, bytes_done)?;
-            }
+            let ids = block_ids(models, block, bytes_done)?;
             bytes_done += block.len();
             out.text_tokens += ids.len();
             pending.extend(ids);
@@ -1250,6 +1311,45 @@ fn stream_models<E: From<Error>>(
     Ok(out)
 }
 
+/// The text's blocks as [`stream_models`] tokenises them: [`STREAM_BLOCK_BYTES`] at a time
+/// where every model's tokenizer may cut at line starts, else the whole text at once (a piece
+/// of it could have other ids than the same bytes inside the whole text).
+pub(crate) fn stream_blocks<'t>(
+    models: &[(&Extractor, &[usize])],
+    text: &'t str,
+) -> impl Iterator<Item = &'t str> {
+    let whole = models.iter().any(|(m, _)| m.cuts_at_lines().is_err());
+    text_blocks(
+        text,
+        if whole {
+            usize::MAX
+        } else {
+            STREAM_BLOCK_BYTES
+        },
+    )
+}
+
+/// The ids of the block that starts at byte `start` of the text, by the first model's
+/// tokenizer; every other model's must be the same ([`Error::TokenizersDiffer`]).
+pub(crate) fn block_ids(
+    models: &[(&Extractor, &[usize])],
+    block: &str,
+    start: usize,
+) -> Result<Vec<u32>> {
+    let (lead, _) = models[0];
+    let ids = lead.encode_from(block, start == 0)?;
+    for &(other, _) in &models[1..] {
+        same_ids(
+            lead,
+            other,
+            &ids,
+            &other.encode_from(block, start == 0)?,
+            start,
+        )?;
+    }
+    Ok(ids)
+}
+
 /// Both models' ids of the block at byte `byte` are the same, or [`Error::TokenizersDiffer`]
 /// at the first difference.
 fn same_ids(a: &Extractor, b: &Extractor, x: &[u32], y: &[u32], byte: usize) -> Result<()> {
@@ -1270,10 +1370,13 @@ fn same_ids(a: &Extractor, b: &Extractor, x: &[u32], y: &[u32], byte: usize) -> 
 /// Bytes of text [`Extractor::stream`] tokenises at a time.
 pub const STREAM_BLOCK_BYTES: usize = 1 << 18;
 
+/// Bytes of text in each piece [`Extractor::encode`] tokenises side by side.
+pub const ENCODE_PIECE_BYTES: usize = 1 << 15;
+
 /// `text` cut into consecutive blocks of at least `target` bytes (the last may be shorter),
-/// each cut made just after a newline that a non-whitespace character follows, so that no
-/// block boundary falls inside a word or a run of whitespace (a text without such a place is
-/// one block).
+/// each cut made at a line start: just after a newline that an ASCII letter or digit
+/// follows, so that no block boundary falls inside a word or a run of whitespace (a text
+/// without such a place is one block).
 ///
 /// ```
 /// let text = "one line\ntwo\n\n  three\nfour\n";
@@ -1289,7 +1392,7 @@ pub fn text_blocks(text: &str, target: usize) -> impl Iterator<Item = &str> {
         }
         let bytes = rest.as_bytes();
         let cut = (target.max(1)..bytes.len())
-            .find(|&i| bytes[i - 1] == b'\n' && !bytes[i].is_ascii_whitespace())
+            .find(|&i| bytes[i - 1] == b'\n' && bytes[i].is_ascii_alphanumeric())
             .unwrap_or(bytes.len());
         let (block, tail) = rest.split_at(cut);
         rest = tail;

@@ -33,6 +33,7 @@
 
 mod attention;
 mod config;
+mod cuts;
 mod error;
 mod extract;
 mod kernels;
@@ -44,8 +45,8 @@ pub use config::{Activation, Family, ModelConfig, RopeScaling};
 pub use error::{Error, Result};
 pub use extract::{
     DEFAULT_BATCH_SIZE, DEFAULT_LOSS_TOKENS, DEFAULT_N_POINTS, DEFAULT_POINTS_PER_SEQUENCE,
-    DEFAULT_SEQ_LEN, ExtractParams, Extraction, Extractor, Loss, Pool, Progress,
-    STREAM_BLOCK_BYTES, Streamed, ValidExtractParams, Visit, available_memory, extract,
+    DEFAULT_SEQ_LEN, ENCODE_PIECE_BYTES, ExtractParams, Extraction, Extractor, Loss, Pool,
+    Progress, STREAM_BLOCK_BYTES, Streamed, ValidExtractParams, Visit, available_memory, extract,
     text_blocks,
 };
 pub use model::{Forward, Model, Precision};

@@ -357,42 +357,221 @@ fn text_blocks_cut_only_before_a_line_that_starts_a_word() {
     assert_eq!(crate::text_blocks("", 2).count(), 0);
 }
 
-/// Block-by-block tokenisation (as `Extractor::stream` does it) gives the ids of one
-/// whole-text encoding, for every fixture's tokenizer (byte-level BPE of GPT-2, GPT-NeoX,
-/// Llama 3, Qwen2, OLMo; SentencePiece-style of Llama, Gemma, Mistral), on a text with blank
-/// lines, indentation, digits, punctuation and non-ASCII words, cut every few bytes.
-#[test]
-fn stream_tokens_equal_whole_text_encoding() {
+/// A text with blank lines, indentation, digits, punctuation, non-ASCII words and lines that
+/// start with letters, digits and other characters, then a stretch of the trained fixtures'
+/// corpus.
+fn cut_text() -> String {
     let text = "The quick brown fox jumps over the lazy dog.\n\
                 \n\
                   Indented line, with 123 numbers: 4.5 and 67%.\n\
                 Naïve café — «quotes» and émojis ✓.\n\
                 \tTabbed\n\
+                42 starts with digits\n\
+                \"Quoted\" line\n\
                 last line without newline";
-    let text = text.repeat(5);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/extract");
-    let mut checked = 0;
-    for entry in std::fs::read_dir(&root).unwrap() {
-        let dir = entry.unwrap().path();
-        if !dir.join("tokenizer.json").exists() {
-            continue;
+    let corpus = std::fs::read_to_string(trained("neox-sp-d32").join("../../corpus.txt")).unwrap();
+    format!("{}\n{}", text.repeat(5), &corpus[..30_000])
+}
+
+fn trained(model: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../fixtures/trained/{model}/step0"))
+}
+
+fn tokenizer_json(model: &str) -> serde_json::Value {
+    let path = trained(model).join("tokenizer.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The neox-sp-d32 tokenizer (SentencePiece-style: Metaspace, `▁` prepended to the first word)
+/// without its tokens that join a line to the next (`.\nThe`), and the merges that make them.
+fn sp_without_joins() -> serde_json::Value {
+    let mut t = tokenizer_json("neox-sp-d32");
+    let joins = |k: &str| {
+        let c: Vec<char> = k.chars().collect();
+        c.windows(2)
+            .any(|w| w[0] == '\n' && w[1].is_ascii_alphanumeric())
+    };
+    let model = t["model"].as_object_mut().unwrap();
+    let mut vocab = model["vocab"].as_object().unwrap().clone();
+    vocab.retain(|k, _| !joins(k));
+    let merges: Vec<serde_json::Value> = model["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            let (a, b) = match m {
+                serde_json::Value::Array(p) => (
+                    p[0].as_str().unwrap().to_string(),
+                    p[1].as_str().unwrap().to_string(),
+                ),
+                other => {
+                    let s = other.as_str().unwrap();
+                    let (a, b) = s.split_once(' ').unwrap();
+                    (a.to_string(), b.to_string())
+                }
+            };
+            vocab.contains_key(&a)
+                && vocab.contains_key(&b)
+                && vocab.contains_key(&format!("{a}{b}"))
+        })
+        .cloned()
+        .collect();
+    model.insert("vocab".into(), serde_json::Value::Object(vocab));
+    model.insert("merges".into(), serde_json::Value::Array(merges));
+    t
+}
+
+/// Reads `json`'s pipeline: where `refused` is `None` the text's pieces cut at line starts
+/// ([`crate::text_blocks`], blocks of 1 to 4,096 bytes) must tokenise to the whole text's ids;
+/// else the tokenizer must be refused with that reason, and where `pieces_differ` cutting it
+/// anyway must change the ids (what the refusal is for).
+fn check_cuts(name: &str, json: &serde_json::Value, refused: Option<&str>, pieces_differ: bool) {
+    use crate::cuts::Cuts;
+    let tokenizer: tokenizers::Tokenizer = json.to_string().parse().unwrap();
+    let text = cut_text();
+    let whole = tokenizer
+        .encode(text.as_str(), false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    let in_pieces = |target: usize, rest: &tokenizers::Tokenizer| {
+        let mut ids = Vec::new();
+        for (i, block) in crate::text_blocks(&text, target).enumerate() {
+            let t = if i == 0 { &tokenizer } else { rest };
+            ids.extend_from_slice(t.encode(block, false).unwrap().get_ids());
         }
-        let ex = crate::Extractor::load(&dir).unwrap();
-        let whole = ex.encode(&text).unwrap();
-        for target in [1, 16, 100] {
-            let mut blocks = Vec::new();
-            for block in crate::text_blocks(&text, target) {
-                blocks.extend(ex.encode(block).unwrap());
+        ids
+    };
+    match (Cuts::of(&tokenizer), refused) {
+        (Cuts::Lines { rest }, None) => {
+            for target in [1, 16, 100, 4096] {
+                let rest = rest.as_deref().unwrap_or(&tokenizer);
+                assert!(
+                    in_pieces(target, rest) == whole,
+                    "{name}: blocks of {target} bytes"
+                );
             }
+        }
+        (Cuts::Whole(why), Some(reason)) => {
+            assert!(why.contains(reason), "{name}: {why}");
+            if pieces_differ {
+                assert!(
+                    [1, 16, 100, 4096]
+                        .iter()
+                        .any(|&t| in_pieces(t, &tokenizer) != whole),
+                    "{name}: refused, but its pieces have the whole text's ids"
+                );
+            }
+        }
+        (cuts, _) => panic!("{name}: {cuts:?}, expected {refused:?}"),
+    }
+}
+
+/// Which tokenizers may cut a text at line starts, and that where one may, the pieces'
+/// ids are the whole text's: byte-level BPE (GPT-2's pattern, Llama 3's as a `Split`), and
+/// SentencePiece-style BPE whose vocabulary never joins a line to the next (its pieces after
+/// the first without the first word's `▁`); refused, with pieces that would differ: a prefix
+/// space, a SentencePiece vocabulary with `.\nThe`, a `Prepend` normaliser, a Metaspace that
+/// prepends to every segment, an added token holding a newline, a pattern not on the list.
+#[test]
+fn texts_are_cut_only_where_the_pieces_keep_the_whole_texts_ids() {
+    let neox = tokenizer_json("neox-d32");
+    check_cuts("neox-d32", &neox, None, false);
+    let mut t = neox.clone();
+    t["pre_tokenizer"]["add_prefix_space"] = json!(true);
+    check_cuts("prefix space", &t, Some("adds a space"), true);
+    let mut t = neox.clone();
+    t["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "behavior": "Isolated", "invert": false, "pattern": {"Regex":
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"}},
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]});
+    check_cuts("Llama 3 pattern", &t, None, false);
+    t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = json!(r"\S+\s*");
+    check_cuts("other pattern", &t, Some("not known to split"), false);
+    let mut t = neox.clone();
+    t["added_tokens"].as_array_mut().unwrap().push(json!({"id": 600, "content": ".\nThe",
+        "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": false}));
+    check_cuts("added newline", &t, Some("holds a newline"), true);
+
+    let sp = tokenizer_json("neox-sp-d32");
+    check_cuts("neox-sp-d32", &sp, Some("joins a line to the next"), true);
+    let clean = sp_without_joins();
+    check_cuts("neox-sp-d32 without joins", &clean, None, false);
+    let mut t = clean.clone();
+    t["pre_tokenizer"]["prepend_scheme"] = json!("always");
+    check_cuts("Metaspace always", &t, Some("every segment"), true);
+    let mut t = clean.clone();
+    t["pre_tokenizer"]["prepend_scheme"] = json!("never");
+    t["normalizer"] = json!({"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]});
+    check_cuts("Prepend", &t, Some("Prepend"), true);
+    t["normalizer"]["normalizers"]
+        .as_array_mut()
+        .unwrap()
+        .remove(0);
+    check_cuts("Replace", &t, None, false);
+}
+
+/// `Extractor::encode` on a pool of several threads (pieces side by side) and the stream's
+/// blocks give the ids of one whole-text tokenisation: every fixture checkpoint's tokenizer,
+/// the trained ones (neox-sp-d32 is read whole), and a copy of neox-sp-d32 whose tokenizer
+/// cuts (its pieces after the first are read without the first word's `▁`).
+#[test]
+fn encoding_and_streaming_give_the_whole_texts_ids() {
+    let corpus = std::fs::read_to_string(trained("neox-sp-d32").join("../../corpus.txt")).unwrap();
+    assert!(corpus.len() > crate::STREAM_BLOCK_BYTES + 2 * crate::ENCODE_PIECE_BYTES);
+    let copy = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(trained("neox-sp-d32").join(f), copy.path().join(f)).unwrap();
+    }
+    std::fs::write(
+        copy.path().join("tokenizer.json"),
+        sp_without_joins().to_string(),
+    )
+    .unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/extract");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|d| d.join("tokenizer.json").exists())
+        .collect();
+    assert!(dirs.len() >= 8, "only {} fixtures", dirs.len());
+    dirs.extend([
+        trained("neox-d32"),
+        trained("neox-sp-d32"),
+        copy.path().to_path_buf(),
+    ]);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    for dir in &dirs {
+        let ex = crate::Extractor::load(dir).unwrap();
+        let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+        let whole = tokenizer
+            .encode(corpus.as_str(), false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
+        let cut = ex.cuts_at_lines().is_ok();
+        let sp = dir.ends_with("neox-sp-d32/step0");
+        assert_eq!(cut, !sp, "{}: {:?}", dir.display(), ex.cuts_at_lines());
+        pool.install(|| {
             assert!(
-                blocks == whole,
-                "{}: blocks of {target} bytes",
+                ex.encode(&corpus).unwrap() == whole,
+                "{}: encode",
                 dir.display()
             );
-        }
-        checked += 1;
+            let models = [(&ex, &[][..])];
+            let mut streamed = Vec::new();
+            let mut start = 0;
+            for block in crate::extract::stream_blocks(&models, &corpus) {
+                streamed.extend(crate::extract::block_ids(&models, block, start).unwrap());
+                start += block.len();
+            }
+            assert!(streamed == whole, "{}: stream", dir.display());
+        });
     }
-    assert!(checked >= 8, "only {checked} fixtures");
 }
 
 /// `dtype`: its two names, the one rule that the CPU computes in f32 only (every front end
