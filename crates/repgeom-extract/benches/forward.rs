@@ -5,11 +5,15 @@
 //! attention's two `T × T` products per head (`4 T d` flops per token and layer, half that
 //! over the keys a causal query sees) weigh two thirds of the linear layers' `24 d²`.
 //!
+//! And the tokenisation of the trained fixtures' corpus (463 KB) by the `gptneox_parallel`
+//! fixture's byte-level BPE, on pools of 1 thread (one whole-text call) and 2 (pieces cut at
+//! line starts, side by side).
+//!
 //! `cargo bench -p repgeom-extract --bench forward` (or `cargo xtask bench extract`, which also
 //! runs the transformers side); tokens/s is criterion's throughput.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use repgeom_extract::{DEFAULT_BATCH_SIZE, Model, ModelConfig};
+use repgeom_extract::{DEFAULT_BATCH_SIZE, Extractor, Model, ModelConfig};
 
 // as in the `repgeom` binary: the allocator is part of what is measured
 #[global_allocator]
@@ -71,5 +75,24 @@ fn forward(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, forward);
+fn encode(c: &mut Criterion) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    let ex = Extractor::load(&root.join("extract/gptneox_parallel")).expect("fixture");
+    let text = std::fs::read_to_string(root.join("trained/corpus.txt")).expect("corpus");
+    let mut g = c.benchmark_group("encode_corpus");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(text.len() as u64));
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        g.bench_function(format!("threads{threads}"), |b| {
+            b.iter(|| pool.install(|| std::hint::black_box(ex.encode(&text).expect("encode"))))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, forward, encode);
 criterion_main!(benches);
