@@ -480,13 +480,7 @@ impl Extractor {
                 Cuts::Lines { rest: Some(rest) } if !first => rest,
                 _ => &self.tokenizer,
             };
-            let enc = tokenizer
-                .encode(piece, false)
-                .map_err(|e| Error::Tokenizer {
-                    path: self.tokenizer_path.clone(),
-                    reason: e.to_string(),
-                })?;
-            Ok(enc.get_ids().to_vec())
+            Ok(self.encode_by(tokenizer, piece)?.get_ids().to_vec())
         };
         let parallel = matches!(self.cuts, Cuts::Lines { .. })
             && rayon::current_num_threads() > 1
@@ -732,12 +726,16 @@ impl Extractor {
 
     /// `text` tokenised without special tokens: its ids and each token's byte span in `text`.
     fn encode_offsets(&self, text: &str) -> Result<tokenizers::Encoding> {
-        self.tokenizer
-            .encode(text, false)
-            .map_err(|e| Error::Tokenizer {
-                path: self.tokenizer_path.clone(),
-                reason: e.to_string(),
-            })
+        self.encode_by(&self.tokenizer, text)
+    }
+
+    /// `text` tokenised by `tokenizer` (this checkpoint's, or its copy for pieces after the
+    /// first) without special tokens; an error names the tokenizer file.
+    fn encode_by(&self, tokenizer: &Tokenizer, text: &str) -> Result<tokenizers::Encoding> {
+        tokenizer.encode(text, false).map_err(|e| Error::Tokenizer {
+            path: self.tokenizer_path.clone(),
+            reason: e.to_string(),
+        })
     }
 
     /// `text`'s token ids and the number of whole sequences of `len` tokens they make (an
