@@ -724,13 +724,9 @@ impl Extractor {
         )
     }
 
-    /// `text` tokenised without special tokens: its ids and each token's byte span in `text`.
-    fn encode_offsets(&self, text: &str) -> Result<tokenizers::Encoding> {
-        self.encode_by(&self.tokenizer, text)
-    }
-
     /// `text` tokenised by `tokenizer` (this checkpoint's, or its copy for pieces after the
-    /// first) without special tokens; an error names the tokenizer file.
+    /// first) without special tokens: its ids and each token's byte span in `text`; an error
+    /// names the tokenizer file.
     fn encode_by(&self, tokenizer: &Tokenizer, text: &str) -> Result<tokenizers::Encoding> {
         tokenizer.encode(text, false).map_err(|e| Error::Tokenizer {
             path: self.tokenizer_path.clone(),
@@ -949,7 +945,10 @@ impl Extractor {
                 chunk
                     .par_iter()
                     .map(|(_, range)| {
-                        self.encode_offsets(&text[points[range.start].window_bytes.clone()])
+                        self.encode_by(
+                            &self.tokenizer,
+                            &text[points[range.start].window_bytes.clone()],
+                        )
                     })
                     .collect()
             };
