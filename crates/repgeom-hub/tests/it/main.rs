@@ -194,5 +194,8 @@ pub(crate) fn tree(dir: &Path) -> Vec<String> {
     if dir.exists() {
         walk(dir, dir, &mut out);
     }
+    // Sorted as redacted: the order of the real names would follow the files' hashes, and a
+    // snapshot would change with a fixture's bytes though the tree's shape did not.
+    out.sort();
     out
 }
