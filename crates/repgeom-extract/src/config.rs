@@ -363,10 +363,12 @@ impl ModelConfig {
                 ));
             }
         };
-        let rope_theta = r
-            .opt_f64("rope_theta")
+        // `rope_parameters` first, then the keys of older configs: transformers 5 moves those
+        // into `rope_parameters` only where it lacks them (`setdefault`), so where both are
+        // given, `rope_parameters` holds what the model runs with.
+        let rope_theta = from_rope("rope_theta")
+            .or_else(|| r.opt_f64("rope_theta"))
             .or_else(|| r.opt_f64("rotary_emb_base"))
-            .or_else(|| from_rope("rope_theta"))
             .unwrap_or(10000.0);
         let default_pct = match family {
             Family::GptNeoX => 0.25,
@@ -377,9 +379,9 @@ impl ModelConfig {
         let rotary_pct = if gpt2 {
             0.0
         } else {
-            r.opt_f64("rotary_pct")
+            from_rope("partial_rotary_factor")
+                .or_else(|| r.opt_f64("rotary_pct"))
                 .or_else(|| r.opt_f64("partial_rotary_factor"))
-                .or_else(|| from_rope("partial_rotary_factor"))
                 .unwrap_or(default_pct)
         };
         // HF: int(head_size * rotary_pct)

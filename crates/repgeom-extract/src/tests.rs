@@ -36,6 +36,30 @@ fn transformers_v5_rope_parameters_are_read() {
 }
 
 #[test]
+fn rope_parameters_win_over_the_older_keys() {
+    // transformers 5.5 and later (and every family's `standardize_rope_params`) keep
+    // `rope_parameters` and fill only its missing keys from `rotary_pct`, `rotary_emb_base`,
+    // `rope_theta` and `partial_rotary_factor`: transformers 5.25 builds these two configs
+    // with 8 and 4 rotary dimensions, both at theta 500.
+    let c = check_config(json!({
+        "model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
+        "rotary_pct": 0.25, "rotary_emb_base": 10000,
+        "rope_parameters": {"partial_rotary_factor": 0.5, "rope_theta": 500.0, "rope_type": "default"}
+    }))
+    .unwrap();
+    assert_eq!((c.rotary_dims, c.rope_theta), (8, 500.0));
+    let c = check_config(json!({
+        "model_type": "phi", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
+        "partial_rotary_factor": 0.5, "rope_theta": 10000.0,
+        "rope_parameters": {"partial_rotary_factor": 0.25, "rope_theta": 500.0, "rope_type": "default"}
+    }))
+    .unwrap();
+    assert_eq!((c.rotary_dims, c.rope_theta), (4, 500.0));
+}
+
+#[test]
 fn config_errors_name_the_field() {
     let base = json!({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64});
