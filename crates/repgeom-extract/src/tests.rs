@@ -41,22 +41,34 @@ fn rope_parameters_win_over_the_older_keys() {
     // `rope_parameters` and fill only its missing keys from `rotary_pct`, `rotary_emb_base`,
     // `rope_theta` and `partial_rotary_factor`: transformers 5.25 builds these two configs
     // with 8 and 4 rotary dimensions, both at theta 500.
-    let c = check_config(json!({
-        "model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
-        "rotary_pct": 0.25, "rotary_emb_base": 10000,
-        "rope_parameters": {"partial_rotary_factor": 0.5, "rope_theta": 500.0, "rope_type": "default"}
-    }))
-    .unwrap();
-    assert_eq!((c.rotary_dims, c.rope_theta), (8, 500.0));
-    let c = check_config(json!({
-        "model_type": "phi", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
-        "partial_rotary_factor": 0.5, "rope_theta": 10000.0,
-        "rope_parameters": {"partial_rotary_factor": 0.25, "rope_theta": 500.0, "rope_type": "default"}
-    }))
-    .unwrap();
-    assert_eq!((c.rotary_dims, c.rope_theta), (4, 500.0));
+    // (family, the older keys, rope_parameters' rotary fraction, the rotary dimensions)
+    let cases = [
+        (
+            "gpt_neox",
+            json!({"rotary_pct": 0.25, "rotary_emb_base": 10000}),
+            0.5,
+            8,
+        ),
+        (
+            "phi",
+            json!({"partial_rotary_factor": 0.5, "rope_theta": 10000.0}),
+            0.25,
+            4,
+        ),
+    ];
+    for (family, older, fraction, dims) in cases {
+        let mut cfg = json!({
+            "model_type": family, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
+        });
+        cfg.as_object_mut()
+            .unwrap()
+            .extend(older.as_object().unwrap().clone());
+        cfg["rope_parameters"] =
+            json!({"partial_rotary_factor": fraction, "rope_theta": 500.0, "rope_type": "default"});
+        let c = check_config(cfg).unwrap();
+        assert_eq!((c.rotary_dims, c.rope_theta), (dims, 500.0), "{family}");
+    }
 }
 
 #[test]
