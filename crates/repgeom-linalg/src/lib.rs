@@ -9,7 +9,9 @@
 //! Key design decision: one float type per path, chosen for accuracy or speed and stated at the
 //! boundary. Decompositions (readout subspace, principal directions) run in `f64`, because faer's
 //! `f32` decompositions are orders of magnitude less accurate than LAPACK's; distance GEMMs run in
-//! `f32`, which is twice as fast and exact enough for ranking. Every function takes its
+//! `f32`, which is twice as fast and exact enough for ranking; half-precision products
+//! ([`matmul_abt_add_half`]: bf16/f16 inputs, `f32` sums, on AMX tiles where the CPU has them)
+//! serve a model's forward pass at its stored precision only. Every function takes its
 //! parallelism as an explicit [`Par`] argument, and no parallel split follows the thread count
 //! (dense eigendecompositions are cut into the same [`EVD_PIECES`] pieces on any pool), so
 //! results are bit-identical at any thread count.
@@ -21,6 +23,7 @@ mod alloc;
 mod decomp;
 mod distance;
 mod error;
+mod half;
 mod kernel;
 #[cfg(test)]
 mod proptests;
@@ -42,6 +45,7 @@ pub use distance::{
 };
 pub use error::{Error, Result};
 pub use faer::{Mat, MatMut, MatRef, Par};
+pub use half::{HALF_BLOCK, HalfMatrix, HalfType, amx_bf16, matmul_abt_add_half};
 pub use kernel::{
     cross_frobenius_sq, gram_rows, gram_singular_values, hsic_biased_unscaled, hsic_unbiased,
     matmul_abt_add_f32, matmul_abt_f32, matmul_atb_add_f64, singular_values, syrk_add_f64,

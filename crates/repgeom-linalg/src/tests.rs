@@ -1,4 +1,5 @@
 use super::*;
+use std::ops::Range;
 
 /// Absolute tolerance for quantities computed in `f64` from small exact inputs.
 const STRICT: f64 = 1e-12;
@@ -752,4 +753,127 @@ fn stable_scatter_is_a_stable_sort_by_digit() {
         pool_of(2).install(|| stable_scatter(&src, &mut out, 2, fickle));
     }));
     assert!(panicked.is_err(), "a fickle digit is caught");
+}
+
+/// `dst += a bᵀ` of half-precision inputs (`matmul_abt_add_half`) on one kernel (`amx`)
+/// against the exact sum of the rounded inputs' products in `f64`: within the `f32`
+/// accumulation bound `k · ε · Σ|products|` of every entry, the same at one and two threads,
+/// and equal to `start` plus the products (the add).
+fn check_half(
+    ty: HalfType,
+    amx: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) -> Vec<f32> {
+    let x: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7919 % 1013) as f32 / 97.0 - 5.0) * 1.001)
+        .collect();
+    let w: Vec<u16> = (0..n * k)
+        .map(|i| ty.round((i * 104_729 % 997) as f32 / 331.0 - 1.5))
+        .collect();
+    let a = HalfMatrix::left_for(&x, m, k, ty, amx, Par::Seq);
+    let b = HalfMatrix::right_for(&w, n, k, ty, amx, Par::rayon(2));
+    assert_eq!((a.amx(), b.amx()), (amx, amx));
+    let (p, q) = (rows.len(), cols.len());
+    let start: Vec<f32> = (0..p * q).map(|i| (i % 13) as f32 - 6.0).collect();
+    let mut y = start.clone();
+    matmul_abt_add_half(&mut y, &a, rows.clone(), &b, cols.clone(), Par::rayon(2));
+    let mut seq = start.clone();
+    matmul_abt_add_half(&mut seq, &a, rows.clone(), &b, cols.clone(), Par::Seq);
+    assert_eq!(y, seq, "{ty:?} amx {amx}: not the same at 1 and 2 threads");
+    for (i, r) in rows.clone().enumerate() {
+        for (j, c) in cols.clone().enumerate() {
+            let terms = (0..k).map(|t| {
+                f64::from(ty.widen(ty.round(x[r * k + t]))) * f64::from(ty.widen(w[c * k + t]))
+            });
+            let exact = f64::from(start[i * q + j]) + terms.clone().sum::<f64>();
+            let bound =
+                (k + 1) as f64 * f64::from(f32::EPSILON) * (terms.map(f64::abs).sum::<f64>() + 6.0);
+            let got = f64::from(y[i * q + j]);
+            assert!(
+                (got - exact).abs() <= bound,
+                "{ty:?} amx {amx} {m}x{n}x{k} at ({r}, {c}): {got} vs {exact} (bound {bound:.1e})"
+            );
+        }
+    }
+    y
+}
+
+#[test]
+fn half_products_are_the_rounded_inputs_products_summed_in_f32() {
+    // (m, n, k, rows of a, rows of b)
+    type Case = (usize, usize, usize, Range<usize>, Range<usize>);
+    let cases: &[Case] = &[
+        (1, 1, 1, 0..1, 0..1),
+        (2, 3, 2, 0..2, 0..3),
+        (31, 33, 17, 0..31, 0..33),
+        (32, 32, 32, 0..32, 0..32),
+        (33, 65, 64, 0..33, 0..65),
+        (100, 70, 300, 32..100, 64..70),
+        (260, 1060, 48, 0..260, 0..1060),
+        (260, 1060, 40, 256..260, 1024..1060),
+        (5, 4, 0, 0..5, 0..4),
+    ];
+    for (m, n, k, rows, cols) in cases.iter().cloned() {
+        check_half(HalfType::F16, false, m, n, k, rows.clone(), cols.clone());
+        let widened = check_half(HalfType::Bf16, false, m, n, k, rows.clone(), cols.clone());
+        if amx_bf16() {
+            let tiles = check_half(HalfType::Bf16, true, m, n, k, rows, cols);
+            // the two kernels differ only in the order of the f32 additions
+            let far = tiles
+                .iter()
+                .zip(&widened)
+                .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
+                .fold(0f32, f32::max);
+            assert!(far < 1e-4, "{m}x{n}x{k}: AMX and widened differ by {far}");
+        }
+    }
+    // the public constructors pick AMX exactly for bf16 on a machine that has it
+    let a = HalfMatrix::left(&[1.0; 6], 2, 3, HalfType::Bf16, Par::Seq);
+    assert_eq!(a.amx(), amx_bf16());
+    assert!(!HalfMatrix::left(&[1.0; 6], 2, 3, HalfType::F16, Par::Seq).amx());
+}
+
+#[test]
+fn half_rounding_is_the_types_round_to_nearest_even() {
+    // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie, to even (1); 1 + 3·2^-8 rounds up
+    // (every expected value is PyTorch's `.bfloat16()` / `.half()` of the input)
+    let cases: &[(HalfType, f32, f32)] = &[
+        (HalfType::Bf16, 1.0 + 1.0 / 256.0, 1.0),
+        (HalfType::Bf16, 1.0 + 3.0 / 256.0, 1.0 + 4.0 / 256.0),
+        (HalfType::Bf16, -3.0e38, -3.004_055_3e38),
+        (HalfType::Bf16, 3.4e38, f32::INFINITY),
+        (HalfType::F16, 1.0 + 1.0 / 2048.0, 1.0),
+        (HalfType::F16, 65504.0, 65504.0),
+        (HalfType::F16, 70000.0, f32::INFINITY),
+        (HalfType::F16, 1e-8, 0.0),
+        (HalfType::F16, 65520.0, f32::INFINITY),
+    ];
+    for &(ty, x, want) in cases {
+        let got = ty.widen(ty.round(x));
+        assert_eq!(got, want, "{ty:?} of {x}");
+    }
+    assert!(
+        HalfType::Bf16
+            .widen(HalfType::Bf16.round(f32::NAN))
+            .is_nan()
+    );
+    let mut v = vec![1.0 + 1.0 / 256.0, 2.5];
+    HalfType::Bf16.round_in_place(&mut v, Par::rayon(2));
+    assert_eq!(v, [1.0, 2.5]);
+    // the slice rounding (vectorised) is the one-value rounding, on a spread of bit patterns:
+    // every exponent (subnormals, infinities and NaNs included), ties and near-ties
+    let x: Vec<f32> = (0..1u32 << 20)
+        .map(|i| f32::from_bits(i.wrapping_mul(4093) ^ (i << 12) ^ (0x8000 * (i & 3))))
+        .collect();
+    for ty in [HalfType::Bf16, HalfType::F16] {
+        let mut out = vec![0u16; x.len()];
+        ty.round_into(&x, &mut out);
+        for (v, o) in x.iter().zip(&out) {
+            assert_eq!(*o, ty.round(*v), "{ty:?} of {v:e} ({:#x})", v.to_bits());
+        }
+    }
 }
