@@ -147,9 +147,9 @@ pub struct ExtractParams {
     #[serde(skip)]
     pub memory_budget: Option<u64>,
     /// The precision of the forward passes ([`Precision`]): `f32` (the default, on any
-    /// device) or `stored` (weights as stored, on a CUDA device only). The model must have
-    /// been moved to the device at this precision ([`Extractor::to_device`]); a mismatch is
-    /// an error before any work. Written only when not `f32`, so that settings hashed before
+    /// device) or `stored` (weights as stored, on either device). The model must have
+    /// been placed at this precision ([`Extractor::place`]); a mismatch is an error before
+    /// any work. Written only when not `f32`, so that settings hashed before
     /// it existed keep their hash.
     #[serde(skip_serializing_if = "is_f32")]
     pub dtype: Precision,
@@ -432,13 +432,14 @@ impl Extractor {
         Ok((extractor, digest))
     }
 
-    /// Runs the model on a CUDA device from now on ([`Model::to_device`]).
-    pub fn to_device(
+    /// Where (a CUDA device, or the CPU with `None`) and at which precision the model runs
+    /// from now on ([`Model::place`]); an extraction's `dtype` must be this precision.
+    pub fn place(
         &mut self,
-        gpu: std::sync::Arc<repgeom_cuda::Gpu>,
+        gpu: Option<std::sync::Arc<repgeom_cuda::Gpu>>,
         precision: crate::Precision,
     ) -> Result<()> {
-        self.model.to_device(gpu, precision)
+        self.model.place(gpu, precision)
     }
 
     /// The model.
@@ -532,8 +533,12 @@ impl Extractor {
         put("n_points", ex.n_points.to_string());
         put("skip_first", p.skip_first.to_string());
         put("pool", p.pool.name().into());
-        if let Some((gpu, precision)) = self.model.device() {
+        if let Some((gpu, _)) = self.model.device() {
             put("device", format!("cuda:{} ({})", gpu.ordinal(), gpu.name()));
+        }
+        // the precision wherever it is not the CPU's default f32
+        let precision = self.model.precision();
+        if self.model.device().is_some() || precision != Precision::F32 {
             put("dtype", precision.name().into());
         }
         if let Pool::Words(wp) = p.pool {
@@ -561,21 +566,23 @@ impl Extractor {
         Ok(ex)
     }
 
-    /// The checks before anything runs: the model computes at `p.dtype` (the CPU in `f32`
-    /// only), and a batch whose activations would not fit (on a device, in its free memory
+    /// The checks before anything runs: the model computes at `p.dtype` ([`Self::place`]),
+    /// and a batch whose activations would not fit (on a device, in its free memory
     /// beside the weights; on the CPU, in `p.memory_budget`) is refused with the largest
     /// batch size that fits.
     fn check_budget(&self, p: &ExtractParams) -> Result<()> {
-        p.dtype.check_on(self.model.device().is_some())?;
-        if let Some((gpu, at)) = self.model.device()
-            && at != p.dtype
-        {
+        let at = self.model.precision();
+        if at != p.dtype {
+            let device = match self.model.device() {
+                Some((gpu, _)) => format!("cuda:{}", gpu.ordinal()),
+                None => "cpu".into(),
+            };
             return Err(Error::InvalidParams {
                 field: "dtype",
                 reason: format!(
-                    "{} asked for, but the model was moved to cuda:{} at {}",
+                    "{} asked for, but the model was placed on {device} at {} \
+                     (Extractor::place)",
                     p.dtype.name(),
-                    gpu.ordinal(),
                     at.name()
                 ),
             });

@@ -13,19 +13,21 @@
 //! layout, MLP, residual wiring and positions are chosen per family: GPT-NeoX, GPT-2, Llama,
 //! Mistral, Qwen2, OLMo, OLMo-2, Phi, Gemma, Gemma-2) are written here on candle tensors,
 //! with f32 arithmetic, rather than taken from candle-transformers, because that crate has
-//! no GPT-NeoX and returns only logits; and f32 throughout (weights stored as f16/bf16 are
+//! no GPT-NeoX and returns only logits; and f32 by default (weights stored as f16/bf16 are
 //! widened) because the point is to reproduce transformers' numbers to 1e-4, which
-//! half-precision arithmetic does not. Batches of sequences of different lengths are padded
+//! half-precision arithmetic does not ([`Precision::Stored`] is the opt-in exception: the
+//! linear layers' products from bf16/f16 inputs, as transformers runs in that dtype, on AMX
+//! tiles on a CPU that has them). Batches of sequences of different lengths are padded
 //! on the right, which needs no attention mask beyond the causal one: no real position ever
 //! sees a padding position, and padded rows are never read. Which tensors are the readout,
 //! the tied embedding and the final norm, and the norms' kind, gain convention and epsilon,
 //! come from `repgeom-io`'s architecture table ([`repgeom_io::ARCHS`], [`Family::arch`]), the
 //! one the readout loader folds the final norm by, so analysis and extraction agree.
 //!
-//! [`Model::to_device`] runs the same skeleton on a CUDA device through `repgeom-cuda`'s
+//! [`Model::place`] runs the same skeleton on a CUDA device through `repgeom-cuda`'s
 //! operations (the model's pieces are generic over where their weights live, and the wiring
-//! is one function over either device's operations), in `f32` or with the weights as stored
-//! ([`Precision`]); hidden states come back in the CPU path's layout.
+//! is one function over either device's operations), or on the CPU, in `f32` or with the
+//! weights as stored ([`Precision`]); hidden states come back in the CPU path's layout.
 //!
 //! It is not a general inference engine: no KV cache, no generation, no quantised weights,
 //! and only the architectures listed in `docs/extraction.md`.

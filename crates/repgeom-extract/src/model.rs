@@ -9,7 +9,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use repgeom_io::{Arch, GainConvention, NormKind};
-use repgeom_linalg::{MatMut, MatRef, Par, matmul_abt_add_f32, matmul_abt_f32};
+use repgeom_linalg::{
+    HalfMatrix, HalfType, MatMut, MatRef, Par, matmul_abt_add_f32, matmul_abt_add_half,
+    matmul_abt_f32,
+};
 
 use crate::attention::{Heads, HeadsIn, Rotary, Scores, attention};
 use crate::config::{Activation, Family, ModelConfig, RopeScaling};
@@ -31,12 +34,14 @@ const LOSS_TILE_VOCAB: usize = 1024;
 /// target's logit when the tile holds the target.
 type TileRows = Vec<(f32, f64, Option<f32>)>;
 
-/// A loaded decoder-only language model, ready to run on the CPU with f32 arithmetic.
+/// A loaded decoder-only language model, ready to run on the CPU with f32 arithmetic (or at
+/// [`Precision::Stored`], or on a CUDA device: [`Model::place`]).
 ///
 /// Weight matrices stored as f16 or bf16 stay in that precision in memory and are widened to
 /// f32 one matrix at a time as they are used (vectors are widened at load), so the numbers
 /// match a HuggingFace model run in f32 on the same weights while a bf16 checkpoint takes
-/// about its file size in memory.
+/// about its file size in memory. At `stored` each matrix is instead laid out for the
+/// half-precision product as it is used (`repgeom_linalg::HalfMatrix`), never widened.
 #[derive(Debug)]
 pub struct Model {
     config: ModelConfig,
@@ -54,7 +59,9 @@ pub struct Model {
     /// Phi's `lm_head.bias` [V].
     readout_bias: Option<Tensor>,
     device: Device,
-    /// The weights on a CUDA device, when the forward passes run there ([`Model::to_device`]).
+    /// The precision of the forward passes on the CPU ([`Model::place`]).
+    precision: Precision,
+    /// The weights on a CUDA device, when the forward passes run there ([`Model::place`]).
     on_device: Option<Box<device::OnDevice>>,
 }
 
@@ -91,8 +98,10 @@ impl Linear {
 
 impl Linear {
     /// `x: [..., in]` to `[..., out]`: `y = x Wᵀ + b` through `repgeom_linalg`'s GEMM (faer,
-    /// dispatched to the widest SIMD the CPU has), with `y` pre-filled with the bias rows.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// dispatched to the widest SIMD the CPU has), with `y` pre-filled with the bias rows. At
+    /// [`Precision::Stored`] a bf16/f16 weight multiplies `x` rounded to its type
+    /// (`repgeom_linalg::matmul_abt_add_half`: AMX tiles where the CPU has them).
+    fn forward(&self, x: &Tensor, precision: Precision) -> Result<Tensor> {
         let dims = x.dims().to_vec();
         let inp = dims[dims.len() - 1];
         let rows = x.elem_count() / inp.max(1);
@@ -111,6 +120,20 @@ impl Linear {
             }
             y.par_chunks_mut(out * 64)
                 .for_each(|rows| rows.chunks_mut(out).for_each(|r| r.copy_from_slice(&b)));
+        }
+        let half = match precision {
+            Precision::Stored => half_of(&self.weight),
+            Precision::F32 => None,
+        };
+        if let Some(ty) = half {
+            let x = f32_slice(&xs, xl, rows * inp)?;
+            let w = half_matrix(&self.weight, 0..out * inp, out, ty, Par::rayon(0))?;
+            let x = HalfMatrix::left(x, rows, inp, ty, Par::rayon(0));
+            matmul_abt_add_half(&mut y, &x, 0..rows, &w, 0..out, Par::rayon(0));
+            let mut shape = dims;
+            let last = shape.len() - 1;
+            shape[last] = out;
+            return Ok(Tensor::from_vec(y, shape, &Device::Cpu)?);
         }
         // widened here, per use (in parallel): the model holds the weight in its stored
         // precision
@@ -291,6 +314,7 @@ struct Context {
 /// `[B, T, width]`, products through `repgeom_linalg`'s GEMM ([`Linear::forward`]).
 struct Cpu<'a> {
     model: &'a Model,
+    precision: Precision,
     ctx: Context,
     b: usize,
     t: usize,
@@ -321,7 +345,7 @@ impl wiring::Ops for Cpu<'_> {
     }
 
     fn linear(&self, l: &Linear, x: &Tensor) -> Result<Tensor> {
-        l.forward(x)
+        l.forward(x, self.precision)
     }
 
     /// In place and on the pool: the wiring adds to fresh activations only.
@@ -776,22 +800,39 @@ impl Model {
             tied,
             readout_bias,
             device: Device::Cpu,
+            precision: Precision::F32,
             on_device: None,
         })
     }
 
-    /// Runs the forward passes on `gpu` from now on, computing at `precision`: uploads the
-    /// weights (once; refused before any upload when they do not fit in the device's free
-    /// memory). [`Self::forward_batch`] then returns the same hidden states and losses, in
-    /// the same layout, computed on the device.
-    pub fn to_device(
+    /// Where and how the forward passes run from now on: on `gpu` (uploading the weights,
+    /// once; refused before any upload when they do not fit in the device's free memory) or,
+    /// with `None`, on the CPU (freeing an upload), computing at `precision` either way.
+    /// [`Self::forward_batch`] then returns the same hidden states and losses, in the same
+    /// layout. A model starts on the CPU at [`Precision::F32`].
+    ///
+    /// ```
+    /// use repgeom_extract::{Model, Precision};
+    /// let mut m = Model::load("../../fixtures/extract/gptneox_serial_bf16".as_ref()).unwrap();
+    /// m.place(None, Precision::Stored).unwrap();
+    /// assert_eq!(m.precision(), Precision::Stored);
+    /// ```
+    pub fn place(
         &mut self,
-        gpu: std::sync::Arc<repgeom_cuda::Gpu>,
+        gpu: Option<std::sync::Arc<repgeom_cuda::Gpu>>,
         precision: Precision,
     ) -> Result<()> {
         self.on_device = None; // a second call frees the first upload before the next
-        self.on_device = Some(Box::new(device::OnDevice::new(self, gpu, precision)?));
+        if let Some(gpu) = gpu {
+            self.on_device = Some(Box::new(device::OnDevice::new(self, gpu, precision)?));
+        }
+        self.precision = precision;
         Ok(())
+    }
+
+    /// The precision the forward passes compute at, on whichever device.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// The device the forward passes run on and its precision, `None` on the CPU.
@@ -829,7 +870,18 @@ impl Model {
         let per_worker = (LOSS_TILE_ROWS * LOSS_TILE_VOCAB) as u64
             + LOSS_TILE_VOCAB as u64 * d
             + crate::attention::scratch_len(seq_len, c.head_dim) as u64;
-        4 * (b * per_seq + rows * d + workers * per_worker) + 24 * rows * tiles
+        // at `stored`, the half-precision copies (padded to blocks of 32): the largest weight
+        // matrix and its input, or the readout and the loss's rows
+        let half = match self.precision {
+            Precision::F32 => 0,
+            Precision::Stored => {
+                let pad = |x: u64| x.div_ceil(32) * 32;
+                let (v, dp) = (pad(c.vocab_size as u64), pad(d));
+                let layer = pad(ff.max(3 * qkv)) * pad(d) + pad(rows) * pad(ff.max(d));
+                2 * layer.max(v * dp + pad(rows) * dp)
+            }
+        };
+        4 * (b * per_seq + rows * d + workers * per_worker) + 24 * rows * tiles + half
     }
 
     /// Runs one sequence of token ids and returns the L + 1 hidden states, plus the logits
@@ -844,11 +896,21 @@ impl Model {
         })?;
         let logits = if logits {
             let h = to_vec(&last)?;
-            Some(self.with_readout(|w, bias| {
-                let mut out = vec![0f32; t * self.config.vocab_size];
-                self.logits_into(w, bias, &h, &mut out);
-                Ok(out)
-            })?)
+            let (v, d) = (self.config.vocab_size, self.config.hidden_size);
+            let mut out = vec![0f32; t * v];
+            match (self.precision, half_of(&self.readout)) {
+                (Precision::Stored, Some(ty)) => {
+                    let w = half_matrix(&self.readout, 0..v * d, v, ty, Par::rayon(0))?;
+                    let x = HalfMatrix::left(&h, t, d, ty, Par::rayon(0));
+                    matmul_abt_add_half(&mut out, &x, 0..t, &w, 0..v, Par::rayon(0));
+                    self.finish_logits(&mut out, v, self.readout_bias_f32()?.as_deref());
+                }
+                _ => self.with_readout(|w, bias| {
+                    self.logits_into(w, bias, &h, &mut out);
+                    Ok(())
+                })?,
+            }
+            Some(out)
         } else {
             None
         };
@@ -915,9 +977,12 @@ impl Model {
 
     /// What to try when the model's numbers overflow.
     fn overflow_hint(&self) -> String {
-        match self.device() {
-            Some((_, Precision::Stored)) => {
+        match (self.precision, self.device()) {
+            (Precision::Stored, Some(_)) => {
                 "the weights' stored precision overflows on the device: try --dtype f32".into()
+            }
+            (Precision::Stored, None) => {
+                "the weights' stored precision overflows: try --dtype f32".into()
             }
             _ => "the checkpoint's weights overflow in f32 (check them)".into(),
         }
@@ -1029,6 +1094,7 @@ impl Model {
         let (t, flat) = self.flat_batch(batch)?;
         let ops = Cpu {
             model: self,
+            precision: self.precision,
             ctx: self.context(t),
             b: batch.len(),
             t,
@@ -1103,7 +1169,8 @@ impl Model {
     /// `-log softmax(logits)[target]` for each row of `h` (row-major `[n, d]` final hidden
     /// states) and its target, tile by tile. Each task computes the logits of one block of
     /// `LOSS_TILE_ROWS` rows and one `LOSS_TILE_VOCAB`-row slice of the readout (widened to
-    /// `f32` for that task alone: a half-precision readout is never copied whole) into its
+    /// `f32` for that task alone: a half-precision readout is never copied whole; at
+    /// `stored`, the readout and the rows laid out once for half-precision products) into its
     /// worker's buffer (sequential GEMM), and reduces them at once to each row's maximum and
     /// `Σ e^{x − max}` over the tile (and the target's logit, in the tile that holds it). The tiles of a row are then combined in vocabulary order,
     /// `M = max_j m_j`, `S = Σ_j s_j e^{m_j − M}` in `f64`, so the result does not depend on
@@ -1113,6 +1180,15 @@ impl Model {
         let n = targets.len();
         let bias = self.readout_bias_f32()?;
         let tiles = v.div_ceil(LOSS_TILE_VOCAB);
+        // At `stored`, a half-precision readout and the rows rounded to its type, each laid
+        // out once for the half-precision products of every tile
+        let half = match (self.precision, half_of(&self.readout)) {
+            (Precision::Stored, Some(ty)) => Some((
+                HalfMatrix::left(h, n, d, ty, Par::rayon(0)),
+                half_matrix(&self.readout, 0..v * d, v, ty, Par::rayon(0))?,
+            )),
+            _ => None,
+        };
         // per (row block, vocabulary tile), per row: (max, Σ e^{x − max}, the target's logit
         // if in the tile); a thread's consecutive tasks share their rows, which stay in cache
         let parts: Vec<Result<TileRows>> = (0..n.div_ceil(LOSS_TILE_ROWS) * tiles)
@@ -1124,22 +1200,27 @@ impl Model {
                     let v0 = (task % tiles) * LOSS_TILE_VOCAB;
                     let (m, nv) = ((n - r0).min(LOSS_TILE_ROWS), (v - v0).min(LOSS_TILE_VOCAB));
                     let logits = &mut buf[..m * nv];
-                    // a view for an f32 readout, a widened copy of the slice otherwise
-                    with_f32_in(
-                        &self.readout,
-                        v0 * d..(v0 + nv) * d,
-                        widened,
-                        Par::Seq,
-                        |w| {
-                            matmul_abt_f32(
-                                MatMut::from_row_major_slice_mut(logits, m, nv),
-                                MatRef::from_row_major_slice(&h[r0 * d..(r0 + m) * d], m, d),
-                                MatRef::from_row_major_slice(w, nv, d),
-                                Par::Seq,
-                            );
-                            Ok(())
-                        },
-                    )?;
+                    if let Some((x, w)) = &half {
+                        logits.fill(0.0);
+                        matmul_abt_add_half(logits, x, r0..r0 + m, w, v0..v0 + nv, Par::Seq);
+                    } else {
+                        // a view for an f32 readout, a widened copy of the slice otherwise
+                        with_f32_in(
+                            &self.readout,
+                            v0 * d..(v0 + nv) * d,
+                            widened,
+                            Par::Seq,
+                            |w| {
+                                matmul_abt_f32(
+                                    MatMut::from_row_major_slice_mut(logits, m, nv),
+                                    MatRef::from_row_major_slice(&h[r0 * d..(r0 + m) * d], m, d),
+                                    MatRef::from_row_major_slice(w, nv, d),
+                                    Par::Seq,
+                                );
+                                Ok(())
+                            },
+                        )?;
+                    }
                     self.finish_logits(logits, nv, bias.as_ref().map(|b| &b[v0..v0 + nv]));
                     Ok(logits
                         .chunks(nv)
@@ -1480,6 +1561,52 @@ fn with_f32_in<R>(
             reason: format!("expected values {a}..{b} of a contiguous tensor on the CPU"),
         }),
     }
+}
+
+/// The half-precision type a weight is stored in, `None` for `f32` (and other types).
+fn half_of(t: &Tensor) -> Option<HalfType> {
+    match t.dtype() {
+        DType::BF16 => Some(HalfType::Bf16),
+        DType::F16 => Some(HalfType::F16),
+        _ => None,
+    }
+}
+
+/// The values `range` of a contiguous bf16/f16 CPU tensor of type `ty` (`rows` rows of
+/// `range.len() / rows`), as the right side of a half-precision product.
+fn half_matrix(
+    t: &Tensor,
+    range: std::ops::Range<usize>,
+    rows: usize,
+    ty: HalfType,
+    par: Par,
+) -> Result<HalfMatrix> {
+    use candle_core::{CpuStorage, Storage};
+    use half::slice::HalfFloatSliceExt;
+    let (storage, layout) = t.storage_and_layout();
+    let base = layout
+        .contiguous_offsets()
+        .filter(|(start, end)| range.start <= range.end && range.end <= end - start)
+        .map(|(start, _)| start);
+    let bits: &[u16] = match (&*storage, base, ty) {
+        (Storage::Cpu(CpuStorage::BF16(x)), Some(o), HalfType::Bf16) => {
+            x[o + range.start..o + range.end].reinterpret_cast()
+        }
+        (Storage::Cpu(CpuStorage::F16(x)), Some(o), HalfType::F16) => {
+            x[o + range.start..o + range.end].reinterpret_cast()
+        }
+        _ => {
+            return Err(Error::InvalidParams {
+                field: "tensor",
+                reason: format!(
+                    "expected values {}..{} of a contiguous {ty:?} tensor on the CPU",
+                    range.start, range.end
+                ),
+            });
+        }
+    };
+    let cols = bits.len() / rows.max(1);
+    Ok(HalfMatrix::right(bits, rows, cols, ty, par))
 }
 
 fn to_vec(h: &Tensor) -> Result<Vec<f32>> {

@@ -610,11 +610,12 @@ fn encoding_and_streaming_give_the_whole_texts_ids() {
     }
 }
 
-/// `dtype`: its two names, the one rule that the CPU computes in f32 only (every front end
-/// checks it before any work, and an extraction on a CPU model refuses `stored`), and a
-/// settings key written only when not f32.
+/// `dtype`: its two names, a settings key written only when not f32, and the one rule that an
+/// extraction's dtype is the precision the model was placed at (refused before any work
+/// otherwise); on the CPU `stored` computes bf16 products (the points move by the rounding
+/// of the linear layers' inputs) and says so in the metadata.
 #[test]
-fn dtype_names_and_the_cpu_rule() {
+fn dtype_names_and_the_placement_rule() {
     use crate::Precision;
     for (name, p) in [("f32", Precision::F32), ("stored", Precision::Stored)] {
         assert_eq!(name.parse::<Precision>().unwrap(), p);
@@ -626,13 +627,12 @@ fn dtype_names_and_the_cpu_rule() {
         e.contains("unknown dtype `bf16`: expected f32, stored"),
         "{e}"
     );
-    assert!(Precision::F32.check_on(false).is_ok() && Precision::Stored.check_on(true).is_ok());
-    let e = Precision::Stored.check_on(false).unwrap_err().to_string();
-    assert!(e.contains("stored needs a CUDA device"), "{e}");
     let f32_json = serde_json::to_value(ExtractParams::default()).unwrap();
     assert!(f32_json.get("dtype").is_none(), "{f32_json}");
     let stored = ExtractParams {
         dtype: Precision::Stored,
+        n_points: Some(16),
+        seq_len: 32,
         ..Default::default()
     };
     assert_eq!(
@@ -641,14 +641,40 @@ fn dtype_names_and_the_cpu_rule() {
     );
     let back: ExtractParams = serde_json::from_value(json!({"dtype": "stored"})).unwrap();
     assert_eq!(back.dtype, Precision::Stored);
-    // A model on the CPU refuses to extract at `stored`, before running anything.
-    let ex = crate::Extractor::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/extract/gpt2_tied"),
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+    let mut ex = crate::Extractor::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/extract/gptneox_serial_bf16"),
     )
     .unwrap();
+    // a model placed at f32 (as loaded) refuses to extract at `stored`, before running anything
     let e = ex
-        .extract("some text to read", &stored.check().unwrap(), &mut |_| {})
+        .extract(&text, &stored.clone().check().unwrap(), &mut |_| {})
         .unwrap_err()
         .to_string();
-    assert!(e.contains("stored needs a CUDA device"), "{e}");
+    assert!(
+        e.contains("stored asked for, but the model was placed on cpu at f32"),
+        "{e}"
+    );
+    let f32_params = ExtractParams {
+        dtype: Precision::F32,
+        ..stored.clone()
+    };
+    let a = ex
+        .extract(&text, &f32_params.check().unwrap(), &mut |_| {})
+        .unwrap();
+    ex.place(None, Precision::Stored).unwrap();
+    let b = ex
+        .extract(&text, &stored.check().unwrap(), &mut |_| {})
+        .unwrap();
+    assert_eq!(b.metadata["dtype"], "stored");
+    assert!(!a.metadata.contains_key("dtype"), "f32 on the CPU: no key");
+    assert_eq!(a.positions, b.positions);
+    let last = a.hidden_states.len() - 1;
+    let (x, y) = (&a.hidden_states[last], &b.hidden_states[last]);
+    let scale = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let moved = x.iter().zip(y).fold(0f32, |m, (p, q)| m.max((p - q).abs())) / scale;
+    assert!(
+        moved > 1e-4 && moved < 5e-2,
+        "stored moved the points by {moved}"
+    );
 }

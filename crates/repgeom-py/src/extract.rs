@@ -66,15 +66,12 @@ pub(crate) fn extract<'py>(
         Ok(p) => p,
         Err(e) => return invalid(e.to_string()),
     };
-    // The device and its precision before any input is read, as on the command line.
+    // The precision and the device before any input is read, as on the command line.
     let precision: repgeom_extract::Precision = match dtype.parse() {
         Ok(p) => p,
         Err(e) => return invalid(format!("{e}")),
     };
     let device = crate::pga::open_device(py, &device)?;
-    if let Err(e) = precision.check_on(!device.is_cpu()) {
-        return invalid(e.to_string());
-    }
     let ex = run_blocking(py, move |cancel| {
         let model = resolve_model(
             &model,
@@ -94,9 +91,8 @@ pub(crate) fn extract<'py>(
         .check()?;
         let bar = progress_bar(0, "extract", progress);
         let mut extractor = repgeom_extract::Extractor::load(&model)?;
-        if let Some(gpu) = device.open().map_err(repgeom_extract::Error::from)? {
-            extractor.to_device(gpu, precision)?;
-        }
+        let gpu = device.open().map_err(repgeom_extract::Error::from)?;
+        extractor.place(gpu, precision)?;
         let ex = extractor.extract(&text, &params, &mut |p| {
             check_cancel(cancel);
             bar.set_length(p.sequences_total as u64);

@@ -162,7 +162,5 @@ def test_device_is_checked_before_the_inputs_as_on_the_cli(monkeypatch):
     # extract: the device and dtype before the model is looked for (the folder does not exist)
     with pytest.raises(repgeom.InvalidInputError, match=r"^device cuda:99: "):
         repgeom.extract("fixtures/no-such-model", "text", device="cuda:99", progress=False)
-    with pytest.raises(repgeom.InvalidInputError, match=r"stored needs a CUDA device"):
-        repgeom.extract("fixtures/no-such-model", "text", dtype="stored", progress=False)
     with pytest.raises(repgeom.InvalidInputError, match=r"unknown dtype `bf16`: expected f32, stored"):
         repgeom.extract("fixtures/no-such-model", "text", dtype="bf16", progress=False)

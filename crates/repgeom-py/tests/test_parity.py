@@ -169,18 +169,19 @@ def test_probe_separable_classes():
     assert len(rows) == 1 and rows[0]["accuracy"] >= 0.9
 
 
-def test_extract_matches_the_cli(tmp_path):
+@pytest.mark.parametrize("name,dtype", [("gptneox_parallel", "f32"), ("gptneox_serial_bf16", "stored")])
+def test_extract_matches_the_cli(tmp_path, name, dtype):
     if not hasattr(repgeom._native, "extract"):
         pytest.skip("built without the extract feature")
     text = "The quick brown fox jumps over the lazy dog. " * 20
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(text)
     out = tmp_path / "acts.safetensors"
-    model = "fixtures/extract/gptneox_parallel"
+    model = f"fixtures/extract/{name}"
     run_cli("extract", "--model", model, "--text", str(corpus), "--n-points", "24", "--seq-len", "16",
-             "--seed", "2", "--out", str(out))
-    got = repgeom.extract(ROOT / "fixtures" / "extract" / "gptneox_parallel", text, n_points=24, seq_len=16, seed=2,
-                          progress=False)
+             "--seed", "2", "--dtype", dtype, "--out", str(out))
+    got = repgeom.extract(ROOT / "fixtures" / "extract" / name, text, n_points=24, seq_len=16, seed=2,
+                          dtype=dtype, progress=False)
     want = repgeom.read_activations(out)
     assert len(want) == len([k for k in got if k.startswith("hidden_states.")])
     for layer, arr in want.items():

@@ -548,10 +548,8 @@ pub(crate) fn extract(
     let load = || -> Result<Extractor> {
         timed(on_step, Step::Load, || {
             let mut x = Extractor::load(snapshot).map_err(|err| fail(snapshot, err.to_string()))?;
-            if let Some(gpu) = manifest.device.open()? {
-                x.to_device(gpu, e.params.dtype)
-                    .map_err(|err| fail(snapshot, err.to_string()))?;
-            }
+            x.place(manifest.device.open()?, e.params.dtype)
+                .map_err(|err| fail(snapshot, err.to_string()))?;
             Ok(x)
         })
     };

@@ -132,18 +132,16 @@ pub(crate) struct ExtractArgs {
     out: PathBuf,
     #[command(flatten)]
     device: crate::args::DeviceArgs,
-    /// With --device cuda: compute in f32 (f32, the default: the CPU's numbers to the
-    /// rounding of the products), or with the weights as stored (stored: bf16/f16 products
-    /// accumulated in f32, as transformers on a GPU; faster, half the memory, about
-    /// transformers' numbers in that dtype). The CPU computes in f32 only.
+    /// Compute in f32 (f32, the default: within 1e-4 of transformers in f32, a GPU's
+    /// numbers the CPU's to the rounding of the products), or with the weights as stored
+    /// (stored: bf16/f16 products accumulated in f32, as transformers on a GPU; on a GPU
+    /// half the memory, on a CPU with AMX faster; about transformers' numbers in that dtype).
     #[arg(long, value_name = "f32|stored", default_value = "f32", value_parser = crate::args::parse_precision)]
     dtype: repgeom_extract::Precision,
 }
 
 pub(crate) fn run(args: &ExtractArgs, ctx: &Context) -> anyhow::Result<()> {
-    // The device and its precision first: a missing device fails before any input is read.
-    args.dtype
-        .check_on(args.device.device != repgeom_cuda::Device::Cpu)?;
+    // The device first: a missing device fails before any input is read.
     let gpu = args.device.device.open()?;
     let done = run_on(args, ctx, gpu.as_ref());
     crate::args::print_profile(args.device.device);
@@ -156,9 +154,7 @@ fn run_on(
     gpu: Option<&std::sync::Arc<repgeom_cuda::Gpu>>,
 ) -> anyhow::Result<()> {
     let on_device = |mut ex: Extractor| -> anyhow::Result<Extractor> {
-        if let Some(g) = gpu {
-            ex.to_device(g.clone(), args.dtype)?;
-        }
+        ex.place(gpu.cloned(), args.dtype)?;
         Ok(ex)
     };
     // The design by its names, through the library's one rule (Python and a study's

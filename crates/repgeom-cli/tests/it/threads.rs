@@ -138,11 +138,13 @@ fn every_command_gives_the_same_bits_at_1_2_3_and_16_threads() {
         });
     }
     // f32 weights; bf16 weights (widened on use in parallel chunks) with the loss's tiles
-    // (the loss is in the file's metadata)
+    // (the loss is in the file's metadata); the same at `--dtype stored` (bf16 products: AMX
+    // tiles on a CPU that has them)
     let bf16 = "fixtures/extract/gptneox_serial_bf16";
     for (model, extra) in [
-        ("fixtures/extract/gptneox_parallel", None),
-        (bf16, Some("--loss")),
+        ("fixtures/extract/gptneox_parallel", &[][..]),
+        (bf16, &["--loss"][..]),
+        (bf16, &["--loss", "--dtype", "stored"][..]),
     ] {
         check(&format!("extract {model} {extra:?}"), &|t| {
             let out = tmp.path().join(format!("x{t}.safetensors"));
@@ -159,7 +161,7 @@ fn every_command_gives_the_same_bits_at_1_2_3_and_16_threads() {
                 "--out",
                 out.to_str().unwrap(),
             ];
-            args.extend(extra);
+            args.extend_from_slice(extra);
             at(t, &args);
             let bytes = std::fs::read(&out).unwrap();
             bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -1,5 +1,5 @@
 //! The forward pass on a CUDA device: the wiring both devices share (`model/wiring.rs`) over
-//! [`repgeom_cuda`]'s operations, the weights uploaded once ([`Model::to_device`]), and the
+//! [`repgeom_cuda`]'s operations, the weights uploaded once ([`Model::place`]), and the
 //! loss on the device. Hidden states come back to the host one at a time, in the CPU
 //! path's order and layout, so everything downstream of [`Model::forward_batch`] (points,
 //! line means, words, accumulators) is the same code on either device.
@@ -15,38 +15,28 @@ use super::{FusedLayout, Layer, Linear, Model, Norm, loss_pairs, per_sequence, w
 use crate::config::Activation;
 use crate::{Error, Result};
 
-/// How a device computes the forward pass. On the CPU it is always `f32`.
+/// How the forward passes compute, on either device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
-    /// Every weight widened to `f32` when uploaded, every product in `f32`: the CPU path's
-    /// numbers to the rounding of the products (within 1e-4 of transformers in f32).
+    /// Every weight widened to `f32`, every product in `f32` (within 1e-4 of transformers in
+    /// f32; a CUDA device's numbers are the CPU's to the rounding of the products).
     #[default]
     F32,
-    /// Weights kept as stored (bf16, f16), products of bf16/f16 inputs accumulated in `f32`
-    /// (the activations rounded to the weight's type for each product; norms, softmax and
-    /// residuals in `f32`): transformers' speed on a GPU, and about its numbers in that dtype.
+    /// Products of bf16/f16 inputs accumulated in `f32`: the weights as stored (bf16, f16; an
+    /// `f32` weight stays `f32`), the activations rounded to the weight's type for each
+    /// product; norms, softmax, residuals and the loss's reduction in `f32`. As transformers
+    /// computes in that dtype's matrix products on a GPU (and PyTorch on a CPU with AMX),
+    /// about its numbers. A CUDA device multiplies with `cublasGemmEx`; the CPU with AMX
+    /// tiles for bf16 where it has them (`repgeom_linalg::amx_bf16`), else by widening both
+    /// sides to `f32` (exact) for faer's `f32` product: the same products, summed in another
+    /// order.
     Stored,
 }
 
 impl Precision {
     /// The names `--dtype` takes.
     pub const NAMES: &'static str = "f32, stored";
-
-    /// Whether a device computes at this precision: a CUDA device (`cuda` true) at either,
-    /// the CPU in `f32` only. The one rule every front end checks before any work.
-    pub fn check_on(self, cuda: bool) -> Result<()> {
-        if cuda || self == Precision::F32 {
-            return Ok(());
-        }
-        Err(Error::InvalidParams {
-            field: "dtype",
-            reason: format!(
-                "{} needs a CUDA device (--device cuda): the CPU computes in f32",
-                self.name()
-            ),
-        })
-    }
 
     /// The name, as `--dtype` and the metadata spell it.
     pub fn name(self) -> &'static str {

@@ -545,9 +545,11 @@ def extract(
     end)`` in the text, ``n_points`` counts words and ``points_per_sequence`` words per window;
     ``word_pool`` (``"last"``, the default, or ``"mean"``) reads a word at its last token or as
     the mean over its tokens. ``device`` (``repgeom extract --device``): ``"cpu"``, ``"cuda"``
-    or ``"cuda:N"``, opened before anything is read; ``dtype`` (``--dtype``), with a CUDA
-    device: ``"f32"`` (the default, the CPU's numbers to the rounding of the products) or
-    ``"stored"`` (bf16/f16 weights as stored, products accumulated in f32)."""
+    or ``"cuda:N"``, opened before anything is read; ``dtype`` (``--dtype``), on either
+    device: ``"f32"`` (the default; on a GPU the CPU's numbers to the rounding of the
+    products) or ``"stored"`` (bf16/f16 weights as stored, each linear layer's input rounded
+    to the weight's type and the products accumulated in f32, as transformers in that dtype;
+    on a CPU with AMX about twice as fast as f32)."""
     text = texts if isinstance(texts, str) else "\n".join(texts)
     arrays, positions, _metadata = _native.extract(
         os.fspath(model), text, n_points=n_points, seq_len=int(seq_len), seed=int(seed), pool=pool,

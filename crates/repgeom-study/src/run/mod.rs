@@ -110,18 +110,7 @@ pub(crate) fn run_units_with(
     on_done: &(dyn Fn(&UnitDone<'_>) + Sync),
 ) -> Result<()> {
     let study = loader.study();
-    // The device first: a machine without it fails before any unit is computed, and so does
-    // an [extract] dtype the device does not compute at (`stored` on the CPU).
-    if let Some(e) = &study.manifest.extract {
-        e.params
-            .dtype
-            .check_on(!study.manifest.device.is_cpu())
-            .map_err(|err| Error::InvalidManifest {
-                manifest: study.origin.clone(),
-                place: format!("[extract] dtype on device {}", study.manifest.device),
-                reason: err.to_string(),
-            })?;
-    }
+    // The device first: a machine without it fails before any unit is computed.
     study.manifest.device.open()?;
     let mut groups: Vec<((String, String), Vec<&PlannedUnit>)> = Vec::new();
     for u in todo {
