@@ -531,7 +531,7 @@ impl Model {
         let ckpt = repgeom_io::open_checkpoint(dir)?;
         let config = ModelConfig::from_json(&dir.join("config.json"), &ckpt.config)?;
         // Every float tensor, read in parallel at its stored precision (and hashed from the
-        // same read), then in its narrowest exact storage.
+        // same read), each matrix kept in its stored type.
         let (tensors, digest) = ckpt.read_float_tensors(hash)?;
         let read = tensors
             .into_par_iter()
@@ -1393,12 +1393,10 @@ fn inv_freq(c: &ModelConfig) -> Vec<f32> {
     }
 }
 
-/// A weight in the narrowest of bf16, f16 and f32 that holds every value exactly: the
-/// precision it was stored in, for f16/bf16 checkpoints (a value read from bf16 has zero
-/// low 16 bits; one read from f16 survives the f16 round trip). Lossless by construction.
-/// A tensor read at its stored precision ([`repgeom_io::FloatValues`]) in its narrowest exact
-/// storage: exactly [`narrowest_exact`] of its values widened to f32, without the widening
-/// (half-precision matrices stay as they are; a 6.9B bf16 checkpoint is never 28 GB of f32).
+/// A tensor read at its stored precision ([`repgeom_io::FloatValues`]), kept in that type:
+/// matrices as stored (a 6.9B bf16 checkpoint is never 28 GB of f32), vectors widened to
+/// f32 (exactly). The type is what [`Precision::Stored`] computes in, so an f32 matrix stays
+/// f32 even when its values fit a narrower type, and an f16 one f16.
 fn stored_tensor(values: repgeom_io::FloatValues, shape: &[usize]) -> Result<Tensor> {
     use repgeom_io::FloatValues;
     let dev = &Device::Cpu;
@@ -1406,26 +1404,15 @@ fn stored_tensor(values: repgeom_io::FloatValues, shape: &[usize]) -> Result<Ten
         return Ok(Tensor::from_vec(values.to_f32(), shape, dev)?);
     }
     Ok(match values {
-        // a widened bf16 has its low 16 bits zero: bf16, as narrowest_exact finds
         FloatValues::Bf16(v) => Tensor::from_vec(v, shape, dev)?,
-        // f16 values are all exact in f16; bf16 first when every one is exact in bf16 too
-        FloatValues::F16(v) => {
-            if v.par_iter().all(|x| x.to_f32().to_bits() & 0xffff == 0) {
-                let v: Vec<half::bf16> = v
-                    .into_par_iter()
-                    .map(|x| half::bf16::from_f32(x.to_f32()))
-                    .collect();
-                Tensor::from_vec(v, shape, dev)?
-            } else {
-                Tensor::from_vec(v, shape, dev)?
-            }
-        }
-        FloatValues::F32(v) => narrowest_exact(v, shape)?,
+        FloatValues::F16(v) => Tensor::from_vec(v, shape, dev)?,
+        FloatValues::F32(v) => Tensor::from_vec(v, shape, dev)?,
     })
 }
 
 /// `data` in the narrowest storage that holds every value exactly: bf16, else f16, else f32
-/// (matrices only; vectors stay f32).
+/// (matrices only; vectors stay f32). For tensors read as f32 from other types (f64) and
+/// random models.
 fn narrowest_exact(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
     let dev = &Device::Cpu;
     if shape.len() >= 2 {
@@ -1620,34 +1607,54 @@ mod tests {
 
     use super::*;
 
-    /// `stored_tensor` is `narrowest_exact` of the widened values, tensor for tensor: the same
-    /// dtype and the same bits, for bf16, f16 (bf16-exact or not), f32 and vectors.
+    /// `stored_tensor` keeps a matrix in its stored type, even where a narrower one would hold
+    /// its values (that type is what `stored` computes in), and widens a vector to f32: the
+    /// same values either way.
     #[test]
-    fn stored_tensors_are_the_narrowest_exact_ones() {
-        let check = |values: FloatValues, shape: &[usize]| {
-            let a = stored_tensor(values.clone(), shape).unwrap();
-            let b = narrowest_exact(values.to_f32(), shape).unwrap();
-            assert_eq!((a.dtype(), a.dims()), (b.dtype(), b.dims()), "{values:?}");
-            let bits = |t: &Tensor| {
-                let v = t.flatten_all().unwrap().to_dtype(DType::F32).unwrap();
-                v.to_vec1::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(bits(&a), bits(&b), "{values:?}");
+    fn stored_tensors_keep_their_stored_type() {
+        let check = |values: FloatValues, shape: &[usize], want: DType| {
+            let t = stored_tensor(values.clone(), shape).unwrap();
+            assert_eq!((t.dtype(), t.dims()), (want, shape), "{values:?}");
+            let got = t.flatten_all().unwrap().to_dtype(DType::F32).unwrap();
+            let got: Vec<u32> = got
+                .to_vec1::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            let want: Vec<u32> = values.to_f32().iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "{values:?}");
         };
         let f = [0.1f32, -2.5, 3.0e-5, 1.0, 65504.0, -0.0];
-        check(FloatValues::Bf16(f.map(bf16::from_f32).to_vec()), &[2, 3]);
-        check(FloatValues::F16(f.map(f16::from_f32).to_vec()), &[3, 2]);
-        // f16 values that bf16 holds exactly too
+        // values that bf16 (and f16) hold exactly
         let exact = [0.5f32, -1.0, 2.0, 0.0, 0.25, 8.0];
-        check(FloatValues::F16(exact.map(f16::from_f32).to_vec()), &[2, 3]);
-        check(FloatValues::F32(f.to_vec()), &[2, 3]);
-        check(FloatValues::F32(exact.to_vec()), &[2, 3]);
-        check(FloatValues::Bf16(f.map(bf16::from_f32).to_vec()), &[6]);
-        check(FloatValues::F16(exact.map(f16::from_f32).to_vec()), &[6]);
+        check(
+            FloatValues::Bf16(f.map(bf16::from_f32).to_vec()),
+            &[2, 3],
+            DType::BF16,
+        );
+        check(
+            FloatValues::F16(f.map(f16::from_f32).to_vec()),
+            &[3, 2],
+            DType::F16,
+        );
+        check(
+            FloatValues::F16(exact.map(f16::from_f32).to_vec()),
+            &[2, 3],
+            DType::F16,
+        );
+        check(FloatValues::F32(f.to_vec()), &[2, 3], DType::F32);
+        check(FloatValues::F32(exact.to_vec()), &[2, 3], DType::F32);
+        check(
+            FloatValues::Bf16(f.map(bf16::from_f32).to_vec()),
+            &[6],
+            DType::F32,
+        );
+        check(
+            FloatValues::F16(exact.map(f16::from_f32).to_vec()),
+            &[6],
+            DType::F32,
+        );
     }
 
     /// `with_f32_in` gives candle's widening of the same values bit for bit (bf16, f16, f32,
