@@ -8,8 +8,9 @@
 //! - **AMX** (Intel Advanced Matrix Extensions, `amx-bf16`: Sapphire Rapids and later), for
 //!   bf16: both sides packed into 16 × 64-byte tiles, each 32 × 32 block of the output held in
 //!   four tile registers over the whole inner dimension (`tdpbf16ps`: pairs of products added
-//!   to `f32` accumulators, denormal results flushed to zero), so each output entry is summed
-//!   in one order whatever the pool;
+//!   to `f32` accumulators; a subnormal input reads as zero and a subnormal result is flushed
+//!   to zero, measured here: magnitudes below 1.2e-38), so each output entry is summed in one
+//!   order whatever the pool;
 //! - **widened**, anywhere else and for f16: both sides widened to `f32` (exactly) and
 //!   multiplied by faer's `f32` GEMM.
 //!
@@ -169,7 +170,12 @@ impl HalfMatrix {
         assert_eq!(x.len(), rows * cols, "a {rows} x {cols} matrix");
         // one block of 16 rows (AMX) or one row: each tile row is 32 consecutive values
         Self::build(rows, cols, ty, false, amx, par, |r, c, out| {
-            ty.round_into(&x[r * cols + c..r * cols + c + out.len()], out);
+            let x = &x[r * cols + c..r * cols + c + out.len()];
+            if amx {
+                amx::round_into(x, out);
+            } else {
+                ty.round_into(x, out);
+            }
         })
     }
 
@@ -435,6 +441,42 @@ mod amx {
     #[cfg(not(target_arch = "x86_64"))]
     pub(super) fn enable() -> bool {
         false
+    }
+
+    /// bf16 rounding for the AMX kernel, which reads a subnormal bf16 input as zero: the
+    /// values of `x` to nearest even into `out`, a subnormal as zero (`vcvtne2ps2bf16`, 32
+    /// values an instruction, where the CPU has AVX512-BF16; AMX CPUs do), else
+    /// [`HalfType::round_into`]. The products are the same either way.
+    pub(super) fn round_into(x: &[f32], out: &mut [u16]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512bf16") {
+            // SAFETY: the CPU has the instructions (checked above).
+            unsafe { round_avx512(x, out) };
+            return;
+        }
+        super::HalfType::Bf16.round_into(x, out);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512bf16,avx512f")]
+    unsafe fn round_avx512(x: &[f32], out: &mut [u16]) {
+        use std::arch::x86_64::{
+            __m512bh, __m512i, _mm512_cvtne2ps_pbh, _mm512_loadu_ps, _mm512_storeu_si512,
+        };
+        let n = x.len().min(out.len());
+        let mut i = 0;
+        while i + 32 <= n {
+            // SAFETY: 32 values of `x` and of `out` from `i` on are in bounds.
+            unsafe {
+                let lo = _mm512_loadu_ps(x.as_ptr().add(i));
+                let hi = _mm512_loadu_ps(x.as_ptr().add(i + 16));
+                let r = _mm512_cvtne2ps_pbh(hi, lo);
+                let r = std::mem::transmute::<__m512bh, __m512i>(r);
+                _mm512_storeu_si512(out.as_mut_ptr().add(i).cast(), r);
+            }
+            i += 32;
+        }
+        super::HalfType::Bf16.round_into(&x[i..n], &mut out[i..n]);
     }
 
     /// The output's base pointer, shared by tasks that each write their own rectangle.
