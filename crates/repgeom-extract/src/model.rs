@@ -59,7 +59,7 @@ pub struct Model {
     /// Phi's `lm_head.bias` [V].
     readout_bias: Option<Tensor>,
     device: Device,
-    /// The precision of the forward passes on the CPU ([`Model::place`]).
+    /// The precision of the forward passes, on either device ([`Model::place`]).
     precision: Precision,
     /// The weights on a CUDA device, when the forward passes run there ([`Model::place`]).
     on_device: Option<Box<device::OnDevice>>,
