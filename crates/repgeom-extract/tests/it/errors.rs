@@ -1,6 +1,6 @@
 //! Bad input gives a clear error, never a panic or a wrong number.
 
-use repgeom_extract::{Error, ExtractParams, Extractor, Pool};
+use repgeom_extract::{Error, ExtractParams, Extractor, Pool, Precision};
 
 use crate::{check_extract, copy_fixture, corpus, fixture};
 
@@ -223,6 +223,64 @@ fn non_finite_hidden_states_are_named() {
     assert!(msg.starts_with("hidden state 1 is not finite"), "{msg}");
     assert!(
         msg.contains("column 3") && msg.contains("overflow"),
+        "{msg}"
+    );
+}
+
+/// At `--dtype stored` an f16 checkpoint's linear inputs are rounded to f16, whose largest
+/// value is 65504: a layer whose MLP input grows past it overflows there (and not in f32),
+/// and the error says so, with the way out.
+#[test]
+fn an_f16_overflow_at_stored_is_named_with_the_way_out() {
+    let tmp = copy_fixture("llama_tied");
+    let file = tmp.path().join("model.safetensors");
+    let bytes = std::fs::read(&file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut data: Vec<(String, Vec<u8>, safetensors::Dtype, Vec<usize>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, v)| (name, v.data().to_vec(), v.dtype(), v.shape().to_vec()))
+        .collect();
+    // layer 0's gate and up projections times 256 (exact in f16): the down projection's
+    // input, act(gate) · up, reaches millions
+    for (name, bytes, dtype, _) in &mut data {
+        if name.starts_with("model.layers.0.mlp.") && !name.contains("down") {
+            assert_eq!(*dtype, safetensors::Dtype::F16, "{name}");
+            for v in bytes.chunks_exact_mut(2) {
+                let x = half::f16::from_le_bytes([v[0], v[1]]).to_f32() * 256.0;
+                v.copy_from_slice(&half::f16::from_f32(x).to_le_bytes());
+            }
+        }
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
+        .iter()
+        .map(|(name, bytes, dtype, shape)| {
+            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
+            (name.clone(), view)
+        })
+        .collect();
+    std::fs::write(&file, safetensors::serialize(views, None).unwrap()).unwrap();
+    let params = |dtype| {
+        ExtractParams {
+            seq_len: 16,
+            n_points: Some(12),
+            dtype,
+            ..Default::default()
+        }
+        .check()
+        .unwrap()
+    };
+    let mut ex = Extractor::load(tmp.path()).unwrap();
+    ex.extract(&corpus(40), &params(Precision::F32), &mut |_| {})
+        .expect("finite in f32");
+    ex.place(None, Precision::Stored).unwrap();
+    let err = ex
+        .extract(&corpus(40), &params(Precision::Stored), &mut |_| {})
+        .unwrap_err();
+    assert!(matches!(err, Error::NonFinite { layer: 1, .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("the weights' stored precision overflows: try --dtype f32"),
         "{msg}"
     );
 }
