@@ -82,6 +82,10 @@ pub(crate) struct Linear<W = Tensor> {
     /// [out, in]
     pub(crate) weight: W,
     pub(crate) bias: Option<W>,
+    /// The weight laid out for AMX tiles, made at its first product at `stored` on the CPU
+    /// and kept until the model is placed elsewhere (re-laying it out for every batch took
+    /// about a tenth of a Pythia-410M-shaped run).
+    pub(crate) packed: std::sync::OnceLock<HalfMatrix>,
 }
 
 /// Converts every weight of a piece, keeping its structure.
@@ -92,6 +96,7 @@ impl Linear {
         Ok(Linear {
             weight: f(&self.weight)?,
             bias: self.bias.as_ref().map(&mut *f).transpose()?,
+            packed: std::sync::OnceLock::new(),
         })
     }
 }
@@ -127,9 +132,23 @@ impl Linear {
         };
         if let Some(ty) = half {
             let x = f32_slice(&xs, xl, rows * inp)?;
-            let w = half_matrix(&self.weight, 0..out * inp, out, ty, Par::rayon(0))?;
+            let made;
+            let w = match self.packed.get() {
+                Some(w) => w,
+                None => {
+                    made = half_matrix(&self.weight, 0..out * inp, out, ty, Par::rayon(0))?;
+                    // kept for the next batch where it is a re-layout (AMX); the widened
+                    // kernel's rows are the weight itself
+                    if made.amx() {
+                        let _ = self.packed.set(made);
+                        self.packed.get().expect("set above")
+                    } else {
+                        &made
+                    }
+                }
+            };
             let x = HalfMatrix::left(x, rows, inp, ty, Par::rayon(0));
-            matmul_abt_add_half(&mut y, &x, 0..rows, &w, 0..out, Par::rayon(0));
+            matmul_abt_add_half(&mut y, &x, 0..rows, w, 0..out, Par::rayon(0));
             let mut shape = dims;
             let last = shape.len() - 1;
             shape[last] = out;
@@ -249,6 +268,27 @@ pub(crate) struct Layer<W = Tensor> {
 }
 
 impl Layer {
+    /// Every linear layer's weight laid out for AMX, dropped.
+    fn drop_packed(&mut self) {
+        let linears: Vec<&mut Linear> = match (&mut self.attn, &mut self.mlp) {
+            (Attention::Fused { qkv, out, .. }, Mlp::Plain { up, down }) => {
+                vec![qkv, out, up, down]
+            }
+            (Attention::Fused { qkv, out, .. }, Mlp::Gated { gate, up, down }) => {
+                vec![qkv, out, gate, up, down]
+            }
+            (Attention::Split { q, k, v, o, .. }, Mlp::Plain { up, down }) => {
+                vec![q, k, v, o, up, down]
+            }
+            (Attention::Split { q, k, v, o, .. }, Mlp::Gated { gate, up, down }) => {
+                vec![q, k, v, o, gate, up, down]
+            }
+        };
+        for l in linears {
+            l.packed.take();
+        }
+    }
+
     /// The same layer with every weight converted by `f`.
     pub(crate) fn map<W>(&self, f: &mut Convert<'_, W>) -> Result<Layer<W>> {
         let mut norm = |n: &Option<Norm>| n.as_ref().map(|n| n.map(&mut *f)).transpose();
@@ -462,6 +502,7 @@ impl Loader<'_, '_> {
             } else {
                 None
             },
+            packed: std::sync::OnceLock::new(),
         })
     }
 
@@ -471,6 +512,7 @@ impl Loader<'_, '_> {
         Ok(Linear {
             weight: w.t()?.contiguous()?,
             bias: Some(self.small(&format!("{name}.bias"), &[out])?),
+            packed: std::sync::OnceLock::new(),
         })
     }
 
@@ -809,7 +851,9 @@ impl Model {
     /// once; refused before any upload when they do not fit in the device's free memory) or,
     /// with `None`, on the CPU (freeing an upload), computing at `precision` either way.
     /// [`Self::forward_batch`] then returns the same hidden states and losses, in the same
-    /// layout. A model starts on the CPU at [`Precision::F32`].
+    /// layout. A model starts on the CPU at [`Precision::F32`]. On the CPU at `stored`, with
+    /// AMX, each bf16 matrix is also kept laid out for the tiles after its first use (the
+    /// model then holds its linear layers' weights twice), until it is placed elsewhere.
     ///
     /// ```
     /// use repgeom_extract::{Model, Precision};
@@ -823,6 +867,9 @@ impl Model {
         precision: Precision,
     ) -> Result<()> {
         self.on_device = None; // a second call frees the first upload before the next
+        if gpu.is_some() || precision != Precision::Stored {
+            self.layers.iter_mut().for_each(Layer::drop_packed);
+        }
         if let Some(gpu) = gpu {
             self.on_device = Some(Box::new(device::OnDevice::new(self, gpu, precision)?));
         }
@@ -1606,6 +1653,52 @@ mod tests {
     use repgeom_io::FloatValues;
 
     use super::*;
+
+    /// At `stored` on an AMX CPU each bf16 weight is laid out for the tiles at its first
+    /// product and kept (the second pass, from the kept tiles, gives the same bits), and
+    /// placing the model elsewhere drops them; without AMX nothing is kept.
+    #[test]
+    fn tile_layouts_are_kept_at_stored_and_dropped_elsewhere() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/extract/gptneox_serial_bf16");
+        let mut m = Model::load(&dir).unwrap();
+        let kept = |m: &Model| {
+            m.layers
+                .iter()
+                .map(|l| match &l.attn {
+                    Attention::Fused { qkv, out, .. } => {
+                        usize::from(qkv.packed.get().is_some())
+                            + usize::from(out.packed.get().is_some())
+                    }
+                    Attention::Split { .. } => 0,
+                })
+                .sum::<usize>()
+        };
+        let ids: Vec<u32> = (0..20).map(|i| (i * 37 % 290) as u32).collect();
+        m.place(None, Precision::Stored).unwrap();
+        let first = m.forward(&ids, true).unwrap();
+        let layers = m.layers.len();
+        assert_eq!(
+            kept(&m),
+            if repgeom_linalg::amx_bf16() {
+                2 * layers
+            } else {
+                0
+            }
+        );
+        let second = m.forward(&ids, true).unwrap();
+        let bits = |f: &Forward| -> Vec<u32> {
+            f.hidden_states
+                .iter()
+                .flatten()
+                .chain(f.logits.iter().flatten())
+                .map(|x| x.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&first), bits(&second));
+        m.place(None, Precision::F32).unwrap();
+        assert_eq!(kept(&m), 0);
+    }
 
     /// `stored_tensor` keeps a matrix in its stored type, even where a narrower one would hold
     /// its values (that type is what `stored` computes in), and widens a vector to f32: the
