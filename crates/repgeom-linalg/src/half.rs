@@ -90,11 +90,33 @@ impl HalfType {
     /// `x` rounded to this type and widened back, in place (on the pool unless `Par::Seq`):
     /// what the products see of an `f32` input.
     pub fn round_in_place(self, x: &mut [f32], par: Par) {
-        let f = |c: &mut [f32]| c.iter_mut().for_each(|v| *v = self.widen(self.round(*v)));
+        // through `round_into`, which vectorises, a stack buffer at a time
+        let f = |c: &mut [f32]| {
+            let mut bits = [0u16; 256];
+            for part in c.chunks_mut(256) {
+                let bits = &mut bits[..part.len()];
+                self.round_into(part, bits);
+                part.iter_mut()
+                    .zip(bits.iter())
+                    .for_each(|(v, &b)| *v = self.widen(b));
+            }
+        };
         match par {
             Par::Seq => f(x),
             _ => x.par_chunks_mut(1 << 14).for_each(f),
         }
+    }
+
+    /// Whether products of this type run on AMX tiles on this machine (bf16 where
+    /// [`amx_bf16`]); the other products are widened to `f32` (see the module's notes).
+    ///
+    /// ```
+    /// use repgeom_linalg::HalfType;
+    /// assert!(!HalfType::F16.on_amx());
+    /// assert_eq!(HalfType::Bf16.on_amx(), repgeom_linalg::amx_bf16());
+    /// ```
+    pub fn on_amx(self) -> bool {
+        self == HalfType::Bf16 && amx_bf16()
     }
 }
 
@@ -139,7 +161,7 @@ impl HalfMatrix {
     /// # Panics
     /// If `x.len() != rows * cols`.
     pub fn left(x: &[f32], rows: usize, cols: usize, ty: HalfType, par: Par) -> Self {
-        Self::left_for(x, rows, cols, ty, ty == HalfType::Bf16 && amx_bf16(), par)
+        Self::left_for(x, rows, cols, ty, ty.on_amx(), par)
     }
 
     /// The right side `b` of `a bᵀ`: `bits` (`rows × cols` values of `ty`, row-major), as a
@@ -148,14 +170,7 @@ impl HalfMatrix {
     /// # Panics
     /// If `bits.len() != rows * cols`.
     pub fn right(bits: &[u16], rows: usize, cols: usize, ty: HalfType, par: Par) -> Self {
-        Self::right_for(
-            bits,
-            rows,
-            cols,
-            ty,
-            ty == HalfType::Bf16 && amx_bf16(),
-            par,
-        )
+        Self::right_for(bits, rows, cols, ty, ty.on_amx(), par)
     }
 
     /// [`Self::left`] for the AMX kernel (`amx`, bf16 only) or the widened one.

@@ -875,5 +875,13 @@ fn half_rounding_is_the_types_round_to_nearest_even() {
         for (v, o) in x.iter().zip(&out) {
             assert_eq!(*o, ty.round(*v), "{ty:?} of {v:e} ({:#x})", v.to_bits());
         }
+        // and the in-place rounding widens those bits back, on the pool or not
+        for par in [Par::Seq, Par::rayon(2)] {
+            let mut back = x.clone();
+            ty.round_in_place(&mut back, par);
+            for (b, o) in back.iter().zip(&out) {
+                assert_eq!(b.to_bits(), ty.widen(*o).to_bits(), "{ty:?} in place");
+            }
+        }
     }
 }
