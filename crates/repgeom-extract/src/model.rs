@@ -40,8 +40,9 @@ type TileRows = Vec<(f32, f64, Option<f32>)>;
 /// Weight matrices stored as f16 or bf16 stay in that precision in memory and are widened to
 /// f32 one matrix at a time as they are used (vectors are widened at load), so the numbers
 /// match a HuggingFace model run in f32 on the same weights while a bf16 checkpoint takes
-/// about its file size in memory. At `stored` each matrix is instead laid out for the
-/// half-precision product as it is used (`repgeom_linalg::HalfMatrix`), never widened.
+/// about its file size in memory. At `stored`, on a CPU with AMX, each bf16 matrix is instead
+/// laid out for the tiles at its first use and kept (`repgeom_linalg::HalfMatrix`); without
+/// AMX, and for f16, it is widened as in f32 and multiplies inputs rounded to its type.
 #[derive(Debug)]
 pub struct Model {
     config: ModelConfig,
@@ -54,6 +55,8 @@ pub struct Model {
     final_norm: Norm,
     /// [V, d]; the embedding itself when tied.
     readout: Tensor,
+    /// `readout` laid out for AMX tiles, as [`Linear::packed`].
+    readout_packed: std::sync::OnceLock<HalfMatrix>,
     /// Whether `readout` is the embedding.
     tied: bool,
     /// Phi's `lm_head.bias` [V].
@@ -83,8 +86,7 @@ pub(crate) struct Linear<W = Tensor> {
     pub(crate) weight: W,
     pub(crate) bias: Option<W>,
     /// The weight laid out for AMX tiles, made at its first product at `stored` on the CPU
-    /// and kept until the model is placed elsewhere (re-laying it out for every batch took
-    /// about a tenth of a Pythia-410M-shaped run).
+    /// ([`kept_tiles`]) and kept until the model is placed elsewhere.
     pub(crate) packed: std::sync::OnceLock<HalfMatrix>,
 }
 
@@ -102,10 +104,8 @@ impl Linear {
 }
 
 impl Linear {
-    /// `x: [..., in]` to `[..., out]`: `y = x Wᵀ + b` through `repgeom_linalg`'s GEMM (faer,
-    /// dispatched to the widest SIMD the CPU has), with `y` pre-filled with the bias rows. At
-    /// [`Precision::Stored`] a bf16/f16 weight multiplies `x` rounded to its type
-    /// (`repgeom_linalg::matmul_abt_add_half`: AMX tiles where the CPU has them).
+    /// `x: [..., in]` to `[..., out]`: `y = x Wᵀ + b` ([`product_into`]), with `y` pre-filled
+    /// with the bias rows.
     fn forward(&self, x: &Tensor, precision: Precision) -> Result<Tensor> {
         let dims = x.dims().to_vec();
         let inp = dims[dims.len() - 1];
@@ -126,45 +126,8 @@ impl Linear {
             y.par_chunks_mut(out * 64)
                 .for_each(|rows| rows.chunks_mut(out).for_each(|r| r.copy_from_slice(&b)));
         }
-        let half = match precision {
-            Precision::Stored => half_of(&self.weight),
-            Precision::F32 => None,
-        };
-        if let Some(ty) = half {
-            let x = f32_slice(&xs, xl, rows * inp)?;
-            let made;
-            let w = match self.packed.get() {
-                Some(w) => w,
-                None => {
-                    made = half_matrix(&self.weight, 0..out * inp, out, ty, Par::rayon(0))?;
-                    // kept for the next batch where it is a re-layout (AMX); the widened
-                    // kernel's rows are the weight itself
-                    if made.amx() {
-                        let _ = self.packed.set(made);
-                        self.packed.get().expect("set above")
-                    } else {
-                        &made
-                    }
-                }
-            };
-            let x = HalfMatrix::left(x, rows, inp, ty, Par::rayon(0));
-            matmul_abt_add_half(&mut y, &x, 0..rows, w, 0..out, Par::rayon(0));
-            let mut shape = dims;
-            let last = shape.len() - 1;
-            shape[last] = out;
-            return Ok(Tensor::from_vec(y, shape, &Device::Cpu)?);
-        }
-        // widened here, per use (in parallel): the model holds the weight in its stored
-        // precision
-        with_f32(&self.weight, out * inp, |w| {
-            matmul_abt_add_f32(
-                MatMut::from_row_major_slice_mut(&mut y, rows, out),
-                MatRef::from_row_major_slice(f32_slice(&xs, xl, rows * inp)?, rows, inp),
-                MatRef::from_row_major_slice(w, out, inp),
-                Par::rayon(0),
-            );
-            Ok(())
-        })?;
+        let x = f32_slice(&xs, xl, rows * inp)?;
+        product_into(&mut y, x, &self.weight, &self.packed, precision)?;
         let mut shape = dims;
         let last = shape.len() - 1;
         shape[last] = out;
@@ -839,6 +802,7 @@ impl Model {
             layers,
             final_norm,
             readout,
+            readout_packed: std::sync::OnceLock::new(),
             tied,
             readout_bias,
             device: Device::Cpu,
@@ -853,7 +817,8 @@ impl Model {
     /// [`Self::forward_batch`] then returns the same hidden states and losses, in the same
     /// layout. A model starts on the CPU at [`Precision::F32`]. On the CPU at `stored`, with
     /// AMX, each bf16 matrix is also kept laid out for the tiles after its first use (the
-    /// model then holds its linear layers' weights twice), until it is placed elsewhere.
+    /// model then holds its linear layers' weights and its readout twice), until it is placed
+    /// elsewhere.
     ///
     /// ```
     /// use repgeom_extract::{Model, Precision};
@@ -869,6 +834,7 @@ impl Model {
         self.on_device = None; // a second call frees the first upload before the next
         if gpu.is_some() || precision != Precision::Stored {
             self.layers.iter_mut().for_each(Layer::drop_packed);
+            self.readout_packed.take();
         }
         if let Some(gpu) = gpu {
             self.on_device = Some(Box::new(device::OnDevice::new(self, gpu, precision)?));
@@ -943,20 +909,16 @@ impl Model {
         })?;
         let logits = if logits {
             let h = to_vec(&last)?;
-            let (v, d) = (self.config.vocab_size, self.config.hidden_size);
+            let v = self.config.vocab_size;
             let mut out = vec![0f32; t * v];
-            match (self.precision, half_of(&self.readout)) {
-                (Precision::Stored, Some(ty)) => {
-                    let w = half_matrix(&self.readout, 0..v * d, v, ty, Par::rayon(0))?;
-                    let x = HalfMatrix::left(&h, t, d, ty, Par::rayon(0));
-                    matmul_abt_add_half(&mut out, &x, 0..t, &w, 0..v, Par::rayon(0));
-                    self.finish_logits(&mut out, v, self.readout_bias_f32()?.as_deref());
-                }
-                _ => self.with_readout(|w, bias| {
-                    self.logits_into(w, bias, &h, &mut out);
-                    Ok(())
-                })?,
-            }
+            product_into(
+                &mut out,
+                &h,
+                &self.readout,
+                &self.readout_packed,
+                self.precision,
+            )?;
+            self.finish_logits(&mut out, v, self.readout_bias_f32()?.as_deref());
             Some(out)
         } else {
             None
@@ -1160,40 +1122,12 @@ impl Model {
             final_norm: &self.final_norm,
         }
     }
-
-    /// Runs `f` on the readout widened to f32 and borrowed as `[V, d]`, with Phi's
-    /// `lm_head.bias`: widened once per call, not per tile of logits.
-    fn with_readout<R>(
-        &self,
-        f: impl FnOnce(MatRef<'_, f32>, Option<&[f32]>) -> Result<R>,
-    ) -> Result<R> {
-        let (v, d) = (self.config.vocab_size, self.config.hidden_size);
-        let w = self.readout.to_dtype(DType::F32)?;
-        let (store, layout) = w.storage_and_layout();
-        let w = MatRef::from_row_major_slice(f32_slice(&store, layout, v * d)?, v, d);
-        f(w, self.readout_bias_f32()?.as_deref())
-    }
-
     /// Phi's `lm_head.bias` in `f32`, if the model has one.
     fn readout_bias_f32(&self) -> Result<Option<Vec<f32>>> {
         Ok(match &self.readout_bias {
             Some(b) => Some(b.to_dtype(DType::F32)?.to_vec1::<f32>()?),
             None => None,
         })
-    }
-
-    /// Logits of final hidden states `h` (row-major `[n, d]`) into `out` (`[n, V]`): the
-    /// readout product, Phi's `lm_head.bias`, Gemma-2's `final_logit_softcapping`.
-    fn logits_into(&self, w: MatRef<'_, f32>, bias: Option<&[f32]>, h: &[f32], out: &mut [f32]) {
-        let (v, d) = (self.config.vocab_size, self.config.hidden_size);
-        let n = h.len() / d;
-        matmul_abt_f32(
-            MatMut::from_row_major_slice_mut(out, n, v),
-            MatRef::from_row_major_slice(h, n, d),
-            w,
-            Par::rayon(0),
-        );
-        self.finish_logits(out, v, bias);
     }
 
     /// Adds Phi's `lm_head.bias` (`bias`, one entry per column) to every row of `out` (rows of
@@ -1227,14 +1161,22 @@ impl Model {
         let n = targets.len();
         let bias = self.readout_bias_f32()?;
         let tiles = v.div_ceil(LOSS_TILE_VOCAB);
-        // At `stored`, a half-precision readout and the rows rounded to its type, each laid
-        // out once for the half-precision products of every tile
-        let half = match (self.precision, half_of(&self.readout)) {
-            (Precision::Stored, Some(ty)) => Some((
-                HalfMatrix::left(h, n, d, ty, Par::rayon(0)),
-                half_matrix(&self.readout, 0..v * d, v, ty, Par::rayon(0))?,
-            )),
-            _ => None,
+        // At `stored`, the rows rounded to a half-precision readout's type once for every
+        // tile: laid out for AMX with the readout's kept tiles, else as `f32` values
+        let (rounded, half);
+        let (h, half) = match (self.precision, half_of(&self.readout)) {
+            (Precision::Stored, Some(ty)) if ty.on_amx() => {
+                half = (
+                    HalfMatrix::left(h, n, d, ty, Par::rayon(0)),
+                    kept_tiles(&self.readout_packed, &self.readout, ty)?,
+                );
+                (h, Some(&half))
+            }
+            (Precision::Stored, Some(ty)) => {
+                rounded = rounded_copy(h, ty);
+                (&rounded[..], None)
+            }
+            _ => (h, None),
         };
         // per (row block, vocabulary tile), per row: (max, Σ e^{x − max}, the target's logit
         // if in the tile); a thread's consecutive tasks share their rows, which stay in cache
@@ -1247,7 +1189,7 @@ impl Model {
                     let v0 = (task % tiles) * LOSS_TILE_VOCAB;
                     let (m, nv) = ((n - r0).min(LOSS_TILE_ROWS), (v - v0).min(LOSS_TILE_VOCAB));
                     let logits = &mut buf[..m * nv];
-                    if let Some((x, w)) = &half {
+                    if let Some((x, w)) = half {
                         logits.fill(0.0);
                         matmul_abt_add_half(logits, x, r0..r0 + m, w, v0..v0 + nv, Par::Seq);
                     } else {
@@ -1643,6 +1585,76 @@ fn half_matrix(
     Ok(HalfMatrix::right(bits, rows, cols, ty, par))
 }
 
+/// `y += x wᵀ` for `x` row-major `[rows, in]` and a CPU weight `w` `[out, in]`, at
+/// `precision`. In `f32`, a half-precision weight is widened for this product alone (the
+/// model holds it in its stored type). At [`Precision::Stored`], a bf16/f16 weight multiplies
+/// `x` rounded to its type, summed in `f32`: on AMX tiles where the CPU has them (`w` laid out
+/// at its first product and kept in `tiles`, [`kept_tiles`]), else with both sides widened
+/// exactly and multiplied as in `f32` (the same sums as `repgeom_linalg`'s widened kernel,
+/// without a copy of the weight in its own type).
+fn product_into(
+    y: &mut [f32],
+    x: &[f32],
+    w: &Tensor,
+    tiles: &std::sync::OnceLock<HalfMatrix>,
+    precision: Precision,
+) -> Result<()> {
+    let (out, inp) = w.dims2()?;
+    let rows = x.len() / inp.max(1);
+    let half = match precision {
+        Precision::Stored => half_of(w),
+        Precision::F32 => None,
+    };
+    let rounded;
+    let x = match half {
+        Some(ty) if ty.on_amx() => {
+            let w = kept_tiles(tiles, w, ty)?;
+            let x = HalfMatrix::left(x, rows, inp, ty, Par::rayon(0));
+            matmul_abt_add_half(y, &x, 0..rows, w, 0..out, Par::rayon(0));
+            return Ok(());
+        }
+        Some(ty) => {
+            rounded = rounded_copy(x, ty);
+            &rounded[..]
+        }
+        None => x,
+    };
+    with_f32(w, out * inp, |w| {
+        matmul_abt_add_f32(
+            MatMut::from_row_major_slice_mut(y, rows, out),
+            MatRef::from_row_major_slice(x, rows, inp),
+            MatRef::from_row_major_slice(w, out, inp),
+            Par::rayon(0),
+        );
+        Ok(())
+    })
+}
+
+/// `w` (`[out, in]`, bf16, on the CPU) laid out for AMX tiles: the layout kept in `tiles`,
+/// made now and kept if there is none yet (re-laying a weight out for every batch took about
+/// a tenth of a Pythia-410M-shaped run).
+fn kept_tiles<'a>(
+    tiles: &'a std::sync::OnceLock<HalfMatrix>,
+    w: &Tensor,
+    ty: HalfType,
+) -> Result<&'a HalfMatrix> {
+    if let Some(t) = tiles.get() {
+        return Ok(t);
+    }
+    let rows = w.dim(0)?;
+    let made = half_matrix(w, 0..w.elem_count(), rows, ty, Par::rayon(0))?;
+    // a second caller that made the same layout meanwhile keeps the first
+    let _ = tiles.set(made);
+    Ok(tiles.get().expect("set above"))
+}
+
+/// `x` rounded to `ty` and widened back (a copy, rounded on the pool).
+fn rounded_copy(x: &[f32], ty: HalfType) -> Vec<f32> {
+    let mut r = x.to_vec();
+    ty.round_in_place(&mut r, Par::rayon(0));
+    r
+}
+
 fn to_vec(h: &Tensor) -> Result<Vec<f32>> {
     Ok(h.flatten_all()?.to_vec1::<f32>()?)
 }
@@ -1654,9 +1666,9 @@ mod tests {
 
     use super::*;
 
-    /// At `stored` on an AMX CPU each bf16 weight is laid out for the tiles at its first
-    /// product and kept (the second pass, from the kept tiles, gives the same bits), and
-    /// placing the model elsewhere drops them; without AMX nothing is kept.
+    /// At `stored` on an AMX CPU each bf16 weight (the readout too) is laid out for the tiles
+    /// at its first product and kept (the second pass, from the kept tiles, gives the same
+    /// bits), and placing the model elsewhere drops them; without AMX nothing is kept.
     #[test]
     fn tile_layouts_are_kept_at_stored_and_dropped_elsewhere() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1673,6 +1685,7 @@ mod tests {
                     Attention::Split { .. } => 0,
                 })
                 .sum::<usize>()
+                + usize::from(m.readout_packed.get().is_some())
         };
         let ids: Vec<u32> = (0..20).map(|i| (i * 37 % 290) as u32).collect();
         m.place(None, Precision::Stored).unwrap();
@@ -1681,7 +1694,7 @@ mod tests {
         assert_eq!(
             kept(&m),
             if repgeom_linalg::amx_bf16() {
-                2 * layers
+                2 * layers + 1
             } else {
                 0
             }
