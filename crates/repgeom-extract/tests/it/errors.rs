@@ -2,7 +2,7 @@
 
 use repgeom_extract::{Error, ExtractParams, Extractor, Pool, Precision};
 
-use crate::{check_extract, copy_fixture, corpus, fixture};
+use crate::{check_extract, copy_fixture, corpus, edit_safetensors, fixture};
 
 #[test]
 fn unsupported_architecture_is_named() {
@@ -169,26 +169,13 @@ fn sequence_longer_than_the_model_allows() {
 fn non_finite_hidden_states_are_named() {
     let tmp = copy_fixture("gptneox_parallel");
     let shard = tmp.path().join("model-00001-of-00002.safetensors");
-    let bytes = std::fs::read(&shard).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     // Layer 0's MLP output bias infinite in column 3 only: hidden state 1 (after layer 0) is
     // infinite there at every position.
-    let bias = "gpt_neox.layers.0.mlp.dense_4h_to_h.bias";
-    let mut data: Vec<(String, Vec<u8>, safetensors::Dtype, Vec<usize>)> = st
-        .tensors()
-        .into_iter()
-        .map(|(name, v)| (name, v.data().to_vec(), v.dtype(), v.shape().to_vec()))
-        .collect();
-    let entry = data.iter_mut().find(|t| t.0 == bias).unwrap();
-    entry.1[12..16].copy_from_slice(&f32::INFINITY.to_le_bytes());
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
-        .iter()
-        .map(|(name, bytes, dtype, shape)| {
-            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
-            (name.clone(), view)
-        })
-        .collect();
-    std::fs::write(&shard, safetensors::serialize(views, None).unwrap()).unwrap();
+    edit_safetensors(&shard, |name, _, bytes| {
+        if name == "gpt_neox.layers.0.mlp.dense_4h_to_h.bias" {
+            bytes[12..16].copy_from_slice(&f32::INFINITY.to_le_bytes());
+        }
+    });
     // With the loss, its pass finds the overflow first: the sequence is named.
     let err = check_extract(tmp.path(), &corpus(40), Pool::Tokens, Some(12), 16, 0).unwrap_err();
     assert!(
@@ -234,32 +221,17 @@ fn non_finite_hidden_states_are_named() {
 fn an_f16_overflow_at_stored_is_named_with_the_way_out() {
     let tmp = copy_fixture("llama_tied");
     let file = tmp.path().join("model.safetensors");
-    let bytes = std::fs::read(&file).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut data: Vec<(String, Vec<u8>, safetensors::Dtype, Vec<usize>)> = st
-        .tensors()
-        .into_iter()
-        .map(|(name, v)| (name, v.data().to_vec(), v.dtype(), v.shape().to_vec()))
-        .collect();
     // layer 0's gate and up projections times 256 (exact in f16): the down projection's
     // input, act(gate) · up, reaches millions
-    for (name, bytes, dtype, _) in &mut data {
+    edit_safetensors(&file, |name, dtype, bytes| {
         if name.starts_with("model.layers.0.mlp.") && !name.contains("down") {
-            assert_eq!(*dtype, safetensors::Dtype::F16, "{name}");
+            assert_eq!(dtype, safetensors::Dtype::F16, "{name}");
             for v in bytes.chunks_exact_mut(2) {
                 let x = half::f16::from_le_bytes([v[0], v[1]]).to_f32() * 256.0;
                 v.copy_from_slice(&half::f16::from_f32(x).to_le_bytes());
             }
         }
-    }
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
-        .iter()
-        .map(|(name, bytes, dtype, shape)| {
-            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
-            (name.clone(), view)
-        })
-        .collect();
-    std::fs::write(&file, safetensors::serialize(views, None).unwrap()).unwrap();
+    });
     let params = |dtype| {
         ExtractParams {
             seq_len: 16,

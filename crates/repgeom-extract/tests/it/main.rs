@@ -46,6 +46,32 @@ pub(crate) fn copy_fixture(name: &str) -> tempfile::TempDir {
     tmp
 }
 
+/// Rewrites the safetensors file `file` in place, each tensor's little-endian bytes passed to
+/// `edit` with its name and dtype (to break a copied fixture).
+pub(crate) fn edit_safetensors(
+    file: &Path,
+    mut edit: impl FnMut(&str, safetensors::Dtype, &mut [u8]),
+) {
+    let bytes = std::fs::read(file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut data: Vec<(String, Vec<u8>, safetensors::Dtype, Vec<usize>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, v)| (name, v.data().to_vec(), v.dtype(), v.shape().to_vec()))
+        .collect();
+    for (name, bytes, dtype, _) in &mut data {
+        edit(name, *dtype, bytes);
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
+        .iter()
+        .map(|(name, bytes, dtype, shape)| {
+            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
+            (name.clone(), view)
+        })
+        .collect();
+    std::fs::write(file, safetensors::serialize(views, None).unwrap()).unwrap();
+}
+
 /// The one entry point the tests use to run an extraction.
 pub(crate) fn check_extract(
     dir: &Path,
