@@ -3,9 +3,11 @@
 //! one scalar call (and one fresh buffer) at a time.
 //!
 //! Every function here is branch-free arithmetic on `f32` (no `mul_add`, so no contraction
-//! differs between instruction sets), compiled for the best instruction set the CPU has
-//! through `pulp`'s runtime dispatch; the activations are split over rayon's threads by
-//! element, the softmax runs one row at a time inside attention's tasks (`attention.rs`).
+//! differs between instruction sets), compiled for the best instruction set the CPU has and
+//! chosen at run time (`repgeom_linalg::vectorize`: AVX-512 where the CPU has it, else
+//! through `pulp`'s dispatch; each level gives the same bits, a NaN's payload aside); the
+//! activations are split over rayon's threads by element, the softmax runs one row at a time
+//! inside attention's tasks (`attention.rs`).
 //! Each output depends only on its own input element (activations) or its own row (softmax,
 //! log-sum-exp), so results are identical at any thread count.
 //!
@@ -17,6 +19,7 @@
 
 use candle_core::{CpuStorage, InplaceOp1, Layout};
 use rayon::prelude::*;
+use repgeom_linalg::vectorize;
 
 use crate::config::Activation;
 
@@ -112,7 +115,7 @@ pub(crate) fn zeros(n: usize) -> Vec<f32> {
 /// `x ← act(x)` for every element, in parallel chunks.
 pub(crate) fn activate(a: Activation, xs: &mut [f32]) {
     xs.par_chunks_mut(CHUNK)
-        .for_each(|xs| pulp::Arch::new().dispatch(ActOp { a, xs }));
+        .for_each(|xs| vectorize(ActOp { a, xs }));
 }
 
 /// `-log softmax(row)[target]`: the maximum in `f32`, `e^{x − max}` in `f32`, their sum and
@@ -126,7 +129,7 @@ pub(crate) fn row_nll(row: &[f32], target: u32) -> f64 {
 /// The parts of `log Σ e^x` over `row`: its maximum (`f32`) and `Σ e^{x − max}` (each term in
 /// `f32`, summed in `f64`). The loss combines them over tiles of the vocabulary.
 pub(crate) fn row_lse(row: &[f32]) -> (f32, f64) {
-    pulp::Arch::new().dispatch(LseOp { row })
+    vectorize(LseOp { row })
 }
 
 /// The body of [`activate`] for one chunk. A `WithSimd` type rather than a closure: pulp
@@ -150,6 +153,7 @@ impl pulp::WithSimd for ActOp<'_> {
 }
 
 /// The body of [`row_lse`]; see [`ActOp`].
+#[derive(Clone, Copy)]
 struct LseOp<'a> {
     row: &'a [f32],
 }
@@ -193,7 +197,7 @@ pub(crate) fn masked_softmax_row(row: &mut [f32], i: usize, scale: f32, window: 
     let lo = visible_from(i, window);
     row[..lo].fill(0.0);
     row[i + 1..].fill(0.0);
-    pulp::Arch::new().dispatch(SoftmaxOp {
+    vectorize(SoftmaxOp {
         row: &mut row[lo..=i],
         scale,
     });
@@ -321,6 +325,8 @@ fn with_f32(
 
 #[cfg(test)]
 mod tests {
+    use pulp::WithSimd;
+
     use super::*;
 
     /// Relative error of `got` against the f64 reference `want`.
@@ -360,6 +366,81 @@ mod tests {
             .map(|(&x, &g)| rel(g, f(f64::from(x))))
             .fold(0.0, f64::max);
         assert!(worst <= tol, "{name}: worst relative error {worst:e}");
+    }
+
+    /// Each kernel gives the same bits compiled for AVX-512 (where this CPU has it), for
+    /// `pulp`'s level and for the baseline, on a spread of bit patterns (every exponent,
+    /// subnormals, infinities and NaNs included; a NaN may come out as another NaN) and rows
+    /// of every length up to 70.
+    #[test]
+    fn every_instruction_set_gives_the_same_bits() {
+        fn levels<Op: pulp::WithSimd + Clone>(op: Op) -> Vec<Op::Output> {
+            let mut out = vec![
+                op.clone().with_simd(pulp::Scalar::new()),
+                pulp::Arch::new().dispatch(op.clone()),
+            ];
+            out.push(vectorize(op));
+            out
+        }
+        // a NaN's payload and sign may differ (they are reported as non-finite either way)
+        let bits = |v: &[f32]| {
+            v.iter()
+                .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+                .collect::<Vec<_>>()
+        };
+        let x: Vec<f32> = (0..1u32 << 16)
+            .map(|i| f32::from_bits(i.wrapping_mul(0x9e37_79b9) ^ (i << 7)))
+            .collect();
+        let acts = [
+            Activation::GeluErf,
+            Activation::GeluTanh,
+            Activation::Relu,
+            Activation::Silu,
+        ];
+        for a in acts {
+            let outs: Vec<Vec<u32>> = (0..3)
+                .map(|level| {
+                    let mut xs = x.clone();
+                    let op = ActOp { a, xs: &mut xs };
+                    match level {
+                        0 => op.with_simd(pulp::Scalar::new()),
+                        1 => pulp::Arch::new().dispatch(op),
+                        _ => vectorize(op),
+                    }
+                    bits(&xs)
+                })
+                .collect();
+            assert!(outs.iter().all(|o| *o == outs[0]), "{a:?}");
+        }
+        // rows of moderate values, as scores and logits are
+        let row: Vec<f32> = (0..70)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.37)
+            .collect();
+        for len in 1..=row.len() {
+            let r = &row[..len];
+            let lse = levels(LseOp { row: r });
+            assert!(
+                lse.iter().all(|&(m, s)| m.to_bits() == lse[0].0.to_bits()
+                    && s.to_bits() == lse[0].1.to_bits()),
+                "lse of {len}"
+            );
+            let outs: Vec<Vec<u32>> = (0..3)
+                .map(|level| {
+                    let mut r = r.to_vec();
+                    let op = SoftmaxOp {
+                        row: &mut r,
+                        scale: 0.125,
+                    };
+                    match level {
+                        0 => op.with_simd(pulp::Scalar::new()),
+                        1 => pulp::Arch::new().dispatch(op),
+                        _ => vectorize(op),
+                    }
+                    bits(&r)
+                })
+                .collect();
+            assert!(outs.iter().all(|o| *o == outs[0]), "softmax of {len}");
+        }
     }
 
     #[test]
@@ -465,7 +546,12 @@ mod tests {
             let mut got = a.clone();
             pool.install(|| pairwise(op, &mut got, &b));
             let want = want.to_vec1::<f32>().unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            // a NaN's payload and sign may differ (they are reported as non-finite either way)
+            let bits = |v: &[f32]| {
+                v.iter()
+                    .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+                    .collect::<Vec<_>>()
+            };
             assert!(bits(&got) == bits(&want), "{op:?}");
         }
     }

@@ -28,6 +28,7 @@ mod kernel;
 #[cfg(test)]
 mod proptests;
 mod rank;
+mod simd;
 #[cfg(test)]
 mod tests;
 
@@ -53,6 +54,7 @@ pub use kernel::{
 pub use rank::{
     RankScratch, RankedReference, TieSums, average_ranks, float_key, pearson, spearman,
 };
+pub use simd::vectorize;
 
 /// `f(0), f(1), …, f(n − 1)`, in that order: on this thread with `Par::Seq`, else on the
 /// current rayon pool. Which thread computes which item does not change the result, so the
