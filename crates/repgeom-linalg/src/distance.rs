@@ -249,12 +249,10 @@ pub fn spearman_of_cosine<T: Copy + Into<f64> + Sync>(
     );
     let xn = normalize_rows(x, what, par)?;
     let rank2 = reference.rank2();
-    // The CPU's SIMD level, detected once per call rather than once per column.
-    let arch = pulp::Arch::new();
     reference.spearman_with_words(scratch, what, |words, block| {
         for_each_gram_column(xn.as_ref(), par, block, |pos, sims| {
             let end = pos + sims.len();
-            arch.dispatch(CosineWords {
+            crate::vectorize(CosineWords {
                 words: &mut words[pos..end],
                 rank2: &rank2[pos..end],
                 sims,
@@ -264,8 +262,8 @@ pub fn spearman_of_cosine<T: Copy + Into<f64> + Sync>(
 }
 
 /// One column's sort words, `(cosine_key(g) << 32) | rank2`, compiled for the SIMD level of
-/// the running CPU (pulp's dispatch; the baseline build is SSE2, two words an iteration). The
-/// map is elementwise, so every level writes the same words.
+/// the running CPU ([`crate::vectorize`]; the baseline build is SSE2, two words an
+/// iteration). The map is elementwise, so every level writes the same words.
 struct CosineWords<'a> {
     words: &'a mut [u64],
     rank2: &'a [u32],
