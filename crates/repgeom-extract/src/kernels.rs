@@ -163,25 +163,19 @@ impl pulp::WithSimd for LseOp<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) -> (f32, f64) {
-        // 16 independent lanes, combined in a fixed order at the end
-        const L: usize = 16;
         let row = self.row;
-        let chunks = row.chunks_exact(L);
+        let max = lane_max(row);
+        let chunks = row.chunks_exact(LANES);
         let tail = chunks.remainder();
-        let mut lanes = [f32::NEG_INFINITY; L];
+        let mut sums = [0f64; LANES];
         for c in chunks {
-            for (m, &x) in lanes.iter_mut().zip(c) {
-                *m = if x > *m { x } else { *m };
+            // the exponentials of a chunk at full width first, then widened into the sums
+            let mut e = [0f32; LANES];
+            for (e, &x) in e.iter_mut().zip(c) {
+                *e = exp(x - max);
             }
-        }
-        let max = tail
-            .iter()
-            .chain(&lanes)
-            .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
-        let mut sums = [0f64; L];
-        for c in row.chunks_exact(L) {
-            for (s, &x) in sums.iter_mut().zip(c) {
-                *s += f64::from(exp(x - max));
+            for (s, &e) in sums.iter_mut().zip(&e) {
+                *s += f64::from(e);
             }
         }
         let sum: f64 =
@@ -220,25 +214,49 @@ impl pulp::WithSimd for SoftmaxOp<'_> {
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
         let scale = self.scale;
-        let mut max = f32::NEG_INFINITY;
         for o in self.row.iter_mut() {
             *o *= scale;
         }
-        for &x in self.row.iter() {
-            max = if x > max { x } else { max };
-        }
-        let mut sum = 0f32;
+        let max = lane_max(self.row);
         for o in self.row.iter_mut() {
             *o = exp(*o - max);
         }
-        for &o in self.row.iter() {
-            sum += o;
+        // in LANES independent sums, combined in a fixed order (a single running sum waits
+        // on each addition's latency: about a tenth of a Pythia-70M-shaped run)
+        let chunks = self.row.chunks_exact(LANES);
+        let tail: f32 = chunks.remainder().iter().sum();
+        let mut sums = [0f32; LANES];
+        for c in chunks {
+            for (s, &x) in sums.iter_mut().zip(c) {
+                *s += x;
+            }
         }
-        let inv = 1.0 / sum;
+        let inv = 1.0 / (sums.iter().sum::<f32>() + tail);
         for o in self.row.iter_mut() {
             *o *= inv;
         }
     }
+}
+
+/// Independent lanes of a reduction over a row: its elements `i`, `i + LANES`, ... go to lane
+/// `i % LANES`, and the lanes are combined in order at the end, at every instruction set.
+const LANES: usize = 16;
+
+/// The largest value of `row` (`−∞` for an empty row; NaNs are passed over), in
+/// [`LANES`] lanes.
+#[inline(always)]
+fn lane_max(row: &[f32]) -> f32 {
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    tail.iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
 }
 
 /// [`activate`] as an in-place candle operation (CPU, contiguous `f32`), for a tensor no
