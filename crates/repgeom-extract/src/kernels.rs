@@ -153,7 +153,6 @@ impl pulp::WithSimd for ActOp<'_> {
 }
 
 /// The body of [`row_lse`]; see [`ActOp`].
-#[derive(Clone, Copy)]
 struct LseOp<'a> {
     row: &'a [f32],
 }
@@ -343,8 +342,6 @@ fn with_f32(
 
 #[cfg(test)]
 mod tests {
-    use pulp::WithSimd;
-
     use super::*;
 
     /// Relative error of `got` against the f64 reference `want`.
@@ -392,13 +389,13 @@ mod tests {
     /// of every length up to 70.
     #[test]
     fn every_instruction_set_gives_the_same_bits() {
-        fn levels<Op: pulp::WithSimd + Clone>(op: Op) -> Vec<Op::Output> {
-            let mut out = vec![
-                op.clone().with_simd(pulp::Scalar::new()),
-                pulp::Arch::new().dispatch(op.clone()),
-            ];
-            out.push(vectorize(op));
-            out
+        /// `op` compiled for the baseline (0), `pulp`'s level (1) or `vectorize`'s (2).
+        fn at<Op: pulp::WithSimd>(level: usize, op: Op) -> Op::Output {
+            match level {
+                0 => op.with_simd(pulp::Scalar::new()),
+                1 => pulp::Arch::new().dispatch(op),
+                _ => vectorize(op),
+            }
         }
         // a NaN's payload and sign may differ (they are reported as non-finite either way)
         let bits = |v: &[f32]| {
@@ -419,12 +416,7 @@ mod tests {
             let outs: Vec<Vec<u32>> = (0..3)
                 .map(|level| {
                     let mut xs = x.clone();
-                    let op = ActOp { a, xs: &mut xs };
-                    match level {
-                        0 => op.with_simd(pulp::Scalar::new()),
-                        1 => pulp::Arch::new().dispatch(op),
-                        _ => vectorize(op),
-                    }
+                    at(level, ActOp { a, xs: &mut xs });
                     bits(&xs)
                 })
                 .collect();
@@ -436,24 +428,23 @@ mod tests {
             .collect();
         for len in 1..=row.len() {
             let r = &row[..len];
-            let lse = levels(LseOp { row: r });
-            assert!(
-                lse.iter().all(|&(m, s)| m.to_bits() == lse[0].0.to_bits()
-                    && s.to_bits() == lse[0].1.to_bits()),
-                "lse of {len}"
-            );
+            let lse: Vec<(u32, u64)> = (0..3)
+                .map(|level| {
+                    let (m, s) = at(level, LseOp { row: r });
+                    (m.to_bits(), s.to_bits())
+                })
+                .collect();
+            assert!(lse.iter().all(|l| *l == lse[0]), "lse of {len}");
             let outs: Vec<Vec<u32>> = (0..3)
                 .map(|level| {
                     let mut r = r.to_vec();
-                    let op = SoftmaxOp {
-                        row: &mut r,
-                        scale: 0.125,
-                    };
-                    match level {
-                        0 => op.with_simd(pulp::Scalar::new()),
-                        1 => pulp::Arch::new().dispatch(op),
-                        _ => vectorize(op),
-                    }
+                    at(
+                        level,
+                        SoftmaxOp {
+                            row: &mut r,
+                            scale: 0.125,
+                        },
+                    );
                     bits(&r)
                 })
                 .collect();
