@@ -1167,19 +1167,19 @@ impl Model {
         // At `stored`, the rows rounded to a half-precision readout's type once for every
         // tile: laid out for AMX with the readout's kept tiles, else as `f32` values
         let (rounded, half);
-        let (h, half) = match (self.precision, half_of(&self.readout)) {
-            (Precision::Stored, Some(ty)) if ty.on_amx() => {
+        let (h, half) = match stored_type(&self.readout, self.precision) {
+            Some(ty) if ty.on_amx() => {
                 half = (
                     HalfMatrix::left(h, n, d, ty, Par::rayon(0)),
-                    kept_tiles(&self.readout_packed, &self.readout, ty)?,
+                    kept_tiles(&self.readout_packed, &self.readout)?,
                 );
                 (h, Some(&half))
             }
-            (Precision::Stored, Some(ty)) => {
+            Some(ty) => {
                 rounded = rounded_copy(h, ty);
                 (&rounded[..], None)
             }
-            _ => (h, None),
+            None => (h, None),
         };
         // per (row block, vocabulary tile), per row: (max, Σ e^{x − max}, the target's logit
         // if in the tile); a thread's consecutive tasks share their rows, which stay in cache
@@ -1542,50 +1542,16 @@ fn with_f32_in<R>(
     }
 }
 
-/// The half-precision type a weight is stored in, `None` for `f32` (and other types).
-fn half_of(t: &Tensor) -> Option<HalfType> {
-    match t.dtype() {
-        DType::BF16 => Some(HalfType::Bf16),
-        DType::F16 => Some(HalfType::F16),
+/// The type a product with the CPU weight `w` rounds its input to at `precision`: `None` in
+/// `f32` (and for an `f32` weight at `stored`), the weight's bf16/f16 at `stored`, where the
+/// product runs on AMX tiles if `HalfType::on_amx` says so and as an `f32` product of the
+/// rounded input otherwise.
+fn stored_type(w: &Tensor, precision: Precision) -> Option<HalfType> {
+    match (precision, w.dtype()) {
+        (Precision::Stored, DType::BF16) => Some(HalfType::Bf16),
+        (Precision::Stored, DType::F16) => Some(HalfType::F16),
         _ => None,
     }
-}
-
-/// The values `range` of a contiguous bf16/f16 CPU tensor of type `ty` (`rows` rows of
-/// `range.len() / rows`), as the right side of a half-precision product.
-fn half_matrix(
-    t: &Tensor,
-    range: std::ops::Range<usize>,
-    rows: usize,
-    ty: HalfType,
-    par: Par,
-) -> Result<HalfMatrix> {
-    use candle_core::{CpuStorage, Storage};
-    use half::slice::HalfFloatSliceExt;
-    let (storage, layout) = t.storage_and_layout();
-    let base = layout
-        .contiguous_offsets()
-        .filter(|(start, end)| range.start <= range.end && range.end <= end - start)
-        .map(|(start, _)| start);
-    let bits: &[u16] = match (&*storage, base, ty) {
-        (Storage::Cpu(CpuStorage::BF16(x)), Some(o), HalfType::Bf16) => {
-            x[o + range.start..o + range.end].reinterpret_cast()
-        }
-        (Storage::Cpu(CpuStorage::F16(x)), Some(o), HalfType::F16) => {
-            x[o + range.start..o + range.end].reinterpret_cast()
-        }
-        _ => {
-            return Err(Error::InvalidParams {
-                field: "tensor",
-                reason: format!(
-                    "expected values {}..{} of a contiguous {ty:?} tensor on the CPU",
-                    range.start, range.end
-                ),
-            });
-        }
-    };
-    let cols = bits.len() / rows.max(1);
-    Ok(HalfMatrix::right(bits, rows, cols, ty, par))
 }
 
 /// `y += x wᵀ` for `x` row-major `[rows, in]` and a CPU weight `w` `[out, in]`, at
@@ -1604,14 +1570,10 @@ fn product_into(
 ) -> Result<()> {
     let (out, inp) = w.dims2()?;
     let rows = x.len() / inp.max(1);
-    let half = match precision {
-        Precision::Stored => half_of(w),
-        Precision::F32 => None,
-    };
     let rounded;
-    let x = match half {
+    let x = match stored_type(w, precision) {
         Some(ty) if ty.on_amx() => {
-            let w = kept_tiles(tiles, w, ty)?;
+            let w = kept_tiles(tiles, w)?;
             let x = HalfMatrix::left(x, rows, inp, ty, Par::rayon(0));
             matmul_abt_add_half(y, &x, 0..rows, w, 0..out, Par::rayon(0));
             return Ok(());
@@ -1639,13 +1601,24 @@ fn product_into(
 fn kept_tiles<'a>(
     tiles: &'a std::sync::OnceLock<HalfMatrix>,
     w: &Tensor,
-    ty: HalfType,
 ) -> Result<&'a HalfMatrix> {
+    use candle_core::{CpuStorage, Storage};
+    use half::slice::HalfFloatSliceExt;
     if let Some(t) = tiles.get() {
         return Ok(t);
     }
-    let rows = w.dim(0)?;
-    let made = half_matrix(w, 0..w.elem_count(), rows, ty, Par::rayon(0))?;
+    let (rows, cols) = w.dims2()?;
+    let (storage, layout) = w.storage_and_layout();
+    let bits: &[u16] = match (&*storage, layout.contiguous_offsets()) {
+        (Storage::Cpu(CpuStorage::BF16(x)), Some((a, b))) => x[a..b].reinterpret_cast(),
+        _ => {
+            return Err(Error::InvalidParams {
+                field: "tensor",
+                reason: "expected a contiguous bf16 tensor on the CPU".into(),
+            });
+        }
+    };
+    let made = HalfMatrix::right(bits, rows, cols, HalfType::Bf16, Par::rayon(0));
     // a second caller that made the same layout meanwhile keeps the first
     let _ = tiles.set(made);
     Ok(tiles.get().expect("set above"))
