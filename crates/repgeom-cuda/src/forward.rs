@@ -23,6 +23,29 @@ const THREADS: u32 = 256;
 /// At most this many bytes of logits at once in [`Gpu::loss`].
 const LOSS_BYTES: u64 = 1 << 30;
 
+/// The rows whose logits [`Gpu::loss`] computes at once for a vocabulary of `vocab`: as many
+/// as fit in 1 GiB, at least one.
+fn loss_rows_at_once(vocab: u64) -> u64 {
+    (LOSS_BYTES / (4 * vocab.max(1))).max(1)
+}
+
+/// The most device memory [`Gpu::loss`] allocates beside its inputs for `rows` rows of width
+/// `d` and a vocabulary of `vocab`: per row computed at once, its logits, the row picked (and
+/// its copy narrowed to half precision), its target and three `f64` sums. A batch's memory
+/// estimate adds it (`repgeom_extract`'s device check), so that a small model's loss is not
+/// counted at the 1 GiB a large vocabulary takes.
+///
+/// ```
+/// // Pythia's vocabulary: 5,242 rows at once, 1 GiB of logits and their rows
+/// let big = repgeom_cuda::loss_bytes(1 << 20, 2048, 50_304);
+/// assert!(big > 1 << 30 && big < (1 << 30) + (1 << 26));
+/// // 256 rows of a 1,000-token vocabulary: about 1 MB
+/// assert_eq!(repgeom_cuda::loss_bytes(256, 64, 1000), 256 * (4 * 1000 + 6 * 64 + 28));
+/// ```
+pub fn loss_bytes(rows: u64, d: u64, vocab: u64) -> u64 {
+    rows.min(loss_rows_at_once(vocab)) * (4 * vocab + 6 * d + 4 + 24)
+}
+
 /// The precision of a weight on the host, as stored in its checkpoint.
 #[derive(Clone, Copy, Debug)]
 pub enum HostData<'a> {
@@ -862,9 +885,7 @@ impl Gpu {
                 ),
             });
         }
-        let chunk = usize::try_from(LOSS_BYTES / (4 * vocab.max(1) as u64))
-            .unwrap_or(1)
-            .max(1);
+        let chunk = usize::try_from(loss_rows_at_once(vocab as u64)).unwrap_or(usize::MAX);
         let mut out = Vec::with_capacity(rows.len());
         let vu = u32_of(vocab, "the vocabulary")?;
         for (rs, ts) in rows.chunks(chunk).zip(targets.chunks(chunk)) {

@@ -32,7 +32,7 @@ mod pga;
 
 pub use device::{DEVICE_NAMES, Device};
 pub use error::{Error, Result};
-pub use forward::{Act, ActFn, AttentionSpec, Heads, HostData, Rope, Uploads, Weight};
+pub use forward::{Act, ActFn, AttentionSpec, Heads, HostData, Rope, Uploads, Weight, loss_bytes};
 pub use gpu::{
     Gpu, KERNELS, MIN_COMPUTE_CAPABILITY, OpTime, PROFILE_ENV, compile_kernels, profile_line,
 };

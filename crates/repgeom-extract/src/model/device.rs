@@ -219,14 +219,17 @@ impl OnDevice {
     /// An upper estimate of the device bytes one forward pass of `batch` sequences of
     /// `seq_len` tokens allocates beyond the weights: the hidden state and the layer's
     /// temporaries (norm output, projections, heads, scores, MLP), the narrowed inputs of
-    /// half-precision products, and the loss's 1 GiB of logits.
+    /// half-precision products, and the loss's logits of every row (at most 1 GiB at once:
+    /// [`repgeom_cuda::loss_bytes`]).
     pub(crate) fn activation_bytes(&self, model: &Model, batch: usize, seq_len: usize) -> u64 {
         let c = &model.config;
         let (b, t) = (batch as u64, seq_len as u64);
         let (d, qkv, ff) = widths(c);
         let rows = b * t;
         let floats = rows * (8 * d + 10 * qkv + 3 * ff) + b * c.n_heads as u64 * t * t;
-        4 * floats + 2 * rows * ff.max(3 * qkv) + (1 << 30)
+        4 * floats
+            + 2 * rows * ff.max(3 * qkv)
+            + repgeom_cuda::loss_bytes(rows, d, c.vocab_size as u64)
     }
 
     /// [`Model::forward_batch`] on the device.
