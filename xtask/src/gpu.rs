@@ -7,6 +7,12 @@
 //! `python3 fixtures/gpu/check.py --bin target/gpu-bundle/repgeom` runs the GPU check.
 //!
 //! `cargo xtask gpu check`: both, then the check, on a machine with a GPU and Rust.
+//!
+//! `cargo xtask gpu stand-in [DIR]`: builds the CPU stand-in for the CUDA driver, cuBLAS and
+//! NVRTC (`fixtures/gpu/cuda_stand_in.cpp`, with g++) as `DIR/lib64/libcuda.so.1` and the
+//! toolkit's three sonames (default DIR: `target/cuda-stand-in`), under which
+//! `python3 fixtures/gpu/check.py --stand-in DIR --bin target/debug/repgeom` runs the device
+//! path end to end on the CPU; CI runs it.
 
 use anyhow::{Context, bail};
 
@@ -39,7 +45,22 @@ pub(crate) fn gpu(args: &[String]) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        _ => bail!("usage: cargo xtask gpu kernels | bundle | check [check.py's options]"),
+        Some("stand-in") => {
+            let dir = match args.get(1) {
+                Some(d) => std::path::PathBuf::from(d),
+                None => crate::root().join("target/cuda-stand-in"),
+            };
+            stand_in(&dir)?;
+            println!(
+                "{}: the CUDA stand-in; run python3 fixtures/gpu/check.py --stand-in {} --bin ...",
+                dir.join("lib64").display(),
+                dir.display()
+            );
+            Ok(())
+        }
+        _ => bail!(
+            "usage: cargo xtask gpu kernels | bundle | check [check.py's options] | stand-in [DIR]"
+        ),
     }
 }
 
@@ -72,4 +93,57 @@ fn bundle() -> anyhow::Result<std::path::PathBuf> {
     let size = std::fs::metadata(&out)?.len();
     println!("{} ({:.1} MB)", out.display(), size as f64 / 1e6);
     Ok(out)
+}
+
+/// The sonames repgeom loads from a CUDA 13 toolkit; the stand-in gives each as an empty
+/// library that needs `libcuda.so.1`, so a symbol looked up in it is found there.
+const TOOLKIT_SONAMES: [&str; 3] = ["libnvrtc.so.13", "libcublasLt.so.13", "libcublas.so.13"];
+
+/// Builds the CPU stand-in for CUDA into `dir/lib64` (each library written beside its final
+/// name, then renamed).
+fn stand_in(dir: &std::path::Path) -> anyhow::Result<()> {
+    let lib = dir.join("lib64");
+    std::fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    let source = crate::root().join("fixtures/gpu/cuda_stand_in.cpp");
+    let build = |soname: &str, args: &[&std::ffi::OsStr]| -> anyhow::Result<()> {
+        let tmp = lib.join(format!("{soname}.tmp"));
+        let status = std::process::Command::new(&cxx)
+            .args([
+                "-std=c++20",
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-fvisibility=hidden",
+            ])
+            .args(args)
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg("-o")
+            .arg(&tmp)
+            .current_dir(&lib)
+            .status()
+            .with_context(|| format!("running {cxx} (a C++20 compiler) for {soname}"))?;
+        anyhow::ensure!(status.success(), "{cxx} failed building {soname}");
+        std::fs::rename(&tmp, lib.join(soname))?;
+        Ok(())
+    };
+    build("libcuda.so.1", &[source.as_os_str()])?;
+    let empty = lib.join("empty.cpp");
+    std::fs::write(
+        &empty,
+        "// the toolkit's libraries: their symbols are libcuda.so.1's\n",
+    )?;
+    for soname in TOOLKIT_SONAMES {
+        build(
+            soname,
+            &[
+                empty.as_os_str(),
+                "-Wl,--no-as-needed".as_ref(),
+                "./libcuda.so.1".as_ref(),
+                "-Wl,-rpath,$ORIGIN".as_ref(),
+            ],
+        )?;
+    }
+    std::fs::remove_file(&empty)?;
+    Ok(())
 }
