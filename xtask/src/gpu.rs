@@ -1,5 +1,7 @@
 //! `cargo xtask gpu kernels`: compiles repgeom's CUDA kernels with NVRTC (no GPU needed), for
-//! the oldest compute capability they support and for the H100/H200's, and fails on any
+//! the oldest compute capability they support and for the H100/H200's, then assembles them
+//! for both with ptxas (through NVRTC, as the driver does when it loads them) and checks every
+//! kernel's registers, shared memory and spills against what its launches need; fails on any
 //! error; CI runs it with NVRTC from PyPI.
 //!
 //! `cargo xtask gpu bundle`: the release `repgeom`, stripped, in `target/gpu-bundle/` (about
@@ -26,6 +28,10 @@ pub(crate) fn gpu(args: &[String]) -> anyhow::Result<()> {
                 let ptx = repgeom_cuda::compile_kernels(arch)
                     .with_context(|| format!("compiling repgeom's kernels for {arch}"))?;
                 println!("{arch}: {} bytes of PTX", ptx.len());
+                let sm = arch.replace("compute_", "sm_");
+                let kernels = repgeom_cuda::assemble_kernels(&sm)
+                    .with_context(|| format!("assembling repgeom's kernels for {sm}"))?;
+                println!("{sm}: {}", within_limits(&kernels)?);
             }
             Ok(())
         }
@@ -62,6 +68,47 @@ pub(crate) fn gpu(args: &[String]) -> anyhow::Result<()> {
             "usage: cargo xtask gpu kernels | bundle | check [check.py's options] | stand-in [DIR]"
         ),
     }
+}
+
+/// The most registers a kernel may use: at 1,024 threads, the largest block repgeom launches,
+/// a block must fit in the 65,536 registers of a multiprocessor (every architecture from 7.5).
+const MAX_REGISTERS: u32 = 64;
+/// The most static shared memory a block may declare without opting in (every architecture).
+const MAX_SHARED: u64 = 48 * 1024;
+
+/// Checks that every assembled kernel can be launched as repgeom launches it (registers,
+/// static shared memory) and spills nothing; the summary line, or what is past a limit.
+fn within_limits(kernels: &[repgeom_cuda::KernelResources]) -> anyhow::Result<String> {
+    let past: Vec<String> = kernels
+        .iter()
+        .filter(|k| k.registers > MAX_REGISTERS || k.shared_bytes > MAX_SHARED || k.spill_bytes > 0)
+        .map(|k| {
+            format!(
+                "{}: {} registers (at most {MAX_REGISTERS}), {} bytes of shared memory (at most \
+                 {MAX_SHARED}), {} bytes spilled",
+                k.name, k.registers, k.shared_bytes, k.spill_bytes
+            )
+        })
+        .collect();
+    anyhow::ensure!(
+        past.is_empty(),
+        "kernels past the launch limits:\n{}",
+        past.join("\n")
+    );
+    let most_registers = kernels.iter().max_by_key(|k| k.registers).expect("kernels");
+    let most_shared = kernels
+        .iter()
+        .max_by_key(|k| k.shared_bytes)
+        .expect("kernels");
+    Ok(format!(
+        "{} kernels assembled by ptxas; at most {} registers ({}) and {} bytes of shared memory \
+         ({}), no spills",
+        kernels.len(),
+        most_registers.registers,
+        most_registers.name,
+        most_shared.shared_bytes,
+        most_shared.name
+    ))
 }
 
 /// Builds the release binary and writes a stripped copy to `target/gpu-bundle/repgeom`.

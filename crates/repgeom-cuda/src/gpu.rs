@@ -47,16 +47,23 @@ const FUNCTIONS: [&str; 25] = [
     "sum_chunks",
 ];
 
+/// NVRTC's flags for [`KERNELS`]: no contracted multiply-adds, IEEE square roots and
+/// divisions, denormals kept, so that each kernel rounds as the CPU path does.
+pub(crate) const NVRTC_FLAGS: [&str; 4] = [
+    "--fmad=false",
+    "--prec-sqrt=true",
+    "--prec-div=true",
+    "--ftz=false",
+];
+
 /// Compiles [`KERNELS`] to PTX for `arch` (e.g. `compute_90`) with NVRTC, loading NVRTC first.
 /// Needs no GPU: CI runs it to check that the kernels compile.
 pub fn compile_kernels(arch: &str) -> Result<String> {
     libs::load(&NVRTC, 0)?;
+    let mut options: Vec<String> = NVRTC_FLAGS.iter().map(|f| f.to_string()).collect();
+    options.push(format!("--gpu-architecture={arch}"));
     let opts = CompileOptions {
-        fmad: Some(false),
-        prec_sqrt: Some(true),
-        prec_div: Some(true),
-        ftz: Some(false),
-        options: vec![format!("--gpu-architecture={arch}")],
+        options,
         name: Some("repgeom_kernels.cu".into()),
         ..Default::default()
     };

@@ -22,6 +22,7 @@
 //! defines.
 #![deny(missing_docs)]
 
+mod assemble;
 mod device;
 mod error;
 mod forward;
@@ -30,6 +31,7 @@ mod libs;
 mod pairs;
 mod pga;
 
+pub use assemble::{KernelResources, assemble_kernels};
 pub use device::{DEVICE_NAMES, Device};
 pub use error::{Error, Result};
 pub use forward::{Act, ActFn, AttentionSpec, Heads, HostData, Rope, Uploads, Weight, loss_bytes};

@@ -90,3 +90,33 @@ fn toolkits_are_found_newest_first() {
     assert_eq!(names, ["cuda-13.10", "cuda-13.9", "cuda-13.0", "cuda-13"]);
     assert!(crate::libs::toolkits(&dir.path().join("missing")).is_empty());
 }
+
+#[test]
+fn ptxas_report_gives_each_kernels_resources() {
+    // ptxas 13.0's --verbose report, as NVRTC logs it (two kernels of sm_90, one of them with
+    // a spill made up for the test)
+    let log = "ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'sum_chunks' for 'sm_90'
+ptxas info    : Function properties for sum_chunks
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers
+ptxas info    : Compile time = 8.653 ms
+ptxas info    : Compiling entry function 'tie_sums' for 'sm_90'
+ptxas info    : Function properties for tie_sums
+ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 34 registers, used 1 barriers, 16384 bytes smem
+ptxas info    : Compile time = 21.2 ms
+";
+    let got = crate::assemble::ptxas_report(log);
+    let k = |name: &str, registers, shared_bytes, spill_bytes| crate::KernelResources {
+        name: name.into(),
+        registers,
+        shared_bytes,
+        spill_bytes,
+    };
+    assert_eq!(
+        got,
+        [k("sum_chunks", 32, 0, 0), k("tie_sums", 34, 16384, 16)]
+    );
+    assert!(crate::assemble::ptxas_report("nvrtc: error: no such option").is_empty());
+}
