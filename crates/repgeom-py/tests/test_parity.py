@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 
 import numpy as np
 import pytest
@@ -319,3 +320,38 @@ def test_defaults_are_the_libraries_and_the_cli():
         params = inspect.signature(repgeom.extract).parameters
         assert (params["n_points"].default, params["seq_len"].default) == (d["n_points"], d["seq_len"])
         assert f"[default: {d['seq_len']}]" in run_cli("extract", "--help").stdout
+
+
+# The folder of the CPU stand-in for CUDA (`cargo xtask gpu stand-in`), under which
+# `device="cuda"` runs the device path on the CPU; CI sets it.
+STAND_IN = os.environ.get("REPGEOM_CUDA_STAND_IN")
+
+
+@pytest.mark.skipif(not STAND_IN, reason="needs REPGEOM_CUDA_STAND_IN, the CPU stand-in for CUDA "
+                                         "(`cargo xtask gpu stand-in`); CI sets it")
+def test_device_cuda_gives_the_cpus_numbers_on_the_stand_in(acts, readout, null, monkeypatch):
+    """`device="cuda"` from Python runs the device path (loaded in this process, found through
+    CUDA_HOME) and gives the CPU's numbers: PGA's z within 1e-4 (at N = 300 a swap of two
+    near-equal distances moves z by about 1e-6), extraction within 1e-4 relative, CKA's
+    permutation null within 1e-9."""
+    monkeypatch.setenv("CUDA_HOME", STAND_IN)
+    cpu = repgeom.pga(acts, readout, k=8, null_bases=null, progress=False)
+    dev = repgeom.pga(acts, readout, k=8, null_bases=null, device="cuda", progress=False)
+    assert [r.layer for r in dev] == [r.layer for r in cpu]
+    for a, b in zip(cpu, dev):
+        assert abs(a.z - b.z) <= 1e-4 and abs(a.rho_readout - b.rho_readout) <= 1e-6
+    if hasattr(repgeom._native, "extract"):
+        text = "The quick brown fox jumps over the lazy dog. " * 20
+        model = ROOT / "fixtures" / "extract" / "llama_tied"
+        kw = dict(n_points=24, seq_len=16, seed=2, progress=False)
+        want = repgeom.extract(model, text, **kw)
+        got = repgeom.extract(model, text, device="cuda", **kw)
+        for key, arr in want.items():
+            if key.startswith("hidden_states."):
+                assert np.max(np.abs(got[key] - arr) / (1 + np.abs(arr))) <= 1e-4, key
+    b = acts[::-1].copy()
+    kw = dict(metrics=["cka_linear"], n_perm=20, progress=False)
+    want = repgeom.compare(acts, b, **kw)
+    got = repgeom.compare(acts, b, device="cuda", **kw)
+    for x, y in zip(want, got):
+        assert x["value"] == y["value"] and abs(x["null_mean"] - y["null_mean"]) <= 1e-9
