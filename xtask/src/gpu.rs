@@ -142,12 +142,10 @@ fn bundle() -> anyhow::Result<std::path::PathBuf> {
     Ok(out)
 }
 
-/// The sonames repgeom loads from a CUDA 13 toolkit; the stand-in gives each as an empty
-/// library that needs `libcuda.so.1`, so a symbol looked up in it is found there.
-const TOOLKIT_SONAMES: [&str; 3] = ["libnvrtc.so.13", "libcublasLt.so.13", "libcublas.so.13"];
-
 /// Builds the CPU stand-in for CUDA into `dir/lib64` (each library written beside its final
-/// name, then renamed).
+/// name, then renamed): the driver's library holds everything, and each of the toolkit's
+/// libraries repgeom loads is an empty one that needs it, so a symbol looked up there is
+/// found in the driver's.
 fn stand_in(dir: &std::path::Path) -> anyhow::Result<()> {
     let lib = dir.join("lib64");
     std::fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
@@ -174,19 +172,21 @@ fn stand_in(dir: &std::path::Path) -> anyhow::Result<()> {
         std::fs::rename(&tmp, lib.join(soname))?;
         Ok(())
     };
-    build("libcuda.so.1", &[source.as_os_str()])?;
+    let [driver, toolkit @ ..] = repgeom_cuda::CUDA_LIBRARIES;
+    build(driver, &[source.as_os_str()])?;
     let empty = lib.join("empty.cpp");
     std::fs::write(
         &empty,
         "// the toolkit's libraries: their symbols are libcuda.so.1's\n",
     )?;
-    for soname in TOOLKIT_SONAMES {
+    let needed = format!("./{driver}");
+    for soname in toolkit {
         build(
             soname,
             &[
                 empty.as_os_str(),
                 "-Wl,--no-as-needed".as_ref(),
-                "./libcuda.so.1".as_ref(),
+                needed.as_ref(),
                 "-Wl,-rpath,$ORIGIN".as_ref(),
             ],
         )?;

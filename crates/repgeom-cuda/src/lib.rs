@@ -38,6 +38,7 @@ pub use forward::{Act, ActFn, AttentionSpec, Heads, HostData, Rope, Uploads, Wei
 pub use gpu::{
     Gpu, KERNELS, MIN_COMPUTE_CAPABILITY, OpTime, PROFILE_ENV, compile_kernels, profile_line,
 };
+pub use libs::CUDA_LIBRARIES;
 
 #[cfg(test)]
 mod tests;

@@ -44,6 +44,10 @@ pub(crate) const CUBLAS: Lib = Lib {
     hint: TOOLKIT_HINT,
 };
 
+/// The files of the libraries repgeom loads, the driver's first (its soname; the toolkit's
+/// three are CUDA 13's): what a CUDA installation, or a stand-in for one, must provide.
+pub const CUDA_LIBRARIES: [&str; 4] = [DRIVER.file, NVRTC.file, CUBLASLT.file, CUBLAS.file];
+
 /// The folders of a toolkit installed at `root` that may hold its libraries.
 const TOOLKIT_LIBS: [&str; 3] = ["lib64", "lib", "targets/x86_64-linux/lib"];
 
