@@ -8,6 +8,7 @@
 //! registry and no driver, so the plugin traits (module `registry`), the engines and the runs
 //! (modules `pga`, `calibrate`, `analysis`) all build on it without a circle.
 
+use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use ndarray::{Array2, ArrayView2};
@@ -170,7 +171,12 @@ pub struct LayerInput<'a> {
     sv_centred: OnceLock<Vec<f64>>,
     sv_raw: OnceLock<Vec<f64>>,
     ccr: Mutex<Vec<(usize, Arc<Mat<f64>>)>>,
+    memo: Mutex<Vec<(MemoKey, Arc<dyn Any + Send + Sync>)>>,
 }
+
+/// What [`LayerInput::memo`] keeps a result under: the kind of work, named by the module that
+/// does it, and its parameters (e.g. `("cosine neighbours", k, centred)`).
+pub(crate) type MemoKey = (&'static str, usize, bool);
 
 impl<'a> LayerInput<'a> {
     /// Wraps an `N × d` layer. `what` names it in messages, e.g.
@@ -216,6 +222,7 @@ impl<'a> LayerInput<'a> {
             sv_centred: OnceLock::new(),
             sv_raw: OnceLock::new(),
             ccr: Mutex::new(Vec::new()),
+            memo: Mutex::new(Vec::new()),
         })
     }
 
@@ -378,6 +385,35 @@ impl<'a> LayerInput<'a> {
         });
         cache.push((c, Arc::clone(&m)));
         Ok(m)
+    }
+
+    /// The layer's result of `make` under `key`, computed once and shared by every pair the
+    /// layer is part of and every metric that asks (a higher module's per-layer work, such as
+    /// k-NN's neighbour lists: a 7 × 7 table of mutual k-NN searches 14 layers, not 98). An
+    /// error is returned, not kept.
+    pub(crate) fn memo<T: Any + Send + Sync>(
+        &self,
+        key: MemoKey,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<Arc<T>> {
+        let found = |memo: &[(MemoKey, Arc<dyn Any + Send + Sync>)]| {
+            memo.iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, v)| Arc::clone(v).downcast::<T>().ok())
+        };
+        let lock = || self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(v) = found(&lock()) {
+            return Ok(v);
+        }
+        // computed without the lock (`make` may use the layer's other caches); a result made
+        // meanwhile on another thread wins, so every caller shares one
+        let made = Arc::new(make()?);
+        let mut memo = lock();
+        if let Some(v) = found(&memo) {
+            return Ok(v);
+        }
+        memo.push((key, Arc::clone(&made) as Arc<dyn Any + Send + Sync>));
+        Ok(made)
     }
 
     /// All `min(N, d)` singular values of the centred (`centred = true`) or raw activations,

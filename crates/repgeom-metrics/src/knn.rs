@@ -147,12 +147,21 @@ where
 }
 
 /// Cosine `k`-NN of a layer: rows normalised to unit length in `f32` (as the reference code,
-/// which runs in `float32`), similarities by block GEMM, scores widened to `f64`.
+/// which runs in `float32`), similarities by block GEMM, scores widened to `f64`. Searched
+/// once per layer and `(k, center)` ([`LayerInput::memo`]): every pair the layer is part of,
+/// and the permutation null, share the lists.
 pub(crate) fn cosine_neighbours(
     layer: &LayerInput<'_>,
     k: usize,
     center: bool,
-) -> Result<Neighbours> {
+) -> Result<std::sync::Arc<Neighbours>> {
+    layer.memo(("cosine neighbours", k, center), || {
+        search(layer, k, center)
+    })
+}
+
+/// [`cosine_neighbours`]' search.
+fn search(layer: &LayerInput<'_>, k: usize, center: bool) -> Result<Neighbours> {
     let xn = if center {
         normalize_rows(layer.centred(), layer.what(), layer.par())?
     } else {
@@ -319,7 +328,7 @@ fn cknna_value(a: &Neighbours, b: &Neighbours, self_norm: f64) -> f64 {
 /// A layer's neighbour lists, prepared for the permutation null (see [`crate::calibrate`]).
 #[derive(Debug)]
 pub(crate) struct PreparedNeighbours {
-    nb: Neighbours,
+    nb: std::sync::Arc<Neighbours>,
     /// CKNNA: the layer's restricted self-HSIC; mutual k-NN: `None`.
     self_hsic: Option<f64>,
 }
@@ -331,7 +340,7 @@ impl Relabel for PreparedNeighbours {
 
     fn permuted(&self, perm: &[u32], inv: &[u32]) -> Box<dyn Relabel> {
         Box::new(Self {
-            nb: permuted(&self.nb, perm, inv),
+            nb: std::sync::Arc::new(permuted(&self.nb, perm, inv)),
             self_hsic: self.self_hsic,
         })
     }

@@ -469,6 +469,43 @@ fn layer_input_computes_each_ccr_level_once() {
     }
 }
 
+/// `LayerInput::memo` runs each key's work once and hands every caller the same result; an
+/// error is returned and not kept; k-NN's neighbour lists go through it, so a table of pairs
+/// searches each layer once.
+#[test]
+fn layer_input_memo_computes_each_key_once() {
+    let x = Mat::<f32>::from_fn(40, 6, |i, j| ((i * 7 + j * j * 3) % 11) as f32 + j as f32);
+    let input = LayerInput::new(x.as_ref(), "x", Par::Seq).unwrap();
+    let runs = std::sync::atomic::AtomicUsize::new(0);
+    let make = |v: usize| {
+        runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(vec![v])
+    };
+    let a = input.memo(("test", 1, false), || make(1)).unwrap();
+    let again = input.memo(("test", 1, false), || make(2)).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &again) && *again == [1]);
+    let other = input.memo(("test", 1, true), || make(3)).unwrap();
+    assert_eq!(*other, [3]);
+    assert_eq!(runs.load(std::sync::atomic::Ordering::Relaxed), 2);
+    let failed: crate::Result<std::sync::Arc<Vec<usize>>> = input.memo(("fails", 0, false), || {
+        Err(crate::Error::InvalidOption {
+            name: "k".into(),
+            value: "0".into(),
+            reason: "test".into(),
+        })
+    });
+    assert!(failed.is_err());
+    assert_eq!(*input.memo(("fails", 0, false), || make(4)).unwrap(), [4]);
+    // the neighbour lists: one search per (k, center), whatever the pair
+    let one = crate::knn::cosine_neighbours(&input, 3, false).unwrap();
+    let two = crate::knn::cosine_neighbours(&input, 3, false).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&one, &two));
+    assert!(!std::sync::Arc::ptr_eq(
+        &one,
+        &crate::knn::cosine_neighbours(&input, 3, true).unwrap()
+    ));
+}
+
 /// The one-call API's parameters are written with the same flat keys as the `pga` metric and
 /// a manifest's `[analysis]`; an unknown key is refused.
 #[test]
