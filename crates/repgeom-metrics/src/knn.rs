@@ -319,6 +319,16 @@ impl Masked {
     }
 }
 
+/// A layer's CKNNA self-HSIC (its kernel restricted to its own neighbour lists `nb`), once per
+/// layer and `(k, center)` like the lists.
+fn self_hsic(layer: &LayerInput<'_>, nb: &Neighbours, k: usize, center: bool) -> Result<f64> {
+    layer
+        .memo(("cknna self-HSIC", k, center), || {
+            Ok(Masked::new(nb, nb).hsic_unbiased())
+        })
+        .map(|v| *v)
+}
+
 /// CKNNA: unbiased HSIC of the two cosine kernels restricted to mutual neighbours, normalised
 /// by each kernel's own restricted self-HSIC.
 fn cknna_value(a: &Neighbours, b: &Neighbours, self_norm: f64) -> f64 {
@@ -525,7 +535,7 @@ impl PairMetric for Cknna {
 
     fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
         let nb = cosine_neighbours(layer, self.k, self.center)?;
-        let kk = Masked::new(&nb, &nb).hsic_unbiased();
+        let kk = self_hsic(layer, &nb, self.k, self.center)?;
         Ok(Some(Prepared(PreparedKind::Neighbours(Box::new(
             PreparedNeighbours {
                 nb,
@@ -551,8 +561,8 @@ impl PairMetric for Cknna {
         }
         let a = cosine_neighbours(input.a, self.k, self.center)?;
         let b = cosine_neighbours(input.b, self.k, self.center)?;
-        let kk = Masked::new(&a, &a).hsic_unbiased();
-        let ll = Masked::new(&b, &b).hsic_unbiased();
+        let kk = self_hsic(input.a, &a, self.k, self.center)?;
+        let ll = self_hsic(input.b, &b, self.k, self.center)?;
         if kk.is_nan() || ll.is_nan() || kk <= 0.0 || ll <= 0.0 {
             return Err(Error::Degenerate {
                 what: format!("cknna on {}", input.what()),
