@@ -223,7 +223,8 @@ impl HalfMatrix {
     ) -> Self {
         assert!(!amx || ty == HalfType::Bf16, "AMX multiplies bf16");
         if !amx {
-            let mut data = zeroed(rows * cols, par);
+            // every value written below: no zeroing pass first
+            let mut data = vec![0u16; rows * cols];
             let fill = |(r, out): (usize, &mut [u16])| row(r, 0, out);
             match par {
                 Par::Seq => data.chunks_mut(cols.max(1)).enumerate().for_each(fill),
