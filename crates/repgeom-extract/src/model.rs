@@ -1614,7 +1614,11 @@ fn kept_tiles<'a>(
         _ => {
             return Err(Error::InvalidParams {
                 field: "tensor",
-                reason: "expected a contiguous bf16 tensor on the CPU".into(),
+                reason: format!(
+                    "expected a contiguous bf16 tensor on the CPU, not a {:?} tensor of shape {:?}",
+                    w.dtype(),
+                    w.dims()
+                ),
             });
         }
     };
