@@ -7,7 +7,7 @@
 
 use std::ffi::CString;
 
-use crate::gpu::{KERNELS, NVRTC_FLAGS};
+use crate::gpu::{KERNELS, nvrtc_options};
 use crate::libs::{self, NVRTC};
 use crate::{Error, Result};
 
@@ -37,8 +37,7 @@ pub fn assemble_kernels(arch: &str) -> Result<Vec<KernelResources>> {
     let source = CString::new(KERNELS).map_err(|e| fail(e.to_string()))?;
     let prog = cudarc::nvrtc::result::create_program(&source, Some(c"repgeom_kernels.cu"))
         .map_err(|e| fail(format!("{e:?}")))?;
-    let mut options: Vec<String> = NVRTC_FLAGS.iter().map(|f| f.to_string()).collect();
-    options.push(format!("--gpu-architecture={arch}"));
+    let mut options = nvrtc_options(arch);
     options.push("--ptxas-options=--verbose".into());
     // SAFETY: `prog` was created above from `source`, which outlives it, and is destroyed once,
     // after its last use below.

@@ -56,14 +56,19 @@ pub(crate) const NVRTC_FLAGS: [&str; 4] = [
     "--ftz=false",
 ];
 
+/// NVRTC's options for [`KERNELS`] at `arch`: [`NVRTC_FLAGS`] and the architecture.
+pub(crate) fn nvrtc_options(arch: &str) -> Vec<String> {
+    let mut options: Vec<String> = NVRTC_FLAGS.iter().map(|f| f.to_string()).collect();
+    options.push(format!("--gpu-architecture={arch}"));
+    options
+}
+
 /// Compiles [`KERNELS`] to PTX for `arch` (e.g. `compute_90`) with NVRTC, loading NVRTC first.
 /// Needs no GPU: CI runs it to check that the kernels compile.
 pub fn compile_kernels(arch: &str) -> Result<String> {
     libs::load(&NVRTC, 0)?;
-    let mut options: Vec<String> = NVRTC_FLAGS.iter().map(|f| f.to_string()).collect();
-    options.push(format!("--gpu-architecture={arch}"));
     let opts = CompileOptions {
-        options,
+        options: nvrtc_options(arch),
         name: Some("repgeom_kernels.cu".into()),
         ..Default::default()
     };
