@@ -190,7 +190,7 @@ pub fn hsic_unbiased(k: MatRef<'_, f64>, l: MatRef<'_, f64>) -> Result<f64> {
 /// assert_eq!(dst[(1, 1)], 7.0);
 /// ```
 pub fn matmul_abt_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>, par: Par) {
-    matmul(dst, Accum::Replace, a, b.transpose(), 1.0f32, par);
+    abt_f32_in_tasks(dst, Accum::Replace, a, b, par);
 }
 
 /// `dst ← dst + a bᵀ` in `f32`, the same product as [`matmul_abt_f32`] added to what `dst`
@@ -207,7 +207,59 @@ pub fn matmul_abt_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f3
 /// assert_eq!(dst[(1, 1)], 8.0);
 /// ```
 pub fn matmul_abt_add_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>, par: Par) {
-    matmul(dst, Accum::Add, a, b.transpose(), 1.0f32, par);
+    abt_f32_in_tasks(dst, Accum::Add, a, b, par);
+}
+
+/// Rows and columns of `dst` in one task of a parallel `f32` product: a fixed rectangle, so a
+/// task's size depends on the shapes only. Measured (`cargo run --release -p repgeom-linalg
+/// --example f32_product_tasks`, see `docs/extraction.md`), 256 × 256 sequential products at
+/// two threads beat faer's own parallel product by 1–30 % on Pythia-70M and 410M layer shapes,
+/// and they leave enough equal tasks (16 to 128 per product at 2,048 rows) for 16 threads.
+pub(crate) const F32_TASK_ROWS: usize = 256;
+/// See [`F32_TASK_ROWS`].
+pub(crate) const F32_TASK_COLS: usize = 256;
+
+/// `dst ← accum(dst, a bᵀ)`: with `Par::Seq` faer's product; on the pool, `dst` cut into
+/// [`F32_TASK_ROWS`] × [`F32_TASK_COLS`] rectangles, each one sequential faer product on one
+/// worker. faer's parallel product splits its packing and its loops over `k` among the
+/// threads and meets at a barrier per step; the tasks share nothing and wait for nothing.
+/// Every entry's sum over `k` runs in the same order either way (faer's order does not depend
+/// on the output's size: the tests compare the bits), so the result is the same at any thread
+/// count.
+fn abt_f32_in_tasks(
+    dst: MatMut<'_, f32>,
+    accum: Accum,
+    a: MatRef<'_, f32>,
+    b: MatRef<'_, f32>,
+    par: Par,
+) {
+    use rayon::prelude::*;
+    let (m, n) = (dst.nrows(), dst.ncols());
+    let single = m <= F32_TASK_ROWS && n <= F32_TASK_COLS;
+    if matches!(par, Par::Seq) || single || par.degree() == 1 {
+        matmul(dst, accum, a, b.transpose(), 1.0f32, Par::Seq);
+        return;
+    }
+    let mut tasks = Vec::with_capacity(m.div_ceil(F32_TASK_ROWS) * n.div_ceil(F32_TASK_COLS));
+    let mut rows = dst;
+    let mut r0 = 0;
+    while r0 < m {
+        let (mut line, rest) = rows.split_at_row_mut(F32_TASK_ROWS.min(m - r0));
+        rows = rest;
+        let mut c0 = 0;
+        while c0 < n {
+            let (tile, rest) = line.split_at_col_mut(F32_TASK_COLS.min(n - c0));
+            line = rest;
+            tasks.push((r0, c0, tile));
+            c0 += F32_TASK_COLS;
+        }
+        r0 += F32_TASK_ROWS;
+    }
+    tasks.into_par_iter().for_each(|(r0, c0, tile)| {
+        let (r, c) = (tile.nrows(), tile.ncols());
+        let (a, b) = (a.subrows(r0, r), b.subrows(c0, c));
+        matmul(tile, accum, a, b.transpose(), 1.0f32, Par::Seq);
+    });
 }
 
 /// `dst ← dst + aᵀ b` in `f64` for `a` (`m × p`) and `b` (`m × q`): a cross-product summed

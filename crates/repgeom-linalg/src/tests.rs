@@ -135,6 +135,35 @@ fn results_do_not_depend_on_thread_count() {
     assert!(da == db, "distances differ between 1 and 2 threads");
 }
 
+/// The `f32` products cut into tasks of 256 × 256 entries equal faer's one whole product bit
+/// for bit: faer sums each entry over `k` in an order that does not depend on the output's
+/// size. Shapes with ragged last tasks, one task row or column, `k` from 1 to past faer's
+/// blocking of `k`, and `dst` holding values before the product is added.
+#[test]
+fn f32_products_in_tasks_equal_one_whole_product() {
+    for (m, k, n) in [
+        (600, 1, 700),
+        (257, 17, 600),
+        (513, 512, 300),
+        (100, 64, 900),
+        (520, 2048, 300),
+    ] {
+        let a = Mat::<f32>::from_fn(m, k, |i, j| ((i * 31 + j * 17) % 101) as f32 / 101.0 - 0.5);
+        let b = Mat::<f32>::from_fn(n, k, |i, j| ((i * 7 + j * 13) as f32 * 0.011).sin());
+        let start = Mat::<f32>::from_fn(m, n, |i, j| ((i + 3 * j) % 7) as f32 * 0.25);
+        check_thread_independent(&format!("a bᵀ, {m} × {k} × {n}"), |par| {
+            let mut dst = Mat::<f32>::from_fn(m, n, |_, _| f32::NAN);
+            matmul_abt_f32(dst.as_mut(), a.as_ref(), b.as_ref(), par);
+            dst
+        });
+        check_thread_independent(&format!("dst + a bᵀ, {m} × {k} × {n}"), |par| {
+            let mut dst = start.clone();
+            matmul_abt_add_f32(dst.as_mut(), a.as_ref(), b.as_ref(), par);
+            dst
+        });
+    }
+}
+
 /// Products with one output column (CCR-1's `X u`) are the same bits at any thread count:
 /// above 256² entries faer's own parallel matrix–vector kernel would sum one partial result
 /// per thread. 5000 × 40 is above that threshold and longer than one block of rows.
