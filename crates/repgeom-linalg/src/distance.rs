@@ -1,7 +1,6 @@
 //! Pairwise cosine distances through one GEMM of row-normalised points.
 
-use faer::linalg::matmul::triangular::{BlockStructure, matmul as tri_matmul};
-use faer::{Accum, Mat, MatRef, Par};
+use faer::{Mat, MatRef, Par};
 
 use faer::reborrow::{Reborrow, ReborrowMut};
 
@@ -202,17 +201,7 @@ pub(crate) fn for_each_gram_column(
         let b = BLOCK.min(n - i0);
         let rows = n - i0;
         let mut g = faer::MatMut::from_column_major_slice_mut(&mut buf[..rows * b], rows, b);
-        tri_matmul(
-            g.rb_mut(),
-            BlockStructure::Rectangular,
-            Accum::Replace,
-            xn.subrows(i0, rows),
-            BlockStructure::Rectangular,
-            xn.subrows(i0, b).transpose(),
-            BlockStructure::Rectangular,
-            1.0f32,
-            par,
-        );
+        crate::matmul_abt_f32(g.rb_mut(), xn.subrows(i0, rows), xn.subrows(i0, b), par);
         for c in 0..b {
             let i = i0 + c;
             if i + 1 >= n {
