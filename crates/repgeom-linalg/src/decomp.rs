@@ -580,12 +580,11 @@ fn directions(
         });
     }
     let mut directions = Mat::<f64>::zeros(d, m);
-    matmul(
-        &mut directions,
+    crate::kernel::product_in_tasks(
+        directions.as_mut(),
         Accum::Replace,
         xc.transpose(),
-        &vecs,
-        1.0,
+        vecs.as_ref(),
         par,
     );
     for j in 0..m {
@@ -833,7 +832,7 @@ pub fn project(x: MatRef<'_, f64>, basis: MatRef<'_, f64>, par: Par) -> Mat<f64>
             matmul(dst, Accum::Replace, x, basis, 1.0, Par::Seq);
         });
     } else {
-        matmul(&mut out, Accum::Replace, x, basis, 1.0, par);
+        crate::kernel::product_in_tasks(out.as_mut(), Accum::Replace, x, basis, par);
     }
     out
 }
@@ -854,7 +853,7 @@ pub fn project_f32(x: MatRef<'_, f32>, basis: MatRef<'_, f32>, par: Par) -> Mat<
             matmul(dst, Accum::Replace, x, basis, 1.0f32, Par::Seq);
         });
     } else {
-        matmul(&mut out, Accum::Replace, x, basis, 1.0f32, par);
+        crate::kernel::product_in_tasks(out.as_mut(), Accum::Replace, x, basis, par);
     }
     out
 }

@@ -389,12 +389,11 @@ pub fn matmul_abt_add_half(
     }
     if !a.amx() {
         let (x, w) = (a.widened(a_rows, par), b.widened(b_rows, par));
-        faer::linalg::matmul::matmul(
+        crate::kernel::product_in_tasks(
             MatMut::from_row_major_slice_mut(dst, m, n),
             Accum::Add,
             MatRef::from_row_major_slice(&x, m, k),
             MatRef::from_row_major_slice(&w, n, k).transpose(),
-            1.0f32,
             par,
         );
         return;

@@ -22,9 +22,9 @@ pub fn singular_values(x: MatRef<'_, f64>, what: &str, par: Par) -> Result<Vec<f
     }
     let mut g = Mat::<f64>::zeros(size, size);
     if n <= m {
-        matmul(&mut g, Accum::Replace, x.transpose(), x, 1.0, par);
+        product_in_tasks(g.as_mut(), Accum::Replace, x.transpose(), x, par);
     } else {
-        matmul(&mut g, Accum::Replace, x, x.transpose(), 1.0, par);
+        product_in_tasks(g.as_mut(), Accum::Replace, x, x.transpose(), par);
     }
     gram_singular_values(g.as_ref(), what)
 }
@@ -76,7 +76,7 @@ pub fn gram_singular_values(g: MatRef<'_, f64>, what: &str) -> Result<Vec<f64>> 
 pub fn gram_rows(x: MatRef<'_, f64>, par: Par) -> Mat<f64> {
     let n = x.nrows();
     let mut g = Mat::<f64>::zeros(n, n);
-    matmul(&mut g, Accum::Replace, x, x.transpose(), 1.0, par);
+    product_in_tasks(g.as_mut(), Accum::Replace, x, x.transpose(), par);
     g
 }
 
@@ -104,7 +104,7 @@ pub fn cross_frobenius_sq(x: MatRef<'_, f64>, y: MatRef<'_, f64>, par: Par) -> f
         "cross_frobenius_sq: x and y need the same rows"
     );
     let mut c = Mat::<f64>::zeros(x.ncols(), y.ncols());
-    matmul(&mut c, Accum::Replace, x.transpose(), y, 1.0, par);
+    product_in_tasks(c.as_mut(), Accum::Replace, x.transpose(), y, par);
     let mut sum = 0.0;
     for j in 0..c.ncols() {
         for i in 0..c.nrows() {
@@ -210,22 +210,16 @@ pub fn matmul_abt_add_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_
     abt_f32_in_tasks(dst, Accum::Add, a, b, par);
 }
 
-/// Rows and columns of `dst` in one task of a parallel `f32` product: a fixed rectangle, so a
-/// task's size depends on the shapes only. Measured (`cargo run --release -p repgeom-linalg
+/// Rows and columns of `dst` in one task of a parallel product ([`product_in_tasks`]): a fixed
+/// rectangle, so a task's size depends on the shapes only. Measured (`cargo run --release -p repgeom-linalg
 /// --example f32_product_tasks`, see `docs/extraction.md`), 256 × 256 sequential products at
 /// two threads beat faer's own parallel product by 1–30 % on Pythia-70M and 410M layer shapes,
 /// and they leave enough equal tasks (16 to 128 per product at 2,048 rows) for 16 threads.
-pub(crate) const F32_TASK_ROWS: usize = 256;
-/// See [`F32_TASK_ROWS`].
-pub(crate) const F32_TASK_COLS: usize = 256;
+pub(crate) const TASK_ROWS: usize = 256;
+/// See [`TASK_ROWS`].
+pub(crate) const TASK_COLS: usize = 256;
 
-/// `dst ← accum(dst, a bᵀ)`: with `Par::Seq` faer's product; on the pool, `dst` cut into
-/// [`F32_TASK_ROWS`] × [`F32_TASK_COLS`] rectangles, each one sequential faer product on one
-/// worker. faer's parallel product splits its packing and its loops over `k` among the
-/// threads and meets at a barrier per step; the tasks share nothing and wait for nothing.
-/// Every entry's sum over `k` runs in the same order either way (faer's order does not depend
-/// on the output's size: the tests compare the bits), so the result is the same at any thread
-/// count.
+/// `dst ← accum(dst, a bᵀ)` in `f32` ([`product_in_tasks`]).
 fn abt_f32_in_tasks(
     dst: MatMut<'_, f32>,
     accum: Accum,
@@ -233,32 +227,49 @@ fn abt_f32_in_tasks(
     b: MatRef<'_, f32>,
     par: Par,
 ) {
+    product_in_tasks(dst, accum, a, b.transpose(), par);
+}
+
+/// `dst ← accum(dst, lhs · rhs)`: with `Par::Seq` faer's product; on the pool, `dst` cut into
+/// [`TASK_ROWS`] × [`TASK_COLS`] rectangles, each one sequential faer product on one
+/// worker. faer's parallel product splits its packing and its loops over `k` among the
+/// threads and meets at a barrier per step; the tasks share nothing and wait for nothing.
+/// Every entry's sum over `k` runs in the same order either way (faer's order does not depend
+/// on the output's size: the tests compare the bits), so the result is the same at any thread
+/// count.
+pub(crate) fn product_in_tasks<T: faer::traits::ComplexField>(
+    dst: MatMut<'_, T>,
+    accum: Accum,
+    lhs: MatRef<'_, T>,
+    rhs: MatRef<'_, T>,
+    par: Par,
+) {
     use rayon::prelude::*;
     let (m, n) = (dst.nrows(), dst.ncols());
-    let single = m <= F32_TASK_ROWS && n <= F32_TASK_COLS;
+    let single = m <= TASK_ROWS && n <= TASK_COLS;
     if matches!(par, Par::Seq) || single || par.degree() == 1 {
-        matmul(dst, accum, a, b.transpose(), 1.0f32, Par::Seq);
+        matmul(dst, accum, lhs, rhs, T::one_impl(), Par::Seq);
         return;
     }
-    let mut tasks = Vec::with_capacity(m.div_ceil(F32_TASK_ROWS) * n.div_ceil(F32_TASK_COLS));
+    let mut tasks = Vec::with_capacity(m.div_ceil(TASK_ROWS) * n.div_ceil(TASK_COLS));
     let mut rows = dst;
     let mut r0 = 0;
     while r0 < m {
-        let (mut line, rest) = rows.split_at_row_mut(F32_TASK_ROWS.min(m - r0));
+        let (mut line, rest) = rows.split_at_row_mut(TASK_ROWS.min(m - r0));
         rows = rest;
         let mut c0 = 0;
         while c0 < n {
-            let (tile, rest) = line.split_at_col_mut(F32_TASK_COLS.min(n - c0));
+            let (tile, rest) = line.split_at_col_mut(TASK_COLS.min(n - c0));
             line = rest;
             tasks.push((r0, c0, tile));
-            c0 += F32_TASK_COLS;
+            c0 += TASK_COLS;
         }
-        r0 += F32_TASK_ROWS;
+        r0 += TASK_ROWS;
     }
     tasks.into_par_iter().for_each(|(r0, c0, tile)| {
         let (r, c) = (tile.nrows(), tile.ncols());
-        let (a, b) = (a.subrows(r0, r), b.subrows(c0, c));
-        matmul(tile, accum, a, b.transpose(), 1.0f32, Par::Seq);
+        let (lhs, rhs) = (lhs.subrows(r0, r), rhs.subcols(c0, c));
+        matmul(tile, accum, lhs, rhs, T::one_impl(), Par::Seq);
     });
 }
 

@@ -135,12 +135,13 @@ fn results_do_not_depend_on_thread_count() {
     assert!(da == db, "distances differ between 1 and 2 threads");
 }
 
-/// The `f32` products cut into tasks of 256 × 256 entries equal faer's one whole product bit
-/// for bit: faer sums each entry over `k` in an order that does not depend on the output's
-/// size. Shapes with ragged last tasks, one task row or column, `k` from 1 to past faer's
-/// blocking of `k`, and `dst` holding values before the product is added.
+/// The products cut into tasks of 256 × 256 entries equal faer's one whole product bit for
+/// bit: faer sums each entry over `k` in an order that does not depend on the output's size.
+/// Shapes with ragged last tasks, one task row or column, `k` from 1 to past faer's blocking
+/// of `k`, and `dst` holding values before the product is added; then the `f64` products
+/// behind the kernel metrics and projections.
 #[test]
-fn f32_products_in_tasks_equal_one_whole_product() {
+fn products_in_tasks_equal_one_whole_product() {
     for (m, k, n) in [
         (600, 1, 700),
         (257, 17, 600),
@@ -160,6 +161,22 @@ fn f32_products_in_tasks_equal_one_whole_product() {
             let mut dst = start.clone();
             matmul_abt_add_f32(dst.as_mut(), a.as_ref(), b.as_ref(), par);
             dst
+        });
+    }
+    for (n, d, k) in [(600, 300, 20), (300, 700, 260), (513, 64, 300)] {
+        let x32 = Mat::<f32>::from_fn(n, d, |i, j| ((i * 31 + j * 17) % 101) as f32 / 101.0 - 0.5);
+        let x = to_f64(x32.as_ref());
+        let y = Mat::<f64>::from_fn(n, k, |i, j| ((i * 7 + j * 13) as f64 * 0.011).sin());
+        let basis = Mat::<f64>::from_fn(d, k, |i, j| ((i * 5 + j * 3) as f64 * 0.007).cos());
+        let basis32 = to_f32(basis.as_ref(), Par::Seq);
+        check_thread_independent(&format!("f64 products, {n} × {d}, k = {k}"), |par| {
+            (
+                gram_rows(x.as_ref(), par),
+                cross_frobenius_sq(x.as_ref(), y.as_ref(), par).to_bits(),
+                project(x.as_ref(), basis.as_ref(), par),
+                project_f32(x32.as_ref(), basis32.as_ref(), par),
+                singular_values(x.as_ref(), "x", par).unwrap(),
+            )
         });
     }
 }
