@@ -211,10 +211,11 @@ pub fn matmul_abt_add_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_
 }
 
 /// Rows and columns of `dst` in one task of a parallel product ([`product_in_tasks`]): a fixed
-/// rectangle, so a task's size depends on the shapes only. Measured (`cargo run --release -p repgeom-linalg
-/// --example f32_product_tasks`, see `docs/extraction.md`), 256 × 256 sequential products at
-/// two threads beat faer's own parallel product by 1–30 % on Pythia-70M and 410M layer shapes,
-/// and they leave enough equal tasks (16 to 128 per product at 2,048 rows) for 16 threads.
+/// rectangle, so a task's size depends on the shapes only. Measured (`cargo run --release -p
+/// repgeom-linalg --example f32_product_tasks`, see `docs/extraction.md`), 256 × 256
+/// sequential products at two threads ran at 0.99–1.31× the speed of faer's own parallel
+/// product on Pythia-70M and 410M layer shapes, and they leave enough equal tasks (16 to 128
+/// per product at 2,048 rows) for 16 threads.
 pub(crate) const TASK_ROWS: usize = 256;
 /// See [`TASK_ROWS`].
 pub(crate) const TASK_COLS: usize = 256;
