@@ -556,9 +556,9 @@ fn directions(
     let dual = n < d;
     let mut g = Mat::<f64>::zeros(r, r);
     if dual {
-        gram_lower(&mut g, xc.transpose(), Accum::Replace, par);
+        gram_lower(g.as_mut(), xc.transpose(), Accum::Replace, par);
     } else {
-        gram_lower(&mut g, xc, Accum::Replace, par);
+        gram_lower(g.as_mut(), xc, Accum::Replace, par);
     }
     // The partial eigensolver multiplies by the whole matrix.
     for j in 1..r {
@@ -606,20 +606,47 @@ fn directions(
 
 /// The lower triangle (diagonal included) of $X^\top X$ into `g`, at half the cost of the
 /// whole product; the strict upper triangle of `g` is left as it was. Each entry is the one
-/// the whole product computes, bit for bit (the same kernels, over the same inner order).
-pub(crate) fn gram_lower(g: &mut Mat<f64>, x: MatRef<'_, f64>, accum: Accum, par: Par) {
+/// the whole product computes, bit for bit (the same kernels, over the same inner order). On
+/// the pool, the rectangles of `g` on or below its diagonal are sequential products on their
+/// own tasks, as in `product_in_tasks` (faer's parallel product meets at barriers), the
+/// diagonal ones triangular.
+pub(crate) fn gram_lower(g: MatMut<'_, f64>, x: MatRef<'_, f64>, accum: Accum, par: Par) {
     use faer::linalg::matmul::triangular::{BlockStructure, matmul as tri_matmul};
-    tri_matmul(
-        g.as_mut(),
-        BlockStructure::TriangularLower,
-        accum,
-        x.transpose(),
-        BlockStructure::Rectangular,
-        x,
-        BlockStructure::Rectangular,
-        1.0,
-        par,
+    use rayon::prelude::*;
+    let lower = |tile: MatMut<'_, f64>, xt: MatRef<'_, f64>, x: MatRef<'_, f64>| {
+        tri_matmul(
+            tile,
+            BlockStructure::TriangularLower,
+            accum,
+            xt,
+            BlockStructure::Rectangular,
+            x,
+            BlockStructure::Rectangular,
+            1.0,
+            Par::Seq,
+        );
+    };
+    if par == Par::Seq || par.degree() == 1 || g.nrows() <= crate::kernel::TASK_ROWS {
+        lower(g, x.transpose(), x);
+        return;
+    }
+    debug_assert_eq!(
+        crate::kernel::TASK_ROWS,
+        crate::kernel::TASK_COLS,
+        "square diagonal"
     );
+    crate::kernel::output_tasks(g)
+        .into_par_iter()
+        .filter(|&(r0, c0, _)| c0 <= r0)
+        .for_each(|(r0, c0, tile)| {
+            let (r, c) = (tile.nrows(), tile.ncols());
+            let (xt, xc) = (x.transpose().subrows(r0, r), x.subcols(c0, c));
+            if r0 == c0 {
+                lower(tile, xt, xc);
+            } else {
+                matmul(tile, accum, xt, xc, 1.0, Par::Seq);
+            }
+        });
 }
 
 /// Removes the span of the orthonormal columns of `u` (`d × c`) from every row of `x`:
@@ -718,7 +745,7 @@ pub fn top_right_singular_vectors(
         let mut block = block.as_mut().subrows_mut(0, len);
         to_f64_into(block.as_mut(), w.subrows(start, len), par);
         // Only the lower triangle: the eigendecomposition reads no other.
-        gram_lower(&mut g, block.as_ref(), Accum::Add, par);
+        gram_lower(g.as_mut(), block.as_ref(), Accum::Add, par);
         start += len;
     }
     // The full decomposition, not the partial Krylov–Schur solve of `top_eigen_desc`: on a

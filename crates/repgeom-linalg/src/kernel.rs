@@ -252,6 +252,19 @@ pub(crate) fn product_in_tasks<T: faer::traits::ComplexField>(
         matmul(dst, accum, lhs, rhs, T::one_impl(), Par::Seq);
         return;
     }
+    output_tasks(dst)
+        .into_par_iter()
+        .for_each(|(r0, c0, tile)| {
+            let (r, c) = (tile.nrows(), tile.ncols());
+            let (lhs, rhs) = (lhs.subrows(r0, r), rhs.subcols(c0, c));
+            matmul(tile, accum, lhs, rhs, T::one_impl(), Par::Seq);
+        });
+}
+
+/// `dst` cut into its [`TASK_ROWS`] × [`TASK_COLS`] rectangles, row by row: `(first row, first
+/// column, the rectangle)`.
+pub(crate) fn output_tasks<T>(dst: MatMut<'_, T>) -> Vec<(usize, usize, MatMut<'_, T>)> {
+    let (m, n) = (dst.nrows(), dst.ncols());
     let mut tasks = Vec::with_capacity(m.div_ceil(TASK_ROWS) * n.div_ceil(TASK_COLS));
     let mut rows = dst;
     let mut r0 = 0;
@@ -267,11 +280,7 @@ pub(crate) fn product_in_tasks<T: faer::traits::ComplexField>(
         }
         r0 += TASK_ROWS;
     }
-    tasks.into_par_iter().for_each(|(r0, c0, tile)| {
-        let (r, c) = (tile.nrows(), tile.ncols());
-        let (lhs, rhs) = (lhs.subrows(r0, r), rhs.subcols(c0, c));
-        matmul(tile, accum, lhs, rhs, T::one_impl(), Par::Seq);
-    });
+    tasks
 }
 
 /// `dst ← dst + aᵀ b` in `f64` for `a` (`m × p`) and `b` (`m × q`): a cross-product summed
@@ -289,7 +298,7 @@ pub(crate) fn product_in_tasks<T: faer::traits::ComplexField>(
 /// assert_eq!(dst[(1, 2)], 2.0 * (2.0 + 8.0));
 /// ```
 pub fn matmul_atb_add_f64(dst: MatMut<'_, f64>, a: MatRef<'_, f64>, b: MatRef<'_, f64>, par: Par) {
-    matmul(dst, Accum::Add, a.transpose(), b, 1.0f64, par);
+    product_in_tasks(dst, Accum::Add, a.transpose(), b, par);
 }
 
 /// `dst += aᵀ a` for a symmetric `dst` (`d × d`, `a` of `d` columns): the lower triangle by
@@ -305,18 +314,7 @@ pub fn matmul_atb_add_f64(dst: MatMut<'_, f64>, a: MatRef<'_, f64>, b: MatRef<'_
 /// assert_eq!((dst[(0, 0)], dst[(1, 0)], dst[(0, 1)], dst[(1, 1)]), (35.0, 44.0, 44.0, 56.0));
 /// ```
 pub fn syrk_add_f64(mut dst: MatMut<'_, f64>, a: MatRef<'_, f64>, par: Par) {
-    use faer::linalg::matmul::triangular::{BlockStructure, matmul as tri_matmul};
-    tri_matmul(
-        dst.as_mut(),
-        BlockStructure::TriangularLower,
-        Accum::Add,
-        a.transpose(),
-        BlockStructure::Rectangular,
-        a,
-        BlockStructure::Rectangular,
-        1.0f64,
-        par,
-    );
+    crate::decomp::gram_lower(dst.as_mut(), a, Accum::Add, par);
     for j in 0..dst.ncols() {
         for i in 0..j {
             dst[(i, j)] = dst[(j, i)];

@@ -178,6 +178,13 @@ fn products_in_tasks_equal_one_whole_product() {
                 singular_values(x.as_ref(), "x", par).unwrap(),
             )
         });
+        check_thread_independent(&format!("f64 accumulations, {n} × {d}, k = {k}"), |par| {
+            let mut cross = Mat::<f64>::from_fn(d, k, |i, j| (i + j) as f64);
+            matmul_atb_add_f64(cross.as_mut(), x.as_ref(), y.as_ref(), par);
+            let mut scatter = Mat::<f64>::from_fn(d, d, |i, j| (i.min(j) % 5) as f64);
+            syrk_add_f64(scatter.as_mut(), x.as_ref(), par);
+            (cross, scatter)
+        });
     }
 }
 
@@ -702,10 +709,11 @@ fn top_eigenvectors_equal_the_whole_decomposition_bit_for_bit() {
     }
 }
 
-/// The lower triangle of the half-cost Gram is the whole product's, bit for bit.
+/// The lower triangle of the half-cost Gram is the whole product's, bit for bit, also where it
+/// is cut into tasks (more than 256 columns, the last ones ragged).
 #[test]
 fn gram_lower_triangle_equals_the_whole_product() {
-    for (rows, cols) in [(3, 5), (64, 48), (700, 300)] {
+    for (rows, cols) in [(3, 5), (64, 48), (700, 300), (400, 600)] {
         let x = Mat::<f64>::from_fn(rows, cols, |i, j| {
             ((i * 31 + j * 17) % 23) as f64 - 11.0 + 0.01 * i as f64
         });
@@ -719,7 +727,12 @@ fn gram_lower_triangle_equals_the_whole_product() {
             Par::rayon(2),
         );
         let mut lower = Mat::<f64>::zeros(cols, cols);
-        decomp::gram_lower(&mut lower, x.as_ref(), faer::Accum::Replace, Par::rayon(2));
+        decomp::gram_lower(
+            lower.as_mut(),
+            x.as_ref(),
+            faer::Accum::Replace,
+            Par::rayon(2),
+        );
         for j in 0..cols {
             for i in j..cols {
                 assert_eq!(
