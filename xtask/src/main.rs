@@ -11,7 +11,8 @@
 //! - `cargo xtask bench [NAME...]`: `cargo bench --workspace` (or the named benches);
 //!   `bench pair` adds the NumPy references of the pair metrics and the spectrum null;
 //!   `bench pga` times the `repgeom pga` command end to end beside NumPy/SciPy;
-//!   `bench threads` times `repgeom pga` and `repgeom extract` at 2 threads and every core;
+//!   `bench threads` times `repgeom pga` and `repgeom extract` at 2 threads and every core (and,
+//!   below 16 cores, 16 workers on them);
 //!   `bench calibrate` times the calibrated aggregate over layer pairs beside
 //!   calibrated-similarity; `bench streaming` measures the peak memory of streaming CKA
 //!   (`repgeom extract --cka-pairs`) at 100 k and 1 M tokens.
@@ -43,7 +44,7 @@ pub(crate) const USAGE: &str = "usage:
   cargo xtask bench streaming 70m  # --spectra all over 1M tokens of a 70M-shaped model: time and memory against no accumulators and the point extraction
   cargo xtask bench pair           # pair metrics and the spectrum null beside their NumPy references
   cargo xtask bench pga            # `repgeom pga` end to end on the standard workload beside NumPy/SciPy
-  cargo xtask bench threads        # `repgeom pga` (4 layers, d 4096) and extract (70M shape) at 2 threads and every core
+  cargo xtask bench threads        # `repgeom pga` (4 layers, d 4096) and extract (70M shape) at 2 threads, every core and 16 workers
   cargo xtask gpu kernels          # compile the CUDA kernels with NVRTC (no GPU needed)
   cargo xtask gpu bundle           # the stripped release binary in target/gpu-bundle/, to carry to a GPU machine
   cargo xtask gpu check            # bundle, then fixtures/gpu/check.py: parity and speed on this machine's GPU
