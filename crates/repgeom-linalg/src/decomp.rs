@@ -626,15 +626,10 @@ pub(crate) fn gram_lower(g: MatMut<'_, f64>, x: MatRef<'_, f64>, accum: Accum, p
             Par::Seq,
         );
     };
-    if par == Par::Seq || par.degree() == 1 || g.nrows() <= crate::kernel::TASK_ROWS {
+    if crate::kernel::one_task(par, g.nrows(), g.ncols()) {
         lower(g, x.transpose(), x);
         return;
     }
-    debug_assert_eq!(
-        crate::kernel::TASK_ROWS,
-        crate::kernel::TASK_COLS,
-        "square diagonal"
-    );
     crate::kernel::output_tasks(g)
         .into_par_iter()
         .filter(|&(r0, c0, _)| c0 <= r0)

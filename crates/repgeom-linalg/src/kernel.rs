@@ -190,7 +190,7 @@ pub fn hsic_unbiased(k: MatRef<'_, f64>, l: MatRef<'_, f64>) -> Result<f64> {
 /// assert_eq!(dst[(1, 1)], 7.0);
 /// ```
 pub fn matmul_abt_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>, par: Par) {
-    abt_f32_in_tasks(dst, Accum::Replace, a, b, par);
+    product_in_tasks(dst, Accum::Replace, a, b.transpose(), par);
 }
 
 /// `dst ← dst + a bᵀ` in `f32`, the same product as [`matmul_abt_f32`] added to what `dst`
@@ -207,32 +207,26 @@ pub fn matmul_abt_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f3
 /// assert_eq!(dst[(1, 1)], 8.0);
 /// ```
 pub fn matmul_abt_add_f32(dst: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>, par: Par) {
-    abt_f32_in_tasks(dst, Accum::Add, a, b, par);
+    product_in_tasks(dst, Accum::Add, a, b.transpose(), par);
 }
 
 /// Rows and columns of `dst` in one task of a parallel product ([`product_in_tasks`]): a fixed
-/// rectangle, so a task's size depends on the shapes only. Measured (`cargo run --release -p
-/// repgeom-linalg --example f32_product_tasks`, see `docs/extraction.md`), 256 × 256
-/// sequential products at two threads ran at 0.99–1.31× the speed of faer's own parallel
-/// product on Pythia-70M and 410M layer shapes, and they leave enough equal tasks (16 to 128
-/// per product at 2,048 rows) for 16 threads.
-pub(crate) const TASK_ROWS: usize = 256;
-/// See [`TASK_ROWS`].
-pub(crate) const TASK_COLS: usize = 256;
+/// square, so a task's size depends on the shapes only (square, so that `gram_lower`'s
+/// diagonal tasks are triangles). Measured (`cargo run --release -p repgeom-linalg --example
+/// f32_product_tasks`, see `docs/extraction.md`), 256 × 256 sequential products at two
+/// threads ran at 0.99–1.31× the speed of faer's own parallel product on Pythia-70M and 410M
+/// layer shapes, and they leave enough equal tasks (16 to 128 per product at 2,048 rows) for
+/// 16 threads.
+pub(crate) const TASK: usize = 256;
 
-/// `dst ← accum(dst, a bᵀ)` in `f32` ([`product_in_tasks`]).
-fn abt_f32_in_tasks(
-    dst: MatMut<'_, f32>,
-    accum: Accum,
-    a: MatRef<'_, f32>,
-    b: MatRef<'_, f32>,
-    par: Par,
-) {
-    product_in_tasks(dst, accum, a, b.transpose(), par);
+/// Whether a product into an `m × n` output runs as one sequential product: under `Par::Seq`
+/// or a pool of one thread, or when the output is one task.
+pub(crate) fn one_task(par: Par, m: usize, n: usize) -> bool {
+    par.degree() == 1 || (m <= TASK && n <= TASK)
 }
 
 /// `dst ← accum(dst, lhs · rhs)`: with `Par::Seq` faer's product; on the pool, `dst` cut into
-/// [`TASK_ROWS`] × [`TASK_COLS`] rectangles, each one sequential faer product on one
+/// [`TASK`] × [`TASK`] squares, each one sequential faer product on one
 /// worker. faer's parallel product splits its packing and its loops over `k` among the
 /// threads and meets at a barrier per step; the tasks share nothing and wait for nothing.
 /// Every entry's sum over `k` runs in the same order either way (faer's order does not depend
@@ -246,9 +240,7 @@ pub(crate) fn product_in_tasks<T: faer::traits::ComplexField>(
     par: Par,
 ) {
     use rayon::prelude::*;
-    let (m, n) = (dst.nrows(), dst.ncols());
-    let single = m <= TASK_ROWS && n <= TASK_COLS;
-    if matches!(par, Par::Seq) || single || par.degree() == 1 {
+    if one_task(par, dst.nrows(), dst.ncols()) {
         matmul(dst, accum, lhs, rhs, T::one_impl(), Par::Seq);
         return;
     }
@@ -261,24 +253,24 @@ pub(crate) fn product_in_tasks<T: faer::traits::ComplexField>(
         });
 }
 
-/// `dst` cut into its [`TASK_ROWS`] × [`TASK_COLS`] rectangles, row by row: `(first row, first
-/// column, the rectangle)`.
+/// `dst` cut into its [`TASK`] × [`TASK`] squares (less at the last row and column), row by row:
+/// `(first row, first column, the square)`.
 pub(crate) fn output_tasks<T>(dst: MatMut<'_, T>) -> Vec<(usize, usize, MatMut<'_, T>)> {
     let (m, n) = (dst.nrows(), dst.ncols());
-    let mut tasks = Vec::with_capacity(m.div_ceil(TASK_ROWS) * n.div_ceil(TASK_COLS));
+    let mut tasks = Vec::with_capacity(m.div_ceil(TASK) * n.div_ceil(TASK));
     let mut rows = dst;
     let mut r0 = 0;
     while r0 < m {
-        let (mut line, rest) = rows.split_at_row_mut(TASK_ROWS.min(m - r0));
+        let (mut line, rest) = rows.split_at_row_mut(TASK.min(m - r0));
         rows = rest;
         let mut c0 = 0;
         while c0 < n {
-            let (tile, rest) = line.split_at_col_mut(TASK_COLS.min(n - c0));
+            let (tile, rest) = line.split_at_col_mut(TASK.min(n - c0));
             line = rest;
             tasks.push((r0, c0, tile));
-            c0 += TASK_COLS;
+            c0 += TASK;
         }
-        r0 += TASK_ROWS;
+        r0 += TASK;
     }
     tasks
 }
