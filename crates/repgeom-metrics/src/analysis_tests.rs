@@ -212,7 +212,7 @@ fn a_model_pair_owns_its_seeds_readouts_and_duplicates() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("distance_spearman needs both readouts") && e.contains("toy has none"),
+        e.contains("distance_spearman needs both readouts") && e.contains("none was given for toy"),
         "{e}"
     );
     let pair = ModelPair::new(&metrics, side(wu), side(wu), null, Par::Seq).unwrap();

@@ -127,9 +127,9 @@ pub enum Error {
     /// A comparison's metrics use both models' readouts and one or both were not given
     /// ([`crate::analysis::ModelPair::new`]).
     #[error(
-        "{metrics} needs both readouts, and {missing} has none: give W_U of both models (or \
-         choose options that need none, e.g. distance_spearman with readout = false and \
-         random = false)"
+        "{metrics} needs both readouts, and none was given for {missing}: give W_U of both \
+         models (or choose options that need none, e.g. distance_spearman with readout = \
+         false and random = false)"
     )]
     MissingReadouts {
         /// The metrics that use the readout, comma-separated.
