@@ -8,15 +8,15 @@
 //! from the eigendecomposition of the smaller Gram matrix, in `f64`, sequentially.
 
 use repgeom_linalg::{
-    Mat, MatRef, Par, cosine_distances, gram_rows, project, singular_values, spearman,
-    symmetric_eigen_desc,
+    Mat, MatRef, Par, cosine_distances, gram_rows, project, singular_values, symmetric_eigen_desc,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::cross::{SpearmanSide, spearman_side};
 use crate::error::{Error, Result};
 use crate::input::{PairInput, numerical_rank};
 use crate::permute::{N_PERM_OPTION, Prepared, PreparedKind, SEED_OPTION, permutation_fields};
-use crate::registry::PairMetric;
+use crate::registry::{PairMetric, PairSide};
 use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// An orthonormal basis `U` (`N × r`) of the column space of a centred `N × d` matrix and its
@@ -43,6 +43,14 @@ fn left_basis(xc: MatRef<'_, f64>, par: Par) -> Result<(Mat<f64>, Vec<f64>)> {
         Mat::from_fn(n, r, |i, j| xv[(i, j)] / sigma[j])
     };
     Ok((u, sigma))
+}
+
+/// [`left_basis`] of a layer's centred points, once per layer ([`crate::LayerInput`]'s memo):
+/// every pair the layer is part of, and every draw of a permutation null, shares it.
+fn layer_basis(layer: &crate::LayerInput<'_>) -> Result<std::sync::Arc<(Mat<f64>, Vec<f64>)>> {
+    layer.memo(("left singular basis", 0, false), || {
+        left_basis(layer.centred(), layer.par())
+    })
 }
 
 /// Smallest `r` whose top-`r` squared singular values hold at least `keep` of the total.
@@ -138,13 +146,17 @@ impl PairMetric for Svcca {
 
     permutation_fields!();
 
+    fn warm(&self, layer: &crate::LayerInput<'_>, _side: PairSide) {
+        let _ = layer_basis(layer);
+    }
+
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
         self.check()?;
         let par = input.a.par();
-        let (ua, sa) = left_basis(input.a.centred(), par)?;
-        let (ub, sb) = left_basis(input.b.centred(), par)?;
-        let ra = rank_for_variance(&sa, self.variance_kept);
-        let rb = rank_for_variance(&sb, self.variance_kept);
+        let (a, b) = (layer_basis(input.a)?, layer_basis(input.b)?);
+        let ((ua, sa), (ub, sb)) = (&*a, &*b);
+        let ra = rank_for_variance(sa, self.variance_kept);
+        let rb = rank_for_variance(sb, self.variance_kept);
         let rho = canonical_correlations(
             ua.as_ref().subcols(0, ra),
             ub.as_ref().subcols(0, rb),
@@ -195,6 +207,10 @@ impl PairMetric for Pwcca {
 
     permutation_fields!();
 
+    fn warm(&self, layer: &crate::LayerInput<'_>, _side: PairSide) {
+        let _ = layer_basis(layer);
+    }
+
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
         let par = input.a.par();
         let what = format!("pwcca on {}", input.what());
@@ -203,8 +219,8 @@ impl PairMetric for Pwcca {
         } else {
             (&input.b, &input.a)
         };
-        let (us, _) = left_basis(first.centred(), par)?;
-        let (uo, _) = left_basis(second.centred(), par)?;
+        let (s, o) = (layer_basis(first)?, layer_basis(second)?);
+        let (us, uo) = (&s.0, &o.0);
         let m = project(us.transpose(), uo.as_ref(), par);
         let mmt = gram_rows(m.as_ref(), par);
         let (l, p) = symmetric_eigen_desc(mmt.as_ref(), par)?;
@@ -360,13 +376,20 @@ impl PairMetric for Rsa {
         ]))))
     }
 
+    fn warm(&self, layer: &crate::LayerInput<'_>, side: PairSide) {
+        let _ = self.side(layer, side, &format!("rsa on {}", layer.what()));
+    }
+
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
-        let (da, db) = (self.rdm(input.a)?, self.rdm(input.b)?);
-        let value = spearman(&da, &db, &format!("rsa on {}", input.what()))?;
+        let what = format!("rsa on {}", input.what());
+        let a = self.side(input.a, PairSide::A, &what)?;
+        let b = self.side(input.b, PairSide::B, &what)?;
+        let value = a.spearman(&b, &what)?;
+        let tied = |s: &SpearmanSide| s.tied.expect("an RDM keeps its ties");
         Ok(vec![
             MetricValue::new("rsa", self.variant(), value)
-                .with_extra("tied_a", crate::cross::tied_fraction(&da))
-                .with_extra("tied_b", crate::cross::tied_fraction(&db)),
+                .with_extra("tied_a", tied(&a))
+                .with_extra("tied_b", tied(&b)),
         ])
     }
 }
@@ -377,6 +400,20 @@ impl Rsa {
             RdmKind::Euclidean => "euclidean",
             RdmKind::Correlation => "correlation",
         }
+    }
+
+    /// The layer's RDM as `side` of the correlation, once per layer and side.
+    fn side(
+        &self,
+        layer: &crate::LayerInput<'_>,
+        side: PairSide,
+        what: &str,
+    ) -> Result<std::sync::Arc<SpearmanSide>> {
+        let key = match self.rdm {
+            RdmKind::Euclidean => "rsa euclidean",
+            RdmKind::Correlation => "rsa correlation",
+        };
+        spearman_side(layer, (key, 0), side, true, what, || self.rdm(layer))
     }
 
     /// The condensed RDM of one side.

@@ -28,8 +28,8 @@ use repgeom_linalg::{Mat, MatRef, Par, project};
 use repgeom_null::{NullBases, NullParams, haar_basis};
 
 use crate::{
-    LayerInput, Metric, MetricValue, PairInput, PairMetric, all_metrics, all_pair_metrics,
-    options_of,
+    LayerInput, Metric, MetricValue, PairInput, PairMetric, PairSide, all_metrics,
+    all_pair_metrics, options_of,
 };
 
 /// Relative tolerance (scaled by max(1, |value|)) for values before and after a rotation: the
@@ -345,6 +345,19 @@ pub fn check_pair_metric(metric: &(dyn PairMetric + 'static)) {
         bits(&run_pair(metric, &a, &b, Par::rayon(2))),
         "{name}: thread count"
     );
+    // The per-layer work a table shares between pairs (`PairMetric::warm`), done first on
+    // each side and again, changes no bit; nor does it on the side each layer is not on.
+    {
+        let (ia, ib) = (a.input("A", Par::rayon(2)), b.input("B", Par::rayon(2)));
+        for (layer, side) in [(&ia, PairSide::A), (&ib, PairSide::B), (&ia, PairSide::A)] {
+            metric.warm(layer, side);
+        }
+        metric.warm(&ia, PairSide::B);
+        metric.warm(&ib, PairSide::A);
+        let input = PairInput::new(&ia, &ib).unwrap();
+        let warmed = (metric.compute(&input)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(bits(&first), bits(&warmed), "{name}: warm changes no value");
+    }
     if info.rotation_invariant {
         let (ra, rb) = (a.rotated(78), b.rotated(79));
         assert_close_values(&first, &run_pair(metric, &ra, &b, Par::Seq), name);

@@ -2,6 +2,8 @@
 //! (Spearman of pairwise cosine distances) in the full space, in each model's readout subspace
 //! and in random subspaces; and linear CKA.
 
+use std::sync::Arc;
+
 use repgeom_linalg::{
     Mat, MatRef, Par, RankScratch, RankedReference, condensed_len, cosine_distances,
     cosine_distances_into, cross_frobenius_sq, gram_rows, hsic_unbiased, project, project_f32,
@@ -14,7 +16,7 @@ use crate::input::{LayerInput, PairInput};
 use crate::permute::{
     KernelMatrix, N_PERM_OPTION, Prepared, PreparedKind, SEED_OPTION, permutation_fields,
 };
-use crate::registry::PairMetric;
+use crate::registry::{PairMetric, PairSide};
 use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// Distance agreement between two models: Spearman correlation of their pairwise cosine
@@ -84,6 +86,15 @@ impl PairMetric for DistanceSpearman {
 
     permutation_fields!();
 
+    fn warm(&self, layer: &LayerInput<'_>, side: PairSide) {
+        if self.check_ccr(layer).is_ok() {
+            let _ = self.full(layer, side);
+            if self.readout && layer.readout_basis_opt().is_some() {
+                let _ = self.in_readout(layer, side, layer.what());
+            }
+        }
+    }
+
     fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
         // The full variant's ranks; the readout variant keeps its random-subspace null.
         let x = layer.ccr(self.ccr)?;
@@ -100,65 +111,38 @@ impl PairMetric for DistanceSpearman {
         let par = a.par();
         let n = a.n();
         for side in [a, b] {
-            if self.ccr >= (side.n() - 1).min(side.d()) {
-                return Err(Error::InvalidOption {
-                    name: "ccr".into(),
-                    value: self.ccr.to_string(),
-                    reason: format!(
-                        "too many directions to remove from {} [{}, {}]",
-                        side.what(),
-                        side.n(),
-                        side.d()
-                    ),
-                });
-            }
+            self.check_ccr(side)?;
         }
-        let (ca, cb) = (a.ccr(self.ccr)?, b.ccr(self.ccr)?);
-        let (xa, xb) = (ca.as_ref().as_ref(), cb.as_ref().as_ref());
-        let label_a = format!("{} after CCR-{}", a.what(), self.ccr);
-        let label_b = format!("{} after CCR-{}", b.what(), self.ccr);
         let mut out = Vec::new();
-        let mut scratch = RankScratch::default();
-
-        let da = cosine_distances(xa.as_ref(), &label_a, par)?;
-        let ref_a = RankedReference::new(&da, &format!("{label_a}: full-space distances"), par)?;
-        let tied_a = tied_fraction(&da);
-        drop(da);
-        let db = cosine_distances(xb.as_ref(), &label_b, par)?;
-        let full = ref_a.spearman(
-            &db,
-            &mut scratch,
-            &format!("{label_b}: full-space distances"),
-        )?;
-        let tied_b = tied_fraction(&db);
-        drop(db);
+        let (sa, sb) = (self.full(a, PairSide::A)?, self.full(b, PairSide::B)?);
+        let label_b = format!("{} after CCR-{}", b.what(), self.ccr);
+        let full = sa.spearman(&sb, &format!("{label_b}: full-space distances"))?;
         out.push(
             MetricValue::new("distance_spearman", "full", full)
                 .with_extra("ccr", self.ccr as f64)
-                .with_extra("tied_a", tied_a)
-                .with_extra("tied_b", tied_b),
+                .with_extra(
+                    "tied_a",
+                    sa.tied.expect("the full distances keep their ties"),
+                )
+                .with_extra(
+                    "tied_b",
+                    sb.tied.expect("the full distances keep their ties"),
+                ),
         );
 
         let readout = if self.readout {
             let va = a.readout_basis("distance_spearman")?;
             let vb = b.readout_basis("distance_spearman")?;
-            let pa = cosine_distances(
-                project(xa.as_ref(), va, par).as_ref(),
-                &format!("{label_a} in its readout subspace"),
-                par,
-            )?;
-            let pb = cosine_distances(
-                project(xb.as_ref(), vb, par).as_ref(),
-                &format!("{label_b} in its readout subspace"),
-                par,
-            )?;
-            let r =
-                repgeom_linalg::spearman(&pa, &pb, &format!("{what}: readout-subspace distances"))?;
-            Some((r, va.ncols(), vb.ncols()))
+            let label = format!("{what}: readout-subspace distances");
+            let ra = self.in_readout(a, PairSide::A, &label)?;
+            let rb = self.in_readout(b, PairSide::B, &label)?;
+            Some((ra.spearman(&rb, &label)?, va.ncols(), vb.ncols()))
         } else {
             None
         };
 
+        let (ca, cb) = (a.ccr(self.ccr)?, b.ccr(self.ccr)?);
+        let (xa, xb) = (ca.as_ref().as_ref(), cb.as_ref().as_ref());
         let random = if self.random {
             let qa = a.null("distance_spearman")?;
             let qb = b.null("distance_spearman")?;
@@ -210,6 +194,112 @@ impl PairMetric for DistanceSpearman {
         }
         Ok(out)
     }
+}
+
+impl DistanceSpearman {
+    /// Errors unless `self.ccr` directions can be removed from `side`.
+    fn check_ccr(&self, side: &LayerInput<'_>) -> Result<()> {
+        if self.ccr >= (side.n() - 1).min(side.d()) {
+            return Err(Error::InvalidOption {
+                name: "ccr".into(),
+                value: self.ccr.to_string(),
+                reason: format!(
+                    "too many directions to remove from {} [{}, {}]",
+                    side.what(),
+                    side.n(),
+                    side.d()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The layer's full-space distances after CCR, as `side` of the `full` variant's
+    /// correlation, once per layer.
+    fn full(&self, layer: &LayerInput<'_>, side: PairSide) -> Result<Arc<SpearmanSide>> {
+        let label = format!("{} after CCR-{}", layer.what(), self.ccr);
+        let key = ("distance_spearman full", self.ccr);
+        spearman_side(
+            layer,
+            key,
+            side,
+            true,
+            &format!("{label}: full-space distances"),
+            || {
+                let x = layer.ccr(self.ccr)?;
+                Ok(cosine_distances(x.as_ref().as_ref(), &label, layer.par())?)
+            },
+        )
+    }
+
+    /// The layer's distances inside its own readout subspace (after CCR), as `side` of the
+    /// `readout` variant's correlation, once per layer.
+    fn in_readout(
+        &self,
+        layer: &LayerInput<'_>,
+        side: PairSide,
+        what: &str,
+    ) -> Result<Arc<SpearmanSide>> {
+        let key = ("distance_spearman readout", self.ccr);
+        spearman_side(layer, key, side, false, what, || {
+            let v = layer.readout_basis("distance_spearman")?;
+            let x = layer.ccr(self.ccr)?;
+            let label = format!(
+                "{} after CCR-{} in its readout subspace",
+                layer.what(),
+                self.ccr
+            );
+            let projected = project(x.as_ref().as_ref(), v, layer.par());
+            Ok(cosine_distances(projected.as_ref(), &label, layer.par())?)
+        })
+    }
+}
+
+/// One layer's condensed distances for the Spearman correlations of a pair metric, computed
+/// once per layer and side ([`LayerInput::memo`]) and shared by every pair the layer is part
+/// of: on side A ranked (the reference that each pair's side B is sorted against), on side B
+/// the values; with the fraction tied ([`tied_fraction`]) where asked for.
+pub(crate) struct SpearmanSide {
+    ranked: Option<RankedReference>,
+    values: Vec<f32>,
+    pub(crate) tied: Option<f64>,
+}
+
+impl SpearmanSide {
+    /// Spearman's rho between side A (`self`) and side B, exactly as
+    /// [`repgeom_linalg::spearman`] of the two distance vectors.
+    pub(crate) fn spearman(&self, b: &SpearmanSide, what: &str) -> Result<f64> {
+        let reference = self.ranked.as_ref().expect("side A keeps its ranks");
+        Ok(reference.spearman(&b.values, &mut RankScratch::default(), what)?)
+    }
+}
+
+/// `layer`'s [`SpearmanSide`] under `key` (a name and a level) for `side`, from the
+/// `distances` it computes on first use; `what` names the distances if every one is tied.
+pub(crate) fn spearman_side(
+    layer: &LayerInput<'_>,
+    key: (&'static str, usize),
+    side: PairSide,
+    tied: bool,
+    what: &str,
+    distances: impl FnOnce() -> Result<Vec<f32>>,
+) -> Result<Arc<SpearmanSide>> {
+    layer.memo((key.0, key.1, side == PairSide::A), || {
+        let values = distances()?;
+        let tied = tied.then(|| tied_fraction(&values));
+        Ok(match side {
+            PairSide::A => SpearmanSide {
+                ranked: Some(RankedReference::new(&values, what, layer.par())?),
+                values: Vec::new(),
+                tied,
+            },
+            PairSide::B => SpearmanSide {
+                ranked: None,
+                values,
+                tied,
+            },
+        })
+    })
 }
 
 fn random_row(rhos: &[f64], s: &repgeom_null::NullSummary) -> MetricValue {

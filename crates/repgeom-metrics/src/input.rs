@@ -175,8 +175,9 @@ pub struct LayerInput<'a> {
 }
 
 /// What [`LayerInput::memo`] keeps a result under: the kind of work, named by the module that
-/// does it, and its parameters (e.g. `("cosine neighbours", k, centred)`).
-pub(crate) type MemoKey = (&'static str, usize, bool);
+/// does it (a plugin's names start with its metric's name), and its parameters (e.g.
+/// `("cosine neighbours", k, centred)`).
+pub type MemoKey = (&'static str, usize, bool);
 
 impl<'a> LayerInput<'a> {
     /// Wraps an `N × d` layer. `what` names it in messages, e.g.
@@ -389,9 +390,21 @@ impl<'a> LayerInput<'a> {
 
     /// The layer's result of `make` under `key`, computed once and shared by every pair the
     /// layer is part of and every metric that asks (a higher module's per-layer work, such as
-    /// k-NN's neighbour lists: a 7 × 7 table of mutual k-NN searches 14 layers, not 98). An
-    /// error is returned, not kept.
-    pub(crate) fn memo<T: Any + Send + Sync>(
+    /// k-NN's neighbour lists: a 7 × 7 table of mutual k-NN searches 14 layers, not 98; a pair
+    /// metric's [`crate::PairMetric::warm`] fills it). An error is returned, not kept. The
+    /// result lives as long as the layer.
+    ///
+    /// ```
+    /// use repgeom_linalg::{Mat, Par};
+    /// use repgeom_metrics::LayerInput;
+    /// let x = Mat::<f32>::from_fn(8, 3, |i, j| (i * 3 + j) as f32 % 5.0);
+    /// let layer = LayerInput::new(x.as_ref(), "layer 0", Par::Seq).unwrap();
+    /// let norm = || Ok(layer.centred().norm_l2());
+    /// let once = layer.memo(("my_metric norm", 0, false), norm).unwrap();
+    /// let again = layer.memo(("my_metric norm", 0, false), || unreachable!()).unwrap();
+    /// assert_eq!(once, again);
+    /// ```
+    pub fn memo<T: Any + Send + Sync>(
         &self,
         key: MemoKey,
         make: impl FnOnce() -> Result<T>,

@@ -15,7 +15,7 @@ use crate::input::{LayerInput, PairInput};
 use crate::permute::{
     N_PERM_OPTION, Permutations, Prepared, PreparedKind, Relabel, SEED_OPTION, permutation_fields,
 };
-use crate::registry::PairMetric;
+use crate::registry::{PairMetric, PairSide};
 use crate::value::{MetricInfo, MetricValue, OptionDoc};
 
 /// Rows of the similarity matrix computed at once by the blocked searches.
@@ -462,6 +462,12 @@ impl PairMetric for MutualKnn {
 
     permutation_fields!();
 
+    fn warm(&self, layer: &LayerInput<'_>, _side: PairSide) {
+        if self.check().is_ok() && self.k < layer.n() {
+            let _ = cosine_neighbours(layer, self.k, self.center);
+        }
+    }
+
     fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
         Ok(Some(Prepared(PreparedKind::Neighbours(Box::new(
             PreparedNeighbours {
@@ -532,6 +538,16 @@ impl PairMetric for Cknna {
     }
 
     permutation_fields!();
+
+    fn warm(&self, layer: &LayerInput<'_>, _side: PairSide) {
+        if self.check().is_ok()
+            && self.k < layer.n()
+            && layer.n() >= 4
+            && let Ok(nb) = cosine_neighbours(layer, self.k, self.center)
+        {
+            let _ = self_hsic(layer, &nb, self.k, self.center);
+        }
+    }
 
     fn prepare(&self, layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
         let nb = cosine_neighbours(layer, self.k, self.center)?;

@@ -69,7 +69,7 @@ pub use covariance::{
 pub use cross::{CkaLinear, DistanceSpearman, tied_fraction};
 pub use error::{Error, Result};
 pub use input::{
-    Acts, DEFAULT_K, LayerInput, MIN_POINTS, PairInput, Readout, Spectrum, check_k_frac,
+    Acts, DEFAULT_K, LayerInput, MIN_POINTS, MemoKey, PairInput, Readout, Spectrum, check_k_frac,
     check_readout_for, k_fits, k_from_fraction, layer_pairs, numerical_rank,
 };
 pub use knn::{Cknna, MutualKnn};
@@ -79,7 +79,7 @@ pub use pga::parse_size;
 pub use pga_metric::Pga;
 pub use pga_spectrum::PgaSpectrum;
 pub use registry::{
-    AnalysisParams, Metric, PairMetric, all_metrics, all_pair_metrics, covariance_form,
+    AnalysisParams, Metric, PairMetric, PairSide, all_metrics, all_pair_metrics, covariance_form,
     covariance_forms, metric, metric_from_config, metric_names, options_of, pair_metric,
     pair_metric_from_config, pair_metric_names,
 };

@@ -125,6 +125,24 @@ pub trait PairMetric: std::fmt::Debug + Send + Sync {
     fn prepare(&self, _layer: &LayerInput<'_>) -> Result<Option<Prepared>> {
         Ok(None)
     }
+    /// Computes into the layer's memo ([`LayerInput`]'s per-layer caches) the work that
+    /// [`Self::compute`] shares between the pairs the layer is part of on `side` (its ranked
+    /// distances, its singular basis, its neighbour lists). A table runs it for each of its
+    /// layers, the layers side by side, before its pairs, which then run side by side without
+    /// computing it twice. An error is not kept: `compute` meets it again and reports it
+    /// with its pair. The default does nothing, and `compute` must not depend on it having
+    /// run.
+    fn warm(&self, _layer: &LayerInput<'_>, _side: PairSide) {}
+}
+
+/// Which side of a pair a layer is on: the first representation (model A) or the second
+/// (model B, whose points the permutation null relabels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairSide {
+    /// The first representation, `PairInput::a`.
+    A,
+    /// The second representation, `PairInput::b`.
+    B,
 }
 
 // ---------------------------------------------------------------------------------------------

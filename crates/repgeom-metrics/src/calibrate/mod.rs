@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::input::{LayerInput, PairInput, layer_pairs};
 use crate::permute::permutation;
 pub use crate::permute::{Permutations, Prepared};
-use crate::registry::PairMetric;
+use crate::registry::{PairMetric, PairSide};
 use crate::value::MetricValue;
 
 /// Sets `n_perm` on every metric of a run, keeping each metric's seed: what
@@ -216,11 +216,26 @@ fn compare_points(
             });
         }
     }
-    // Observed values.
-    let mut observed = Vec::with_capacity(pairs.len());
-    for &(i, j) in pairs {
-        observed.push(metric.compute(&PairInput::new(a[i], b[j])?)?);
-    }
+    // Observed values: first each layer's work that its pairs share (`PairMetric::warm`),
+    // the layers side by side, then the pairs side by side; the first failing pair in order
+    // names the error, at any thread count.
+    let par = a[0].par();
+    let used = |side: &[&LayerInput<'_>], of: fn(&(usize, usize)) -> usize| -> Vec<usize> {
+        (0..side.len())
+            .filter(|&l| pairs.iter().any(|p| of(p) == l))
+            .collect()
+    };
+    let (used_a, used_b) = (used(a, |p| p.0), used(b, |p| p.1));
+    repgeom_linalg::map_in_order(used_a.len() + used_b.len(), par, |t| match t {
+        t if t < used_a.len() => metric.warm(a[used_a[t]], PairSide::A),
+        t => metric.warm(b[used_b[t - used_a.len()]], PairSide::B),
+    });
+    let mut observed: Vec<Vec<MetricValue>> = repgeom_linalg::map_in_order(pairs.len(), par, |c| {
+        let (i, j) = pairs[c];
+        metric.compute(&PairInput::new(a[i], b[j])?)
+    })
+    .into_iter()
+    .collect::<Result<_>>()?;
     if perms.n_perm == 0 {
         return Ok(Comparison {
             pairs: rows(pairs, observed),
@@ -229,7 +244,6 @@ fn compare_points(
     }
     // The null: per draw, a value per (pair, variant with a null).
     let n = a[0].n();
-    let par = a[0].par();
     let prep_a: Vec<Option<Prepared>> =
         a.iter().map(|x| metric.prepare(x)).collect::<Result<_>>()?;
     let prep_b: Vec<Option<Prepared>> =

@@ -268,3 +268,67 @@ fn best_matching_is_the_brute_force_optimum() {
         }
     }
 }
+
+/// A table's cells equal each pair computed alone on fresh layers: the per-layer work that
+/// `PairMetric::warm` shares between pairs, and the pairs run side by side, change no bit. One
+/// side's layers also serve as the other's, so a layer keeps both sides' work at once.
+#[test]
+fn a_table_equals_each_pair_alone() {
+    let mats = layers();
+    let bases: Vec<Mat<f64>> = (mats.iter())
+        .map(|m| Mat::from_fn(m.ncols(), 2, |i, j| f64::from(u8::from(i == j))))
+        .collect();
+    let fresh = |i: usize, par: Par| {
+        (LayerInput::new(mats[i].as_ref(), format!("layer {i}"), par).unwrap())
+            .with_readout(bases[i].as_ref())
+            .unwrap()
+    };
+    let pairs = layer_pairs(3, 3, false);
+    let configs = [
+        json!({"metric": "distance_spearman", "random": false, "ccr": 1}),
+        json!({"metric": "distance_spearman", "readout": false, "random": false, "ccr": 0}),
+        json!({"metric": "rsa"}),
+        json!({"metric": "rsa", "rdm": "correlation"}),
+        json!({"metric": "svcca"}),
+        json!({"metric": "pwcca"}),
+        json!({"metric": "procrustes"}),
+        json!({"metric": "cka_linear"}),
+        json!({"metric": "mutual_knn", "k": 5, "n_perm": 0}),
+        json!({"metric": "cknna", "k": 5, "n_perm": 0}),
+    ];
+    for threads in [1, 3] {
+        // One set of layers for every metric: no two metrics' per-layer work may collide.
+        let inputs: Vec<LayerInput<'_>> = (0..3).map(|i| fresh(i, Par::rayon(threads))).collect();
+        let refs: Vec<&LayerInput<'_>> = inputs.iter().collect();
+        for config in &configs {
+            let m = metric(config.clone());
+            let table = compare(
+                m.as_ref(),
+                &refs,
+                &refs,
+                &pairs,
+                &CompareSettings::default(),
+            )
+            .unwrap();
+            let mut cells = 0;
+            for &(i, j) in &pairs {
+                let (a, b) = (fresh(i, Par::Seq), fresh(j, Par::Seq));
+                let alone = m.compute(&PairInput::new(&a, &b).unwrap()).unwrap();
+                let rows: Vec<MetricValue> = (table.pairs.iter())
+                    .filter(|r| (r.a, r.b) == (i, j))
+                    .map(|r| {
+                        let mut v = r.value.clone();
+                        assert_eq!(v.extra.remove("duplicates_dropped"), Some(0.0));
+                        v
+                    })
+                    .collect();
+                assert_eq!(
+                    rows, alone,
+                    "{config} at {threads} threads, cell ({i}, {j})"
+                );
+                cells += rows.len();
+            }
+            assert_eq!(cells, table.pairs.len(), "{config}");
+        }
+    }
+}
