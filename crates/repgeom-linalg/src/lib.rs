@@ -77,6 +77,32 @@ pub fn map_in_order<R: Send>(n: usize, par: Par, f: impl Fn(usize) -> R + Sync +
     }
 }
 
+/// `cell`'s value, made by `make` when it has none, with no wait while `make` runs: the one way
+/// repgeom fills a cache whose value is computed on the rayon pool. A pool thread that waits
+/// for its share of that work runs other tasks meanwhile, and one of them may ask for the
+/// same value: `OnceLock::get_or_init`, or a lock held across the work, would then wait on
+/// itself for ever. Here two threads may both make the value and the first one stored is
+/// kept, so `make` must give the same value on every call (as repgeom's computations do, at
+/// any thread count).
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use repgeom_linalg::{Par, get_or_make, map_in_order};
+/// let cell = OnceLock::new();
+/// let sums = map_in_order(64, Par::rayon(4), |_| {
+///     *get_or_make(&cell, || map_in_order(1000, Par::rayon(4), |i| i as u64).iter().sum::<u64>())
+/// });
+/// assert!(sums.iter().all(|&s| s == 499_500));
+/// ```
+pub fn get_or_make<T>(cell: &std::sync::OnceLock<T>, make: impl FnOnce() -> T) -> &T {
+    if let Some(v) = cell.get() {
+        return v;
+    }
+    // Stores nothing when another thread stored first; `set` itself never runs user code.
+    let _ = cell.set(make());
+    cell.get().expect("stored above or by another thread")
+}
+
 /// Checks that every entry of `x` is finite; returns the first offending `(row, col)` (the
 /// first in column-major order). The check runs by lines on the current rayon pool unless
 /// `par` is `Par::Seq`; the offender, if any, is looked for in order, so it is the same.

@@ -12,7 +12,7 @@ use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use ndarray::{Array2, ArrayView2};
-use repgeom_linalg::{Mat, MatRef, Par, center_columns, first_non_finite};
+use repgeom_linalg::{Mat, MatRef, Par, center_columns, first_non_finite, get_or_make};
 use repgeom_null::{NullBases, NullParams};
 
 use crate::error::{Error, Result};
@@ -353,15 +353,13 @@ impl<'a> LayerInput<'a> {
 
     /// The activations centred over points, in `f64` (computed once).
     pub fn centred(&self) -> MatRef<'_, f64> {
-        self.centred
-            .get_or_init(|| center_columns(self.acts, self.par))
-            .as_ref()
+        get_or_make(&self.centred, || center_columns(self.acts, self.par)).as_ref()
     }
 
     /// `‖X_cᵀX_c‖²_F` of the centred layer (`tr(K²)` of its linear Gram, linear CKA's
     /// self-similarity), computed once and shared by every pair the layer is part of.
     pub fn centred_gram_frobenius_sq(&self) -> f64 {
-        *self.gram_sq.get_or_init(|| {
+        *get_or_make(&self.gram_sq, || {
             let c = self.centred();
             repgeom_linalg::cross_frobenius_sq(c, c, self.par)
         })
@@ -372,11 +370,18 @@ impl<'a> LayerInput<'a> {
     /// pair that asks for it: `repgeom compare` over L × L layer pairs corrects each layer
     /// once, not once per pair.
     pub fn ccr(&self, c: usize) -> Result<Arc<Mat<f64>>> {
-        let mut cache = self.ccr.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, m)) = cache.iter().find(|(level, _)| *level == c) {
-            return Ok(Arc::clone(m));
+        let lock = || self.ccr.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = |cache: &[(usize, Arc<Mat<f64>>)]| {
+            (cache.iter())
+                .find(|(level, _)| *level == c)
+                .map(|(_, m)| Arc::clone(m))
+        };
+        if let Some(m) = found(&lock()) {
+            return Ok(m);
         }
-        // the same steps as `repgeom_linalg::ccr`, from the cached centred layer
+        // Computed without the lock (see `repgeom_linalg::get_or_make`): a level made meanwhile
+        // on another thread wins. The same steps as `repgeom_linalg::ccr`, from the cached
+        // centred layer.
         let xc = self.centred();
         let m = Arc::new(if c == 0 {
             xc.to_owned()
@@ -384,6 +389,10 @@ impl<'a> LayerInput<'a> {
             let u = repgeom_linalg::top_principal_directions(xc, c, self.par)?.directions;
             repgeom_linalg::remove_directions(xc, u.as_ref(), self.par)
         });
+        let mut cache = lock();
+        if let Some(m) = found(&cache) {
+            return Ok(m);
+        }
         cache.push((c, Arc::clone(&m)));
         Ok(m)
     }
@@ -446,7 +455,7 @@ impl<'a> LayerInput<'a> {
             let raw = repgeom_linalg::to_f64(self.acts);
             repgeom_linalg::singular_values(raw.as_ref(), &self.what, self.par)?
         };
-        Ok(cell.get_or_init(|| values))
+        Ok(get_or_make::<Vec<f64>>(cell, || values))
     }
 
     /// Eigenvalues of the covariance $X_c^\top X_c/(N-1)$, non-increasing, padded with zeros

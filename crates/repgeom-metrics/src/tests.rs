@@ -533,3 +533,55 @@ fn pga_params_read_the_pga_options_inline() {
     };
     assert!(seeded.check().is_err());
 }
+
+/// A layer's and a null's caches are filled from tasks on the pool that ask for them at once,
+/// and the work that fills them runs on the same pool: a thread waiting for its share of that
+/// work runs other tasks meanwhile, one of which may ask for the same cache. No cache may
+/// then wait on itself (a blocking `OnceLock::get_or_init`, or a lock held across the work,
+/// did: `repgeom sweep --threads 16` hung, now and then, on a compare table's cells). Four
+/// layers whose caches take many tasks to fill, asked for by 64 tasks at once, 20 times; on
+/// its own thread with a deadline, so that a hang fails the test (with a blocking
+/// `get_or_init` in place of `get_or_make`, 10 rounds hung in 2 runs of 3).
+#[test]
+fn caches_asked_for_from_many_pool_tasks_never_wait_on_themselves() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(8)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for round in 0..20 {
+                let xs: Vec<Mat<f32>> = (0..4)
+                    .map(|l| {
+                        Mat::from_fn(400, 640, |i, j| {
+                            ((i * 7 + j * j * 3 + round + l) % 23) as f32 + (i % 5 * j) as f32
+                        })
+                    })
+                    .collect();
+                let layers: Vec<LayerInput<'_>> = (xs.iter())
+                    .map(|x| LayerInput::new(x.as_ref(), "x", Par::rayon(0)).unwrap())
+                    .collect();
+                let params = repgeom_null::NullParams {
+                    n_null: 64,
+                    seed: round as u64,
+                };
+                let null = repgeom_null::NullBases::draw(64, 8, &params.check().unwrap()).unwrap();
+                let got = repgeom_linalg::map_in_order(64, Par::rayon(0), |t| {
+                    let layer = &layers[t % 4];
+                    let q = &null.bases_f32()[t];
+                    let sq = layer.centred_gram_frobenius_sq();
+                    let c = layer.ccr(1).unwrap();
+                    (sq.to_bits(), c.nrows() + q.ncols())
+                });
+                assert!(got.iter().zip(&got[4..]).all(|(a, b)| a == b));
+            }
+        });
+        done.send(()).unwrap();
+    });
+    let waited = finished.recv_timeout(std::time::Duration::from_secs(120));
+    assert!(
+        waited.is_ok(),
+        "a cache waited on itself: the tasks never finished"
+    );
+}

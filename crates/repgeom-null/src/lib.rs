@@ -267,15 +267,17 @@ impl NullBases {
         &self.bases
     }
     /// The bases rounded to `f32` (to nearest), as the null draws project onto them: converted
-    /// once, in parallel on the current rayon pool, on the first call.
+    /// once, in parallel on the current rayon pool, on the first call (two calls at once may
+    /// both convert, with no wait: [`repgeom_linalg::get_or_make`]).
     pub fn bases_f32(&self) -> &[Mat<f32>] {
         use rayon::prelude::*;
-        self.bases_f32.get_or_init(|| {
+        let bases: &Vec<Mat<f32>> = repgeom_linalg::get_or_make(&self.bases_f32, || {
             self.bases
                 .par_iter()
                 .map(|q| repgeom_linalg::to_f32(q.as_ref(), repgeom_linalg::Par::Seq))
                 .collect()
-        })
+        });
+        bases
     }
     /// Bases from their parts (the constructors' one way in).
     pub(crate) fn from_parts(d: usize, k: usize, seed: Option<u64>, bases: Vec<Mat<f64>>) -> Self {
