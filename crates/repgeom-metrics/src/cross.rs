@@ -86,6 +86,12 @@ impl PairMetric for DistanceSpearman {
 
     permutation_fields!();
 
+    fn cells_side_by_side(&self) -> bool {
+        // Each cell's random subspaces already run over the pool, two N(N − 1)/2 distance
+        // vectors and a sort's buffers on every worker.
+        !self.random
+    }
+
     fn warm(&self, layer: &LayerInput<'_>, side: PairSide) {
         if self.check_ccr(layer).is_ok() {
             let _ = self.full(layer, side);

@@ -133,6 +133,13 @@ pub trait PairMetric: std::fmt::Debug + Send + Sync {
     /// with its pair. The default does nothing, and `compute` must not depend on it having
     /// run.
     fn warm(&self, _layer: &LayerInput<'_>, _side: PairSide) {}
+    /// Whether a table may compute this metric's cells side by side (the default). A metric
+    /// whose `compute` spreads its own work over the pool with a buffer the size of the pairs
+    /// on each worker (`distance_spearman`'s random subspaces) says no: its cells run one after
+    /// another, so the buffers are one set per worker and not one per worker and cell.
+    fn cells_side_by_side(&self) -> bool {
+        true
+    }
 }
 
 /// Which side of a pair a layer is on: the first representation (model A) or the second

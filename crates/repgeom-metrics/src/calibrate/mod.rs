@@ -217,9 +217,14 @@ fn compare_points(
         }
     }
     // Observed values: first each layer's work that its pairs share (`PairMetric::warm`),
-    // the layers side by side, then the pairs side by side; the first failing pair in order
-    // names the error, at any thread count.
+    // the layers side by side, then the pairs side by side where the metric allows it; the
+    // first failing pair in order names the error, at any thread count.
     let par = a[0].par();
+    let cells = if metric.cells_side_by_side() {
+        par
+    } else {
+        repgeom_linalg::Par::Seq
+    };
     let used = |side: &[&LayerInput<'_>], of: fn(&(usize, usize)) -> usize| -> Vec<usize> {
         (0..side.len())
             .filter(|&l| pairs.iter().any(|p| of(p) == l))
@@ -230,12 +235,13 @@ fn compare_points(
         t if t < used_a.len() => metric.warm(a[used_a[t]], PairSide::A),
         t => metric.warm(b[used_b[t - used_a.len()]], PairSide::B),
     });
-    let mut observed: Vec<Vec<MetricValue>> = repgeom_linalg::map_in_order(pairs.len(), par, |c| {
-        let (i, j) = pairs[c];
-        metric.compute(&PairInput::new(a[i], b[j])?)
-    })
-    .into_iter()
-    .collect::<Result<_>>()?;
+    let mut observed: Vec<Vec<MetricValue>> =
+        repgeom_linalg::map_in_order(pairs.len(), cells, |c| {
+            let (i, j) = pairs[c];
+            metric.compute(&PairInput::new(a[i], b[j])?)
+        })
+        .into_iter()
+        .collect::<Result<_>>()?;
     if perms.n_perm == 0 {
         return Ok(Comparison {
             pairs: rows(pairs, observed),

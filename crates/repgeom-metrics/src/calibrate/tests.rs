@@ -278,13 +278,25 @@ fn a_table_equals_each_pair_alone() {
     let bases: Vec<Mat<f64>> = (mats.iter())
         .map(|m| Mat::from_fn(m.ncols(), 2, |i, j| f64::from(u8::from(i == j))))
         .collect();
+    let params = repgeom_null::NullParams { n_null: 6, seed: 3 }
+        .check()
+        .unwrap();
+    let nulls: Vec<repgeom_null::NullBases> = (mats.iter())
+        .map(|m| repgeom_null::NullBases::draw(m.ncols(), 2, &params).unwrap())
+        .collect();
     let fresh = |i: usize, par: Par| {
         (LayerInput::new(mats[i].as_ref(), format!("layer {i}"), par).unwrap())
             .with_readout(bases[i].as_ref())
             .unwrap()
+            .with_null(&nulls[i])
+            .unwrap()
     };
-    let pairs = layer_pairs(3, 3, false);
+    // A layer against itself has a constant random-subspace null: the other six cells.
+    let pairs: Vec<(usize, usize)> = (layer_pairs(3, 3, false).into_iter())
+        .filter(|(i, j)| i != j)
+        .collect();
     let configs = [
+        json!({"metric": "distance_spearman", "ccr": 1}),
         json!({"metric": "distance_spearman", "random": false, "ccr": 1}),
         json!({"metric": "distance_spearman", "readout": false, "random": false, "ccr": 0}),
         json!({"metric": "rsa"}),
