@@ -170,7 +170,6 @@ pub struct LayerInput<'a> {
     gram_sq: OnceLock<f64>,
     sv_centred: OnceLock<Vec<f64>>,
     sv_raw: OnceLock<Vec<f64>>,
-    ccr: Mutex<Vec<(usize, Arc<Mat<f64>>)>>,
     memo: Mutex<Vec<(MemoKey, Arc<dyn Any + Send + Sync>)>>,
 }
 
@@ -222,7 +221,6 @@ impl<'a> LayerInput<'a> {
             gram_sq: OnceLock::new(),
             sv_centred: OnceLock::new(),
             sv_raw: OnceLock::new(),
-            ccr: Mutex::new(Vec::new()),
             memo: Mutex::new(Vec::new()),
         })
     }
@@ -370,31 +368,16 @@ impl<'a> LayerInput<'a> {
     /// pair that asks for it: `repgeom compare` over L × L layer pairs corrects each layer
     /// once, not once per pair.
     pub fn ccr(&self, c: usize) -> Result<Arc<Mat<f64>>> {
-        let lock = || self.ccr.lock().unwrap_or_else(PoisonError::into_inner);
-        let found = |cache: &[(usize, Arc<Mat<f64>>)]| {
-            (cache.iter())
-                .find(|(level, _)| *level == c)
-                .map(|(_, m)| Arc::clone(m))
-        };
-        if let Some(m) = found(&lock()) {
-            return Ok(m);
-        }
-        // Computed without the lock (see `repgeom_linalg::get_or_make`): a level made meanwhile
-        // on another thread wins. The same steps as `repgeom_linalg::ccr`, from the cached
-        // centred layer.
-        let xc = self.centred();
-        let m = Arc::new(if c == 0 {
-            xc.to_owned()
-        } else {
-            let u = repgeom_linalg::top_principal_directions(xc, c, self.par)?.directions;
-            repgeom_linalg::remove_directions(xc, u.as_ref(), self.par)
-        });
-        let mut cache = lock();
-        if let Some(m) = found(&cache) {
-            return Ok(m);
-        }
-        cache.push((c, Arc::clone(&m)));
-        Ok(m)
+        // The same steps as `repgeom_linalg::ccr`, from the cached centred layer.
+        self.memo(("ccr", c, false), || {
+            let xc = self.centred();
+            Ok(if c == 0 {
+                xc.to_owned()
+            } else {
+                let u = repgeom_linalg::top_principal_directions(xc, c, self.par)?.directions;
+                repgeom_linalg::remove_directions(xc, u.as_ref(), self.par)
+            })
+        })
     }
 
     /// The layer's result of `make` under `key`, computed once and shared by every pair the
