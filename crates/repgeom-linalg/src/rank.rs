@@ -218,8 +218,13 @@ impl RankedReference {
     /// assert_eq!(pooled.rank2(), alone.rank2());
     /// ```
     pub fn new(values: &[f32], what: &str, par: Par) -> Result<Self> {
-        let mut scratch = RankScratch::default();
-        sorted_words(values, &mut scratch, par);
+        Self::new_in(values, &mut RankScratch::default(), what, par)
+    }
+
+    /// [`Self::new`] with the sort's buffers from `scratch` (kept from call to call, so that
+    /// ranking many vectors in turn does not allocate them each time). The same ranks.
+    pub fn new_in(values: &[f32], scratch: &mut RankScratch, what: &str, par: Par) -> Result<Self> {
+        sorted_words(values, scratch, par);
         Self::from_sorted_words(&scratch.words, what, par)
     }
 
@@ -415,13 +420,65 @@ impl RankedReference {
         // Σ (2 r_p)(2 q_p) = Σ (s + e)(2 q_p) + Σ 2 q_p, and the doubled reference ranks sum
         // to n (n + 1) whatever its ties.
         let n = self.rank2.len() as i128;
-        let sxy4 = (starts + ends) as i128 + n * (n + 1) - n * (n + 1) * (n + 1);
         let syy12 = n * (n * n - 1) - 3 * ties as i128;
         if syy12 == 0 {
             return Err(Error::Constant { what: what.into() });
         }
-        let (sxy, syy) = (sxy4 as f64 / 4.0, syy12 as f64 / 12.0);
-        Ok((sxy / (self.sum_sq.sqrt() * syy.sqrt())).clamp(-1.0, 1.0))
+        Ok(self.rho((starts + ends) as i128 + n * (n + 1), syy12 as f64 / 12.0))
+    }
+
+    /// Spearman's rho between two ranked vectors of the same length: the dot product of their
+    /// doubled ranks, in integers, and each side's sum of squares. The same bits as
+    /// [`Self::spearman`] of `self` against the values `other` was ranked from (both are
+    /// the one formula of [`Self::rho_from_tie_sums`] on the same integers), at the cost of one
+    /// pass over the two rank vectors instead of a sort: what a vector correlated with many
+    /// others, each ranked once, pays per pair.
+    ///
+    /// ```
+    /// use repgeom_linalg::{Par, RankScratch, RankedReference};
+    /// let a: Vec<f32> = (0..1000u32).map(|i| ((i * 37) % 101) as f32).collect();
+    /// let b: Vec<f32> = (0..1000u32).map(|i| ((i * 53) % 89) as f32 * 0.5).collect();
+    /// let ra = RankedReference::new(&a, "a", Par::Seq).unwrap();
+    /// let rb = RankedReference::new(&b, "b", Par::Seq).unwrap();
+    /// let sorted = ra.spearman(&b, &mut RankScratch::default(), "b").unwrap();
+    /// assert_eq!(ra.spearman_ranked(&rb).to_bits(), sorted.to_bits());
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the two lengths differ.
+    pub fn spearman_ranked(&self, other: &RankedReference) -> f64 {
+        assert_eq!(
+            self.rank2.len(),
+            other.rank2.len(),
+            "spearman_ranked: length mismatch"
+        );
+        // Each product is below (2n)² < 2^64; a chunk's sum stays below 2^64 as well.
+        let n = self.rank2.len() as u64;
+        let chunk = usize::try_from(u64::MAX / (4 * n).saturating_mul(n).max(1))
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let dot: u128 = (self.rank2.chunks(chunk))
+            .zip(other.rank2.chunks(chunk))
+            .map(|(x, y)| {
+                let part: u64 = x
+                    .iter()
+                    .zip(y)
+                    .map(|(&p, &q)| u64::from(p) * u64::from(q))
+                    .sum();
+                u128::from(part)
+            })
+            .sum();
+        self.rho(dot as i128, other.sum_sq)
+    }
+
+    /// Rho from `Σ (2 r)(2 q)` (`dot4`, `r` the other side's average ranks and `q` this
+    /// side's) and the other side's sum of squared rank deviations `syy`: both rank vectors
+    /// sum to `n m` with `m = (n + 1) / 2`, so `Σ (r − m)(q − m) = (dot4 − n (n + 1)²) / 4`.
+    fn rho(&self, dot4: i128, syy: f64) -> f64 {
+        let n = self.rank2.len() as i128;
+        let sxy = (dot4 - n * (n + 1) * (n + 1)) as f64 / 4.0;
+        (sxy / (self.sum_sq.sqrt() * syy.sqrt())).clamp(-1.0, 1.0)
     }
 }
 

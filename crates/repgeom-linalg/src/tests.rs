@@ -625,6 +625,20 @@ fn spearman_on_large_inputs_matches_ranks_from_a_comparison_sort() {
         let rho = alone
             .spearman(&b, &mut RankScratch::default(), "x")
             .unwrap();
+        // Both sides ranked, the dot product of their ranks: the same bits as the sort, either
+        // side ranked first.
+        let rb = RankedReference::new_in(&b, &mut RankScratch::default(), "b", Par::Seq).unwrap();
+        assert_eq!(
+            alone.spearman_ranked(&rb).to_bits(),
+            rho.to_bits(),
+            "ranked"
+        );
+        let back = rb.spearman(v, &mut RankScratch::default(), "x").unwrap();
+        assert_eq!(
+            rb.spearman_ranked(&alone).to_bits(),
+            back.to_bits(),
+            "ranked, swapped"
+        );
         for threads in [2, 3] {
             let pooled = pool_of(threads)
                 .install(|| RankedReference::new(v, "pooled", Par::rayon(0)))

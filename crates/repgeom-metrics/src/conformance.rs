@@ -7,8 +7,9 @@
 //! is documented in [`MetricInfo::options`](crate::MetricInfo) and no documented option is
 //! stale, it has a summary and a source, its values are finite on well-conditioned input, a
 //! claimed rotation invariance holds (activations, readout and null bases rotated together by a
-//! Haar-random orthogonal matrix), a claimed symmetry holds for pair metrics, and a metric that
-//! needs a readout says so by name when it gets none.
+//! Haar-random orthogonal matrix), a claimed symmetry holds for pair metrics, a pair metric's
+//! shared work (`warm`) and whole tables (`compute_table`) change no bit of a cell, and a
+//! metric that needs a readout says so by name when it gets none.
 //!
 //! These are test helpers: each `check_*` **panics** with the metric's name and the property it
 //! breaks, so call them from a `#[test]`:
@@ -357,6 +358,24 @@ pub fn check_pair_metric(metric: &(dyn PairMetric + 'static)) {
         let input = PairInput::new(&ia, &ib).unwrap();
         let warmed = (metric.compute(&input)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(bits(&first), bits(&warmed), "{name}: warm changes no value");
+    }
+    // A whole table at once (`PairMetric::compute_table`), where the metric computes one:
+    // each cell equals the cell alone on fresh layers, bit for bit. Two layers a side, so
+    // every layer is in two cells.
+    {
+        let (a2, b2) = (model(16, 5, None), model(24, 6, Some(&latent)));
+        let (ia, ib) = (a.input("A0", Par::rayon(2)), b.input("B0", Par::rayon(2)));
+        let (ia2, ib2) = (a2.input("A1", Par::rayon(2)), b2.input("B1", Par::rayon(2)));
+        let pairs = [(0, 0), (0, 1), (1, 0), (1, 1)];
+        if let Some(cells) = metric.compute_table(&[&ia, &ia2], &[&ib, &ib2], &pairs) {
+            assert_eq!(cells.len(), pairs.len(), "{name}: a table's cells");
+            for (cell, &(i, j)) in cells.into_iter().zip(&pairs) {
+                let (fa, fb) = ([&a, &a2][i], [&b, &b2][j]);
+                let alone = run_pair(metric, fa, fb, Par::Seq);
+                let cell = cell.unwrap_or_else(|e| panic!("{name}: table cell ({i}, {j}): {e}"));
+                assert_eq!(bits(&alone), bits(&cell), "{name}: table cell ({i}, {j})");
+            }
+        }
     }
     if info.rotation_invariant {
         let (ra, rb) = (a.rotated(78), b.rotated(79));

@@ -18,6 +18,7 @@ use crate::permute::{
 };
 use crate::registry::{PairMetric, PairSide};
 use crate::value::{MetricInfo, MetricValue, OptionDoc};
+use repgeom_null::NullBases;
 
 /// Distance agreement between two models: Spearman correlation of their pairwise cosine
 /// distances over the same `N` points, in the full space (variant `full`), inside each model's
@@ -112,10 +113,56 @@ impl PairMetric for DistanceSpearman {
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
+        self.values(input, |qa, qb| {
+            let (a, b) = (&input.a, &input.b);
+            let (par, n, what) = (a.par(), a.n(), input.what());
+            let (ca, cb) = (a.ccr(self.ccr)?, b.ccr(self.ccr)?);
+            let ha = to_f32(ca.as_ref().as_ref(), par);
+            let hb = to_f32(cb.as_ref().as_ref(), par);
+            let pairs: Vec<(&Mat<f32>, &Mat<f32>)> =
+                qa.bases_f32().iter().zip(qb.bases_f32()).collect();
+            crate::pga::over_draws(
+                &pairs,
+                par,
+                &|| {},
+                || DrawScratch::new(n),
+                |&(q1, q2), s| s.rho(ha.as_ref(), q1.as_ref(), hb.as_ref(), q2.as_ref(), &what),
+            )
+        })
+    }
+
+    fn compute_table(
+        &self,
+        a: &[&LayerInput<'_>],
+        b: &[&LayerInput<'_>],
+        pairs: &[(usize, usize)],
+    ) -> Option<Vec<Result<Vec<MetricValue>>>> {
+        if !self.random {
+            return None;
+        }
+        let rhos = self.random_table(a, b, pairs)?;
+        let par = a.first()?.par();
+        Some(repgeom_linalg::map_in_order(pairs.len(), par, |c| {
+            let (i, j) = pairs[c];
+            let input = PairInput::new(a[i], b[j])?;
+            match &rhos[c] {
+                Some(r) => self.values(&input, |_, _| Ok(r.clone())),
+                None => self.compute(&input),
+            }
+        }))
+    }
+}
+
+impl DistanceSpearman {
+    /// The cell's values, with `random(qa, qb)` the random-subspace rhos over the two layers'
+    /// paired null bases (checked to be as many) where the variant is asked for.
+    fn values(
+        &self,
+        input: &PairInput<'_>,
+        random: impl FnOnce(&NullBases, &NullBases) -> Result<Vec<f64>>,
+    ) -> Result<Vec<MetricValue>> {
         let what = input.what();
         let (a, b) = (&input.a, &input.b);
-        let par = a.par();
-        let n = a.n();
         for side in [a, b] {
             self.check_ccr(side)?;
         }
@@ -147,8 +194,6 @@ impl PairMetric for DistanceSpearman {
             None
         };
 
-        let (ca, cb) = (a.ccr(self.ccr)?, b.ccr(self.ccr)?);
-        let (xa, xb) = (ca.as_ref().as_ref(), cb.as_ref().as_ref());
         let random = if self.random {
             let qa = a.null("distance_spearman")?;
             let qb = b.null("distance_spearman")?;
@@ -159,18 +204,7 @@ impl PairMetric for DistanceSpearman {
                     right: format!("{} draws for {}", qb.len(), b.what()),
                 });
             }
-            let ha = to_f32(xa.as_ref(), par);
-            let hb = to_f32(xb.as_ref(), par);
-            let pairs: Vec<(&Mat<f32>, &Mat<f32>)> =
-                qa.bases_f32().iter().zip(qb.bases_f32()).collect();
-            let rhos = crate::pga::over_draws(
-                &pairs,
-                par,
-                &|| {},
-                || DrawScratch::new(n),
-                |&(q1, q2), s| s.rho(ha.as_ref(), q1.as_ref(), hb.as_ref(), q2.as_ref(), &what),
-            )?;
-            Some(rhos)
+            Some(random(qa, qb)?)
         } else {
             None
         };
@@ -200,9 +234,108 @@ impl PairMetric for DistanceSpearman {
         }
         Ok(out)
     }
-}
 
-impl DistanceSpearman {
+    /// A table's random-subspace rhos, per cell (`None` where a layer's draw failed: that
+    /// cell is computed alone, which meets the error and names it with its pair), or `None`
+    /// for the whole table when no layer is in two cells (nothing to share) or the layers'
+    /// draws are not as many.
+    ///
+    /// Draws go in groups: each layer's draw `i` (projection, distances, ranks, on one
+    /// worker) once, then each cell's rho for draw `i` from the two ranked draws, a pass
+    /// over their ranks ([`RankedReference::spearman_ranked`], the same bits as a cell's sort
+    /// of B's distances against A's ranks). A group holds at most [`TABLE_GROUP_BYTES`] of
+    /// ranks, and enough draws to give every worker two layers' draws at a time.
+    fn random_table(
+        &self,
+        a: &[&LayerInput<'_>],
+        b: &[&LayerInput<'_>],
+        pairs: &[(usize, usize)],
+    ) -> Option<Vec<Option<Vec<f64>>>> {
+        let used = |of: fn(&(usize, usize)) -> usize| -> Vec<usize> {
+            let mut u: Vec<usize> = pairs.iter().map(of).collect();
+            u.sort_unstable();
+            u.dedup();
+            u
+        };
+        let (used_a, used_b) = (used(|p| p.0), used(|p| p.1));
+        if pairs.len() <= used_a.len().max(used_b.len()) {
+            return None;
+        }
+        let layers: Vec<&LayerInput<'_>> = (used_a.iter().map(|&i| a[i]))
+            .chain(used_b.iter().map(|&j| b[j]))
+            .collect();
+        let par = layers[0].par();
+        // Each layer after CCR in `f32` with its null bases, as a cell alone projects them.
+        let sides: Vec<Option<DrawSource<'_>>> =
+            repgeom_linalg::map_in_order(layers.len(), par, |t| {
+                let layer = layers[t];
+                let x = layer.ccr(self.ccr).ok()?;
+                let null = layer.null("distance_spearman").ok()?;
+                Some((to_f32(x.as_ref().as_ref(), Par::Seq), null.bases_f32()))
+            });
+        let mut counts = sides.iter().flatten().map(|(_, q)| q.len());
+        let n_draws = counts.next()?;
+        if counts.any(|c| c != n_draws) {
+            return None;
+        }
+        let n = layers.iter().map(|l| l.n()).max()?;
+        let per_draw = layers.len() * condensed_len(n) * std::mem::size_of::<u32>();
+        let threads = match par {
+            Par::Seq => 1,
+            Par::Rayon(t) => t.get(),
+        };
+        let group = (2 * threads)
+            .div_ceil(layers.len())
+            .min(TABLE_GROUP_BYTES / per_draw.max(1))
+            .clamp(1, n_draws.max(1));
+        let index_a = |i: usize| used_a.binary_search(&i).expect("a used layer");
+        let index_b = |j: usize| used_a.len() + used_b.binary_search(&j).expect("a used layer");
+        let mut rhos: Vec<Option<Vec<f64>>> = vec![Some(Vec::with_capacity(n_draws)); pairs.len()];
+        for first in (0..n_draws).step_by(group) {
+            let draws = first..(first + group).min(n_draws);
+            let items: Vec<(usize, usize)> = draws
+                .clone()
+                .flat_map(|i| (0..layers.len()).map(move |t| (i, t)))
+                .collect();
+            let ranked: Vec<Option<RankedReference>> = crate::pga::over_draws(
+                &items,
+                par,
+                &|| {},
+                || (Vec::new(), RankScratch::default()),
+                |&(i, t), (d, scratch)| {
+                    let Some((h, q)) = &sides[t] else {
+                        return Ok(None);
+                    };
+                    let what = layers[t].what();
+                    d.resize(condensed_len(layers[t].n()), 0.0);
+                    let projected = project_f32(h.as_ref(), q[i].as_ref(), Par::Seq);
+                    if cosine_distances_into(projected.as_ref(), d, what, Par::Seq).is_err() {
+                        return Ok(None);
+                    }
+                    Ok(RankedReference::new_in(d, scratch, what, Par::Seq).ok())
+                },
+            )
+            .ok()?;
+            let at = |i: usize, t: usize| ranked[(i - first) * layers.len() + t].as_ref();
+            let cells = repgeom_linalg::map_in_order(pairs.len() * draws.len(), par, |x| {
+                let (c, i) = (x / draws.len(), first + x % draws.len());
+                let (ta, tb) = (index_a(pairs[c].0), index_b(pairs[c].1));
+                match (at(i, ta), at(i, tb)) {
+                    (Some(ra), Some(rb)) if ra.len() == rb.len() => Some(ra.spearman_ranked(rb)),
+                    _ => None,
+                }
+            });
+            for (x, rho) in cells.into_iter().enumerate() {
+                let c = x / draws.len();
+                match (&mut rhos[c], rho) {
+                    (Some(r), Some(rho)) => r.push(rho),
+                    (slot, _) => *slot = None,
+                }
+            }
+        }
+        Some(rhos)
+    }
+
     /// Errors unless `self.ccr` directions can be removed from `side`.
     fn check_ccr(&self, side: &LayerInput<'_>) -> Result<()> {
         if self.ccr >= (side.n() - 1).min(side.d()) {
@@ -307,6 +440,14 @@ pub(crate) fn spearman_side(
         })
     })
 }
+
+/// One layer as its random-subspace draws read it: the layer after CCR in `f32`, and its null
+/// bases in `f32`.
+type DrawSource<'a> = (Mat<f32>, &'a [Mat<f32>]);
+
+/// The most bytes of ranked draws a table's random-subspace variant keeps at once
+/// ([`DistanceSpearman::compute_table`]): one group of draws of every layer of the table.
+const TABLE_GROUP_BYTES: usize = 256 << 20;
 
 fn random_row(rhos: &[f64], s: &repgeom_null::NullSummary) -> MetricValue {
     MetricValue::new("distance_spearman", "random", s.null_mean)

@@ -140,6 +140,26 @@ pub trait PairMetric: std::fmt::Debug + Send + Sync {
     fn cells_side_by_side(&self) -> bool {
         true
     }
+    /// The observed values of a whole table at once, for a metric whose cells share work
+    /// that no layer's memo can keep ([`Self::warm`]): `distance_spearman`'s random subspaces
+    /// pair draw `i` of every layer of A with draw `i` of every layer of B, so a table ranks
+    /// each layer's draw once and correlates every cell's pair of ranked draws, where its
+    /// cells one by one would redo each draw in every cell of its row or column (and keeping
+    /// every draw of every layer would take a layer's distances times the draws).
+    ///
+    /// The cells are `pairs` (`(i, j)`: `a[i]` against `b[j]`), and the result holds one
+    /// entry per cell in their order. Each must equal [`Self::compute`] on that cell alone,
+    /// bit for bit, its error included (the conformance suite checks it); a metric that
+    /// cannot give a cell's value that way gives it by `compute`. `None` (the default): the
+    /// table computes its cells with `compute`.
+    fn compute_table(
+        &self,
+        _a: &[&LayerInput<'_>],
+        _b: &[&LayerInput<'_>],
+        _pairs: &[(usize, usize)],
+    ) -> Option<Vec<Result<Vec<MetricValue>>>> {
+        None
+    }
 }
 
 /// Which side of a pair a layer is on: the first representation (model A) or the second

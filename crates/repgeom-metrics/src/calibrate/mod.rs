@@ -217,8 +217,9 @@ fn compare_points(
         }
     }
     // Observed values: first each layer's work that its pairs share (`PairMetric::warm`),
-    // the layers side by side, then the pairs side by side where the metric allows it; the
-    // first failing pair in order names the error, at any thread count.
+    // the layers side by side, then the whole table where the metric computes one at once
+    // (`PairMetric::compute_table`), or else the pairs, side by side where the metric allows
+    // it; the first failing pair in order names the error, at any thread count.
     let par = a[0].par();
     let cells = if metric.cells_side_by_side() {
         par
@@ -235,10 +236,13 @@ fn compare_points(
         t if t < used_a.len() => metric.warm(a[used_a[t]], PairSide::A),
         t => metric.warm(b[used_b[t - used_a.len()]], PairSide::B),
     });
-    let mut observed: Vec<Vec<MetricValue>> =
-        repgeom_linalg::map_in_order(pairs.len(), cells, |c| {
-            let (i, j) = pairs[c];
-            metric.compute(&PairInput::new(a[i], b[j])?)
+    let mut observed: Vec<Vec<MetricValue>> = metric
+        .compute_table(a, b, pairs)
+        .unwrap_or_else(|| {
+            repgeom_linalg::map_in_order(pairs.len(), cells, |c| {
+                let (i, j) = pairs[c];
+                metric.compute(&PairInput::new(a[i], b[j])?)
+            })
         })
         .into_iter()
         .collect::<Result<_>>()?;

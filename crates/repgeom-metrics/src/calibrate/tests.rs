@@ -308,7 +308,9 @@ fn a_table_equals_each_pair_alone() {
         json!({"metric": "mutual_knn", "k": 5, "n_perm": 0}),
         json!({"metric": "cknna", "k": 5, "n_perm": 0}),
     ];
-    for threads in [1, 3] {
+    // At 16 threads `distance_spearman`'s table ranks all six draws of its layers in one
+    // group; at 1 and 3 one draw at a time.
+    for threads in [1, 3, 16] {
         // One set of layers for every metric: no two metrics' per-layer work may collide.
         let inputs: Vec<LayerInput<'_>> = (0..3).map(|i| fresh(i, Par::rayon(threads))).collect();
         let refs: Vec<&LayerInput<'_>> = inputs.iter().collect();
@@ -342,5 +344,60 @@ fn a_table_equals_each_pair_alone() {
             }
             assert_eq!(cells, table.pairs.len(), "{config}");
         }
+    }
+}
+
+/// A table whose random-subspace draws cannot all be made fails as its first failing cell
+/// fails alone, with that cell's message: a layer without null bases (its cells are computed
+/// alone), and layers with unequal numbers of draws (the whole table is).
+#[test]
+fn a_table_fails_as_its_first_failing_cell_alone() {
+    let mats = layers();
+    let bases: Vec<Mat<f64>> = (mats.iter())
+        .map(|m| Mat::from_fn(m.ncols(), 2, |i, j| f64::from(u8::from(i == j))))
+        .collect();
+    let draws = |n_null: usize, m: &Mat<f32>| {
+        let params = repgeom_null::NullParams { n_null, seed: 3 }
+            .check()
+            .unwrap();
+        repgeom_null::NullBases::draw(m.ncols(), 2, &params).unwrap()
+    };
+    let m = metric(json!({"metric": "distance_spearman", "ccr": 1}));
+    let pairs: Vec<(usize, usize)> = (layer_pairs(3, 3, false).into_iter())
+        .filter(|(i, j)| i != j)
+        .collect();
+    // Layer 2's null bases: none, or more draws than the others'.
+    for last in [None, Some(draws(7, &mats[2]))] {
+        let nulls: Vec<Option<repgeom_null::NullBases>> = vec![
+            Some(draws(6, &mats[0])),
+            Some(draws(6, &mats[1])),
+            last.clone(),
+        ];
+        let fresh = |i: usize, par: Par| {
+            let x = (LayerInput::new(mats[i].as_ref(), format!("layer {i}"), par).unwrap())
+                .with_readout(bases[i].as_ref())
+                .unwrap();
+            match &nulls[i] {
+                Some(q) => x.with_null(q).unwrap(),
+                None => x,
+            }
+        };
+        let inputs: Vec<LayerInput<'_>> = (0..3).map(|i| fresh(i, Par::rayon(3))).collect();
+        let refs: Vec<&LayerInput<'_>> = inputs.iter().collect();
+        let table = compare(
+            m.as_ref(),
+            &refs,
+            &refs,
+            &pairs,
+            &CompareSettings::default(),
+        );
+        let (a, b) = (fresh(0, Par::Seq), fresh(2, Par::Seq));
+        let alone = m.compute(&PairInput::new(&a, &b).unwrap()).unwrap_err();
+        assert_eq!(
+            table.unwrap_err().to_string(),
+            alone.to_string(),
+            "layer 2's null bases: {}",
+            last.as_ref().map_or(0, repgeom_null::NullBases::len)
+        );
     }
 }
