@@ -269,15 +269,20 @@ fn best_matching_is_the_brute_force_optimum() {
     }
 }
 
+/// Each layer's readout basis for the table tests: its first two coordinates.
+fn readout_bases(mats: &[Mat<f32>]) -> Vec<Mat<f64>> {
+    (mats.iter())
+        .map(|m| Mat::from_fn(m.ncols(), 2, |i, j| f64::from(u8::from(i == j))))
+        .collect()
+}
+
 /// A table's cells equal each pair computed alone on fresh layers: the per-layer work that
 /// `PairMetric::warm` shares between pairs, and the pairs run side by side, change no bit. One
 /// side's layers also serve as the other's, so a layer keeps both sides' work at once.
 #[test]
 fn a_table_equals_each_pair_alone() {
     let mats = layers();
-    let bases: Vec<Mat<f64>> = (mats.iter())
-        .map(|m| Mat::from_fn(m.ncols(), 2, |i, j| f64::from(u8::from(i == j))))
-        .collect();
+    let bases = readout_bases(&mats);
     let params = repgeom_null::NullParams { n_null: 6, seed: 3 }
         .check()
         .unwrap();
@@ -353,9 +358,7 @@ fn a_table_equals_each_pair_alone() {
 #[test]
 fn a_table_fails_as_its_first_failing_cell_alone() {
     let mats = layers();
-    let bases: Vec<Mat<f64>> = (mats.iter())
-        .map(|m| Mat::from_fn(m.ncols(), 2, |i, j| f64::from(u8::from(i == j))))
-        .collect();
+    let bases = readout_bases(&mats);
     let draws = |n_null: usize, m: &Mat<f32>| {
         let params = repgeom_null::NullParams { n_null, seed: 3 }
             .check()
