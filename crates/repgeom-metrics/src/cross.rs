@@ -269,6 +269,7 @@ impl DistanceSpearman {
         let sides: Vec<Option<DrawSource<'_>>> =
             repgeom_linalg::map_in_order(layers.len(), par, |t| {
                 let layer = layers[t];
+                self.check_ccr(layer).ok()?;
                 let x = layer.ccr(self.ccr).ok()?;
                 let null = layer.null("distance_spearman").ok()?;
                 Some((to_f32(x.as_ref().as_ref(), Par::Seq), null.bases_f32()))
