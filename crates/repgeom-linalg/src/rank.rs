@@ -273,17 +273,28 @@ impl RankedReference {
         starts.push(n);
         let rank2: Vec<AtomicU32> = crate::map_in_order(n, par, |_| AtomicU32::new(0));
         // Σ (t³ − t) over each chunk's groups.
+        // In integers throughout: a group `[s, e)` (sorted positions) has twice its average
+        // rank `s + e + 1` (below 2^32, since n < 2^31), and only groups of two or more add to
+        // the tie sum, most groups being single values.
         let ties = crate::map_in_order(starts.len() - 1, par, |c| {
-            let (from, to) = (starts[c], starts[c + 1]);
+            let (mut s, to) = (starts[c], starts[c + 1]);
             let mut ties = 0u128;
-            for_each_tie_group(&words[from..to], |r, group| {
-                let twice = (2.0 * r) as u32 + 2 * from as u32;
-                let t = group.len() as u128;
-                ties += t * t * t - t;
-                for &w in group {
+            while s < to {
+                let key = words[s] >> 32;
+                let mut e = s + 1;
+                while e < to && words[e] >> 32 == key {
+                    e += 1;
+                }
+                let twice = (s + e + 1) as u32;
+                if e - s > 1 {
+                    let t = (e - s) as u128;
+                    ties += t * t * t - t;
+                }
+                for &w in &words[s..e] {
                     rank2[(w & 0xFFFF_FFFF) as usize].store(twice, Ordering::Relaxed);
                 }
-            });
+                s = e;
+            }
             ties
         });
         let n = n as i128;
