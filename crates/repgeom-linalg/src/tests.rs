@@ -652,6 +652,52 @@ fn spearman_on_large_inputs_matches_ranks_from_a_comparison_sort() {
     assert!(matches!(tied, Err(Error::Constant { .. })), "{tied:?}");
 }
 
+/// Many pairs of ranked vectors at once, by blocks and spans on a pool: each rho the bits of
+/// the pair's own sort, over two spans (the second a few values long), with ties, self-pairs
+/// and a vector in several pairs.
+#[test]
+fn spearman_of_many_ranked_pairs_is_each_pair_sorted_alone() {
+    let n: usize = 131_089;
+    let values: Vec<Vec<f32>> = vec![
+        (0..n).map(|i| ((i * 7919) % 10007) as f32).collect(),
+        (0..n)
+            .map(|i| ((i * 104_729) % 1009) as f32 * 0.5)
+            .collect(),
+        (0..n)
+            .map(|i| if i % 2 == 0 { 1.0 } else { (i % 7) as f32 })
+            .collect(),
+        (0..n)
+            .map(|i| ((i * 31) % 65_521) as f32 - 0.25 * i as f32)
+            .collect(),
+    ];
+    let ranked: Vec<RankedReference> = (values.iter())
+        .map(|v| RankedReference::new(v, "v", Par::Seq).unwrap())
+        .collect();
+    let refs: Vec<&RankedReference> = ranked.iter().collect();
+    let pairs = [
+        (0, 1),
+        (1, 0),
+        (2, 3),
+        (3, 3),
+        (0, 2),
+        (1, 3),
+        (2, 2),
+        (3, 0),
+        (0, 1),
+    ];
+    let sorted: Vec<f64> = (pairs.iter())
+        .map(|&(x, y)| (ranked[x].spearman(&values[y], &mut RankScratch::default(), "x")).unwrap())
+        .collect();
+    let seq = RankedReference::spearman_ranked_pairs(&refs, &pairs, Par::Seq);
+    let pooled =
+        pool_of(3).install(|| RankedReference::spearman_ranked_pairs(&refs, &pairs, Par::rayon(0)));
+    for (name, got) in [("one thread", seq), ("three threads", pooled)] {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&sorted), "{name}");
+    }
+    assert!(RankedReference::spearman_ranked_pairs(&refs, &[], Par::Seq).is_empty());
+}
+
 /// A rayon pool of `threads` threads.
 fn pool_of(threads: usize) -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new()

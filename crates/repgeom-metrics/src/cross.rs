@@ -241,9 +241,10 @@ impl DistanceSpearman {
     /// draws are not as many.
     ///
     /// Draws go in groups: each layer's draw `i` (projection, distances, ranks, on one
-    /// worker) once, then each cell's rho for draw `i` from the two ranked draws, a pass
-    /// over their ranks ([`RankedReference::spearman_ranked`], the same bits as a cell's sort
-    /// of B's distances against A's ranks). A group holds at most [`TABLE_GROUP_BYTES`] of
+    /// worker) once, then every cell's rho for draw `i` from the two ranked draws, the dot
+    /// products of their ranks by blocks of positions, each layer's block read once for all
+    /// of its cells ([`RankedReference::spearman_ranked_pairs`], the same bits as a cell's
+    /// sort of B's distances against A's ranks). A group holds at most [`TABLE_GROUP_BYTES`] of
     /// ranks, and enough draws to give every worker two layers' draws at a time.
     fn random_table(
         &self,
@@ -317,20 +318,33 @@ impl DistanceSpearman {
                 },
             )
             .ok()?;
-            let at = |i: usize, t: usize| ranked[(i - first) * layers.len() + t].as_ref();
-            let cells = repgeom_linalg::map_in_order(pairs.len() * draws.len(), par, |x| {
-                let (c, i) = (x / draws.len(), first + x % draws.len());
-                let (ta, tb) = (index_a(pairs[c].0), index_b(pairs[c].1));
-                match (at(i, ta), at(i, tb)) {
-                    (Some(ra), Some(rb)) if ra.len() == rb.len() => Some(ra.spearman_ranked(rb)),
+            for of_draw in ranked.chunks(layers.len()) {
+                // The cells whose two ranked draws exist, all at once: each layer's ranks
+                // read once per block for every cell it is in.
+                let refs: Vec<&RankedReference> = of_draw.iter().flatten().collect();
+                let slot: Vec<Option<usize>> = (of_draw.iter())
+                    .scan(0, |next, r| {
+                        Some(r.as_ref().map(|_| {
+                            *next += 1;
+                            *next - 1
+                        }))
+                    })
+                    .collect();
+                let n = refs.first().map(|r| r.len());
+                let cell = |&(i, j): &(usize, usize)| match (slot[index_a(i)], slot[index_b(j)]) {
+                    (Some(x), Some(y)) if Some(refs[x].len()) == n && Some(refs[y].len()) == n => {
+                        Some((x, y))
+                    }
                     _ => None,
-                }
-            });
-            for (x, rho) in cells.into_iter().enumerate() {
-                let c = x / draws.len();
-                match (&mut rhos[c], rho) {
-                    (Some(r), Some(rho)) => r.push(rho),
-                    (slot, _) => *slot = None,
+                };
+                let cells: Vec<Option<(usize, usize)>> = pairs.iter().map(cell).collect();
+                let both: Vec<(usize, usize)> = cells.iter().flatten().copied().collect();
+                let mut rho = RankedReference::spearman_ranked_pairs(&refs, &both, par).into_iter();
+                for (c, cell) in cells.iter().enumerate() {
+                    match (&mut rhos[c], cell.and_then(|_| rho.next())) {
+                        (Some(r), Some(rho)) => r.push(rho),
+                        (slot, _) => *slot = None,
+                    }
                 }
             }
         }
