@@ -252,13 +252,10 @@ impl DistanceSpearman {
         b: &[&LayerInput<'_>],
         pairs: &[(usize, usize)],
     ) -> Option<Vec<Option<Vec<f64>>>> {
-        let used = |of: fn(&(usize, usize)) -> usize| -> Vec<usize> {
-            let mut u: Vec<usize> = pairs.iter().map(of).collect();
-            u.sort_unstable();
-            u.dedup();
-            u
-        };
-        let (used_a, used_b) = (used(|p| p.0), used(|p| p.1));
+        let (used_a, used_b) = (
+            PairSide::A.used_layers(pairs),
+            PairSide::B.used_layers(pairs),
+        );
         if pairs.len() <= used_a.len().max(used_b.len()) {
             return None;
         }

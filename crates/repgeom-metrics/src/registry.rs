@@ -172,6 +172,19 @@ pub enum PairSide {
     B,
 }
 
+impl PairSide {
+    /// The layers of this side that a table's `pairs` (`(a, b)` layer indices) name, each
+    /// once, in increasing order.
+    pub(crate) fn used_layers(self, pairs: &[(usize, usize)]) -> Vec<usize> {
+        let mut used: Vec<usize> = (pairs.iter())
+            .map(|&(a, b)| if self == PairSide::A { a } else { b })
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        used
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The registry: typetag's, enumerated through serde.
 

@@ -226,12 +226,10 @@ fn compare_points(
     } else {
         repgeom_linalg::Par::Seq
     };
-    let used = |side: &[&LayerInput<'_>], of: fn(&(usize, usize)) -> usize| -> Vec<usize> {
-        (0..side.len())
-            .filter(|&l| pairs.iter().any(|p| of(p) == l))
-            .collect()
-    };
-    let (used_a, used_b) = (used(a, |p| p.0), used(b, |p| p.1));
+    let (used_a, used_b) = (
+        PairSide::A.used_layers(pairs),
+        PairSide::B.used_layers(pairs),
+    );
     repgeom_linalg::map_in_order(used_a.len() + used_b.len(), par, |t| match t {
         t if t < used_a.len() => metric.warm(a[used_a[t]], PairSide::A),
         t => metric.warm(b[used_b[t - used_a.len()]], PairSide::B),
