@@ -376,15 +376,15 @@ impl PairMetric for Rsa {
         ]))))
     }
 
-    fn warm(&self, layer: &crate::LayerInput<'_>, side: PairSide) {
-        let _ = self.side(layer, side, &format!("rsa on {}", layer.what()));
+    fn warm(&self, layer: &crate::LayerInput<'_>, _: PairSide) {
+        let _ = self.side(layer, &format!("rsa on {}", layer.what()));
     }
 
     fn compute(&self, input: &PairInput<'_>) -> Result<Vec<MetricValue>> {
         let what = format!("rsa on {}", input.what());
-        let a = self.side(input.a, PairSide::A, &what)?;
-        let b = self.side(input.b, PairSide::B, &what)?;
-        let value = a.spearman(&b, &what)?;
+        let a = self.side(input.a, &what)?;
+        let b = self.side(input.b, &what)?;
+        let value = a.spearman(&b);
         let tied = |s: &SpearmanSide| s.tied.expect("an RDM keeps its ties");
         Ok(vec![
             MetricValue::new("rsa", self.variant(), value)
@@ -402,18 +402,17 @@ impl Rsa {
         }
     }
 
-    /// The layer's RDM as `side` of the correlation, once per layer and side.
+    /// The layer's RDM, ranked for the correlation, once per layer.
     fn side(
         &self,
         layer: &crate::LayerInput<'_>,
-        side: PairSide,
         what: &str,
     ) -> Result<std::sync::Arc<SpearmanSide>> {
         let key = match self.rdm {
             RdmKind::Euclidean => "rsa euclidean",
             RdmKind::Correlation => "rsa correlation",
         };
-        spearman_side(layer, (key, 0), side, true, what, || self.rdm(layer))
+        spearman_side(layer, (key, 0), true, what, || self.rdm(layer))
     }
 
     /// The condensed RDM of one side.

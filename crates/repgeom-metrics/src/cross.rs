@@ -93,11 +93,11 @@ impl PairMetric for DistanceSpearman {
         !self.random
     }
 
-    fn warm(&self, layer: &LayerInput<'_>, side: PairSide) {
+    fn warm(&self, layer: &LayerInput<'_>, _: PairSide) {
         if self.check_ccr(layer).is_ok() {
-            let _ = self.full(layer, side);
+            let _ = self.full(layer);
             if self.readout && layer.readout_basis_opt().is_some() {
-                let _ = self.in_readout(layer, side, layer.what());
+                let _ = self.in_readout(layer, layer.what());
             }
         }
     }
@@ -167,9 +167,8 @@ impl DistanceSpearman {
             self.check_ccr(side)?;
         }
         let mut out = Vec::new();
-        let (sa, sb) = (self.full(a, PairSide::A)?, self.full(b, PairSide::B)?);
-        let label_b = format!("{} after CCR-{}", b.what(), self.ccr);
-        let full = sa.spearman(&sb, &format!("{label_b}: full-space distances"))?;
+        let (sa, sb) = (self.full(a)?, self.full(b)?);
+        let full = sa.spearman(&sb);
         out.push(
             MetricValue::new("distance_spearman", "full", full)
                 .with_extra("ccr", self.ccr as f64)
@@ -187,9 +186,9 @@ impl DistanceSpearman {
             let va = a.readout_basis("distance_spearman")?;
             let vb = b.readout_basis("distance_spearman")?;
             let label = format!("{what}: readout-subspace distances");
-            let ra = self.in_readout(a, PairSide::A, &label)?;
-            let rb = self.in_readout(b, PairSide::B, &label)?;
-            Some((ra.spearman(&rb, &label)?, va.ncols(), vb.ncols()))
+            let ra = self.in_readout(a, &label)?;
+            let rb = self.in_readout(b, &label)?;
+            Some((ra.spearman(&rb), va.ncols(), vb.ncols()))
         } else {
             None
         };
@@ -365,15 +364,14 @@ impl DistanceSpearman {
         Ok(())
     }
 
-    /// The layer's full-space distances after CCR, as `side` of the `full` variant's
+    /// The layer's full-space distances after CCR, ranked for the `full` variant's
     /// correlation, once per layer.
-    fn full(&self, layer: &LayerInput<'_>, side: PairSide) -> Result<Arc<SpearmanSide>> {
+    fn full(&self, layer: &LayerInput<'_>) -> Result<Arc<SpearmanSide>> {
         let label = format!("{} after CCR-{}", layer.what(), self.ccr);
         let key = ("distance_spearman full", self.ccr);
         spearman_side(
             layer,
             key,
-            side,
             true,
             &format!("{label}: full-space distances"),
             || {
@@ -383,16 +381,11 @@ impl DistanceSpearman {
         )
     }
 
-    /// The layer's distances inside its own readout subspace (after CCR), as `side` of the
+    /// The layer's distances inside its own readout subspace (after CCR), ranked for the
     /// `readout` variant's correlation, once per layer.
-    fn in_readout(
-        &self,
-        layer: &LayerInput<'_>,
-        side: PairSide,
-        what: &str,
-    ) -> Result<Arc<SpearmanSide>> {
+    fn in_readout(&self, layer: &LayerInput<'_>, what: &str) -> Result<Arc<SpearmanSide>> {
         let key = ("distance_spearman readout", self.ccr);
-        spearman_side(layer, key, side, false, what, || {
+        spearman_side(layer, key, false, what, || {
             let v = layer.readout_basis("distance_spearman")?;
             let x = layer.ccr(self.ccr)?;
             let label = format!(
@@ -406,49 +399,38 @@ impl DistanceSpearman {
     }
 }
 
-/// One layer's condensed distances for the Spearman correlations of a pair metric, computed
-/// once per layer and side ([`LayerInput::memo`]) and shared by every pair the layer is part
-/// of: on side A ranked (the reference that each pair's side B is sorted against), on side B
-/// the values; with the fraction tied ([`tied_fraction`]) where asked for.
+/// One layer's condensed distances for the Spearman correlations of a pair metric, ranked
+/// once per layer ([`LayerInput::memo`]) and shared by every pair the layer is part of, on
+/// either side: a pair's rho is then the dot product of the two sides' ranks
+/// ([`RankedReference::spearman_ranked`], the bits of [`repgeom_linalg::spearman`] of the two
+/// distance vectors), with the fraction tied ([`tied_fraction`]) where asked for.
 pub(crate) struct SpearmanSide {
-    ranked: Option<RankedReference>,
-    values: Vec<f32>,
+    ranked: RankedReference,
     pub(crate) tied: Option<f64>,
 }
 
 impl SpearmanSide {
     /// Spearman's rho between side A (`self`) and side B, exactly as
     /// [`repgeom_linalg::spearman`] of the two distance vectors.
-    pub(crate) fn spearman(&self, b: &SpearmanSide, what: &str) -> Result<f64> {
-        let reference = self.ranked.as_ref().expect("side A keeps its ranks");
-        Ok(reference.spearman(&b.values, &mut RankScratch::default(), what)?)
+    pub(crate) fn spearman(&self, b: &SpearmanSide) -> f64 {
+        self.ranked.spearman_ranked(&b.ranked)
     }
 }
 
-/// `layer`'s [`SpearmanSide`] under `key` (a name and a level) for `side`, from the
-/// `distances` it computes on first use; `what` names the distances if every one is tied.
+/// `layer`'s [`SpearmanSide`] under `key` (a name and a level), from the `distances` it
+/// computes on first use; `what` names the distances if every one is tied.
 pub(crate) fn spearman_side(
     layer: &LayerInput<'_>,
     key: (&'static str, usize),
-    side: PairSide,
     tied: bool,
     what: &str,
     distances: impl FnOnce() -> Result<Vec<f32>>,
 ) -> Result<Arc<SpearmanSide>> {
-    layer.memo((key.0, key.1, side == PairSide::A), || {
+    layer.memo((key.0, key.1, false), || {
         let values = distances()?;
-        let tied = tied.then(|| tied_fraction(&values));
-        Ok(match side {
-            PairSide::A => SpearmanSide {
-                ranked: Some(RankedReference::new(&values, what, layer.par())?),
-                values: Vec::new(),
-                tied,
-            },
-            PairSide::B => SpearmanSide {
-                ranked: None,
-                values,
-                tied,
-            },
+        Ok(SpearmanSide {
+            tied: tied.then(|| tied_fraction(&values)),
+            ranked: RankedReference::new(&values, what, layer.par())?,
         })
     })
 }
