@@ -159,18 +159,19 @@ fn sorted_words(values: &[f32], scratch: &mut RankScratch, par: Par) {
     radix_sort_keys(&mut scratch.words, &mut scratch.tmp, par);
 }
 
-/// Walks sorted words group by group of tied keys, calling `f(average_rank, group)` with
-/// 1-based average ranks.
+/// Walks sorted words `from..to` (whole tie groups) group by group of tied keys, calling
+/// `f(s, e)` with each group's sorted positions `[s, e)`: its 1-based average rank is
+/// `(s + e + 1) / 2`.
 #[inline]
-fn for_each_tie_group(words: &[u64], mut f: impl FnMut(f64, &[u64])) {
-    let mut start = 0;
-    while start < words.len() {
+fn for_each_tie_group(words: &[u64], from: usize, to: usize, mut f: impl FnMut(usize, usize)) {
+    let mut start = from;
+    while start < to {
         let key = words[start] >> 32;
         let mut end = start + 1;
-        while end < words.len() && words[end] >> 32 == key {
+        while end < to && words[end] >> 32 == key {
             end += 1;
         }
-        f((start + end + 1) as f64 / 2.0, &words[start..end]);
+        f(start, end);
         start = end;
     }
 }
@@ -179,10 +180,11 @@ fn for_each_tie_group(words: &[u64], mut f: impl FnMut(f64, &[u64])) {
 pub fn average_ranks(values: &[f32]) -> Vec<f64> {
     let mut scratch = RankScratch::default();
     sorted_words(values, &mut scratch, Par::Seq);
+    let words = &scratch.words;
     let mut ranks = vec![0.0f64; values.len()];
-    for_each_tie_group(&scratch.words, |r, group| {
-        for &w in group {
-            ranks[(w & 0xFFFF_FFFF) as usize] = r;
+    for_each_tie_group(words, 0, words.len(), |s, e| {
+        for &w in &words[s..e] {
+            ranks[(w & 0xFFFF_FFFF) as usize] = (s + e + 1) as f64 / 2.0;
         }
     });
     ranks
@@ -272,19 +274,12 @@ impl RankedReference {
         }
         starts.push(n);
         let rank2: Vec<AtomicU32> = crate::map_in_order(n, par, |_| AtomicU32::new(0));
-        // Σ (t³ − t) over each chunk's groups.
-        // In integers throughout: a group `[s, e)` (sorted positions) has twice its average
-        // rank `s + e + 1` (below 2^32, since n < 2^31), and only groups of two or more add to
-        // the tie sum, most groups being single values.
+        // Σ (t³ − t) over each chunk's groups, in integers throughout: a group `[s, e)` has
+        // twice its average rank `s + e + 1` (below 2^32, since n < 2^31), and only groups of
+        // two or more add to the tie sum, most groups being single values.
         let ties = crate::map_in_order(starts.len() - 1, par, |c| {
-            let (mut s, to) = (starts[c], starts[c + 1]);
             let mut ties = 0u128;
-            while s < to {
-                let key = words[s] >> 32;
-                let mut e = s + 1;
-                while e < to && words[e] >> 32 == key {
-                    e += 1;
-                }
+            for_each_tie_group(words, starts[c], starts[c + 1], |s, e| {
                 let twice = (s + e + 1) as u32;
                 if e - s > 1 {
                     let t = (e - s) as u128;
@@ -293,8 +288,7 @@ impl RankedReference {
                 for &w in &words[s..e] {
                     rank2[(w & 0xFFFF_FFFF) as usize].store(twice, Ordering::Relaxed);
                 }
-                s = e;
-            }
+            });
             ties
         });
         let n = n as i128;

@@ -317,13 +317,13 @@ impl DistanceSpearman {
             for of_draw in ranked.chunks(layers.len()) {
                 // The cells whose two ranked draws exist, all at once: each layer's ranks
                 // read once per block for every cell it is in.
-                let refs: Vec<&RankedReference> = of_draw.iter().flatten().collect();
+                let mut refs: Vec<&RankedReference> = Vec::new();
                 let slot: Vec<Option<usize>> = (of_draw.iter())
-                    .scan(0, |next, r| {
-                        Some(r.as_ref().map(|_| {
-                            *next += 1;
-                            *next - 1
-                        }))
+                    .map(|r| {
+                        r.as_ref().map(|r| {
+                            refs.push(r);
+                            refs.len() - 1
+                        })
                     })
                     .collect();
                 let n = refs.first().map(|r| r.len());
