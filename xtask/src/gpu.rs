@@ -4,9 +4,12 @@
 //! kernel's registers, shared memory and spills against what its launches need; fails on any
 //! error; CI runs it with NVRTC from PyPI.
 //!
-//! `cargo xtask gpu bundle`: the release `repgeom`, stripped, in `target/gpu-bundle/` (about
-//! 50 MB), to carry to a GPU machine without a Rust toolchain, where
-//! `python3 fixtures/gpu/check.py --bin target/gpu-bundle/repgeom` runs the GPU check.
+//! `cargo xtask gpu bundle`: the release `repgeom`, stripped and gzipped, as
+//! `target/gpu-bundle/repgeom.gz` (about 16 MB; 50 MB unpacked), to carry to a GPU machine
+//! without a Rust toolchain, where `python3 fixtures/gpu/check.py --bin
+//! target/gpu-bundle/repgeom.gz` unpacks it and runs the GPU check. Gzipped, because what a
+//! device call carries (the repository's files and the carried paths) is limited to
+//! [`CARRY_LIMIT`]: the bundle says how much of it a call would use, and fails above it.
 //!
 //! `cargo xtask gpu check`: both, then the check, on a machine with a GPU and Rust.
 //!
@@ -111,7 +114,13 @@ fn within_limits(kernels: &[repgeom_cuda::KernelResources]) -> anyhow::Result<St
     ))
 }
 
-/// Builds the release binary and writes a stripped copy to `target/gpu-bundle/repgeom`.
+/// The most that one call to a lent GPU machine carries: the repository's working tree
+/// (tracked files and untracked ones git does not ignore) with the paths it names to carry.
+const CARRY_LIMIT: u64 = 64 << 20;
+
+/// Builds the release binary and writes it, stripped and gzipped, to
+/// `target/gpu-bundle/repgeom.gz` (through a temporary file, then renamed), the folder's only
+/// file; then fails if the working tree with the bundle is over [`CARRY_LIMIT`].
 fn bundle() -> anyhow::Result<std::path::PathBuf> {
     let root = crate::root();
     let status = std::process::Command::new(env!("CARGO"))
@@ -129,17 +138,90 @@ fn bundle() -> anyhow::Result<std::path::PathBuf> {
     anyhow::ensure!(status.success(), "cargo build --release failed");
     let dir = root.join("target/gpu-bundle");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let out = dir.join("repgeom");
+    // Stripped outside the folder, which travels whole: only the archive goes there.
+    let stripped = root.join("target/repgeom.stripped");
     let status = std::process::Command::new("strip")
         .arg("-o")
-        .arg(&out)
+        .arg(&stripped)
         .arg(root.join("target/release/repgeom"))
         .status()
         .context("running strip (binutils)")?;
     anyhow::ensure!(status.success(), "strip failed");
+    let out = dir.join("repgeom.gz");
+    let tmp = dir.join("repgeom.gz.tmp");
+    let mut gz = flate2::write::GzEncoder::new(
+        std::io::BufWriter::new(
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
+        ),
+        flate2::Compression::default(),
+    );
+    let mut binary = std::fs::File::open(&stripped)
+        .with_context(|| format!("opening {}", stripped.display()))?;
+    std::io::copy(&mut binary, &mut gz).with_context(|| format!("writing {}", tmp.display()))?;
+    use std::io::Write as _;
+    gz.finish()
+        .and_then(|mut w| w.flush())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &out).with_context(|| format!("renaming {}", tmp.display()))?;
+    let unpacked = std::fs::metadata(&stripped)?.len();
+    std::fs::remove_file(&stripped)?;
+    // An earlier bundle's unpacked binary would travel beside the archive.
+    let old = dir.join("repgeom");
+    if old.exists() {
+        std::fs::remove_file(&old).with_context(|| format!("removing {}", old.display()))?;
+    }
     let size = std::fs::metadata(&out)?.len();
-    println!("{} ({:.1} MB)", out.display(), size as f64 / 1e6);
+    println!(
+        "{} ({:.1} MB; {:.1} MB unpacked)",
+        out.display(),
+        size as f64 / 1e6,
+        unpacked as f64 / 1e6
+    );
+    match tree_bytes(&root) {
+        Some(tree) => {
+            let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+            println!(
+                "a device call carrying it carries {:.1} MiB of its {:.0} MiB: the working tree {:.1} MiB, the bundle {:.1} MiB",
+                mib(tree + size),
+                mib(CARRY_LIMIT),
+                mib(tree),
+                mib(size)
+            );
+            anyhow::ensure!(
+                tree + size <= CARRY_LIMIT,
+                "the working tree and the bundle ({:.1} MiB) are over what a device call carries ({:.0} MiB)",
+                mib(tree + size),
+                mib(CARRY_LIMIT)
+            );
+        }
+        None => println!("(not a git checkout: the size a device call carries is not known)"),
+    }
     Ok(out)
+}
+
+/// The bytes of the working tree that travels to a device machine: the files git tracks and
+/// the untracked ones it does not ignore (`None` where git cannot list them).
+fn tree_bytes(root: &std::path::Path) -> Option<u64> {
+    let listed = std::process::Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(root)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let names = listed.stdout.split(|&b| b == 0).filter(|n| !n.is_empty());
+    // A tracked file deleted from the tree does not travel.
+    Some(
+        names
+            .filter_map(|n| std::fs::metadata(root.join(String::from_utf8_lossy(n).as_ref())).ok())
+            .map(|m| m.len())
+            .sum(),
+    )
 }
 
 /// Builds the CPU stand-in for CUDA into `dir/lib64` (each library written beside its final

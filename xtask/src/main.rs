@@ -46,7 +46,7 @@ pub(crate) const USAGE: &str = "usage:
   cargo xtask bench pga            # `repgeom pga` end to end on the standard workload beside NumPy/SciPy
   cargo xtask bench threads        # `repgeom pga` (4 layers, d 4096) and extract (70M shape) at 2 threads, every core and 16 workers
   cargo xtask gpu kernels          # compile the CUDA kernels with NVRTC (no GPU needed)
-  cargo xtask gpu bundle           # the stripped release binary in target/gpu-bundle/, to carry to a GPU machine
+  cargo xtask gpu bundle           # the stripped release binary, gzipped: target/gpu-bundle/repgeom.gz, to carry to a GPU machine
   cargo xtask gpu check            # bundle, then fixtures/gpu/check.py: parity and speed on this machine's GPU
   cargo xtask validate             # fmt --check, clippy -D warnings, cargo test --workspace, paper --check";
 
