@@ -22,8 +22,11 @@ const OVERSUBSCRIBED: usize = 16;
 /// `bench streaming 70m`), each at 2 threads and at every core (1 and 2 on a 2-core machine), best of 2 wall
 /// times. On fewer than 16 cores, also 16 workers on these cores, against the every-core time:
 /// work whose threads wait on each other (a barrier inside a product) slows down there, as on
-/// a shared or oversubscribed node. Prints the times, the speed-up and the efficiency, and
-/// fails if an output differs between thread counts. The GPU issue's target is 5.6x from 2 to
+/// a shared or oversubscribed node. Prints the times, the speed-up, the efficiency and the
+/// cores each best run kept busy on average (its CPU time over its wall time: below the
+/// threads asked for, part of the run waits on one thread; near them, a poor speed-up comes
+/// from cores that run slower side by side, as on shared memory bandwidth), and fails if an
+/// output differs between thread counts. The GPU issue's target is 5.6x from 2 to
 /// 16 threads.
 pub(crate) fn bench_threads() -> anyhow::Result<()> {
     let exe = build_release_cli()?;
@@ -72,7 +75,7 @@ pub(crate) fn bench_threads() -> anyhow::Result<()> {
         )?;
     }
     let mut table = Vec::new();
-    let pga = |threads: usize| -> anyhow::Result<(f64, Vec<u8>)> {
+    let pga = |threads: usize| -> anyhow::Result<Timed> {
         let t = threads.to_string();
         best_of_2(
             &exe,
@@ -106,7 +109,7 @@ pub(crate) fn bench_threads() -> anyhow::Result<()> {
         super::streaming::write_checkpoint(&model, 6, Some(50_304))?;
     }
     let text = path(&root().join("fixtures/trained/corpus.txt"));
-    let extract = |threads: usize| -> anyhow::Result<(f64, Vec<u8>)> {
+    let extract = |threads: usize| -> anyhow::Result<Timed> {
         let t = threads.to_string();
         best_of_2(
             &exe,
@@ -154,20 +157,24 @@ pub(crate) fn bench_threads() -> anyhow::Result<()> {
     });
     let crowded_rule = if crowded.is_some() { "---|---|" } else { "" };
     println!(
-        "| work | {lo} threads | {hi} threads | speed-up | efficiency |{crowded_head} outputs |"
+        "| work | {lo} threads | {hi} threads | speed-up | efficiency | cores busy at {lo} / {hi} |{crowded_head} outputs |"
     );
-    println!("|---|---|---|---|---|{crowded_rule}---|");
+    println!("|---|---|---|---|---|---|{crowded_rule}---|");
     let mut differ = false;
-    for (what, (secs, same)) in &table {
-        let at = |n: usize| secs[counts.iter().position(|&c| c == n).expect("measured")];
+    for (what, (secs, busy, same)) in &table {
+        let slot = |n: usize| counts.iter().position(|&c| c == n).expect("measured");
+        let at = |n: usize| secs[slot(n)];
+        let busy_at = |n: usize| busy[slot(n)].map_or("?".into(), |b| format!("{b:.2}"));
         let (a, b) = (at(lo), at(hi));
         let speedup = a / b;
         let crowded_cells = crowded.map_or(String::new(), |n| {
             format!(" {:.2} s | {:.2}x |", at(n), at(n) / b)
         });
         println!(
-            "| {what} | {a:.2} s | {b:.2} s | {speedup:.2}x | {:.0} % |{crowded_cells} {} |",
+            "| {what} | {a:.2} s | {b:.2} s | {speedup:.2}x | {:.0} % | {} / {} |{crowded_cells} {} |",
             100.0 * speedup * lo as f64 / hi as f64,
+            busy_at(lo),
+            busy_at(hi),
             if *same { "identical" } else { "DIFFER" }
         );
         differ |= !same;
@@ -178,41 +185,59 @@ pub(crate) fn bench_threads() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The command's best of two wall times at each thread count, and whether its output file was
-/// the same at every count.
+/// One thread count's best wall time, the cores that run kept busy, and the output's bytes.
+type Timed = (f64, Option<f64>, Vec<u8>);
+
+/// The command's best of two wall times at each thread count, the cores each of those runs kept
+/// busy, and whether its output file was the same at every count.
 fn measure(
     counts: &[usize],
-    f: impl Fn(usize) -> anyhow::Result<(f64, Vec<u8>)>,
-) -> anyhow::Result<(Vec<f64>, bool)> {
-    let mut secs = Vec::new();
+    f: impl Fn(usize) -> anyhow::Result<Timed>,
+) -> anyhow::Result<(Vec<f64>, Vec<Option<f64>>, bool)> {
+    let (mut secs, mut busy) = (Vec::new(), Vec::new());
     let mut first: Option<Vec<u8>> = None;
     let mut same = true;
     for &threads in counts {
-        let (s, bytes) = f(threads)?;
+        let (s, b, bytes) = f(threads)?;
         secs.push(s);
+        busy.push(b);
         match &first {
             None => first = Some(bytes),
             Some(b) => same &= *b == bytes,
         }
     }
-    Ok((secs, same))
+    Ok((secs, busy, same))
 }
 
-/// Runs `exe` with the arguments `args(out)` twice; the best wall time and `out`'s bytes.
-fn best_of_2(
-    exe: &Path,
-    args: impl Fn(&Path) -> Vec<String>,
-    out: &Path,
-) -> anyhow::Result<(f64, Vec<u8>)> {
-    let mut best = f64::INFINITY;
+/// Runs `exe` with the arguments `args(out)` twice; the best wall time, the cores that run kept
+/// busy on average (`None` where the children's CPU time cannot be read), and `out`'s bytes.
+fn best_of_2(exe: &Path, args: impl Fn(&Path) -> Vec<String>, out: &Path) -> anyhow::Result<Timed> {
+    let (mut best, mut busy) = (f64::INFINITY, None);
     for _ in 0..2 {
         let a = args(out);
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), children_cpu_secs());
         run(exe, &a.iter().map(String::as_str).collect::<Vec<_>>())?;
-        best = best.min(t.elapsed().as_secs_f64());
+        let wall = t.elapsed().as_secs_f64();
+        if wall < best {
+            best = wall;
+            busy = cpu.zip(children_cpu_secs()).map(|(a, b)| (b - a) / wall);
+        }
     }
     let bytes = std::fs::read(out).with_context(|| format!("read {}", out.display()))?;
-    Ok((best, bytes))
+    Ok((best, busy, bytes))
+}
+
+/// The user and system CPU seconds of this process's children that have ended and been
+/// waited for: `cutime` and `cstime` of `/proc/self/stat`, in Linux's fixed 100 ticks a
+/// second (`USER_HZ`); `None` where that file cannot be read (not Linux).
+fn children_cpu_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces: the
+    // state is field 3, so `cutime` and `cstime` (fields 16 and 17) are the 14th and 15th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    Some((ticks(13)? + ticks(14)?) as f64 / 100.0)
 }
 
 fn run(exe: &Path, args: &[&str]) -> anyhow::Result<()> {
