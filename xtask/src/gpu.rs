@@ -119,8 +119,8 @@ fn within_limits(kernels: &[repgeom_cuda::KernelResources]) -> anyhow::Result<St
 const CARRY_LIMIT: u64 = 64 << 20;
 
 /// Builds the release binary and writes it, stripped and gzipped, to
-/// `target/gpu-bundle/repgeom.gz` (through a temporary file, then renamed), the folder's only
-/// file; then fails if the working tree with the bundle is over [`CARRY_LIMIT`].
+/// `target/gpu-bundle/repgeom.gz` (through a temporary file outside the folder, then renamed),
+/// the folder's only file; then fails if the working tree with the bundle is over [`CARRY_LIMIT`].
 fn bundle() -> anyhow::Result<std::path::PathBuf> {
     let root = crate::root();
     let status = std::process::Command::new(env!("CARGO"))
@@ -148,7 +148,8 @@ fn bundle() -> anyhow::Result<std::path::PathBuf> {
         .context("running strip (binutils)")?;
     anyhow::ensure!(status.success(), "strip failed");
     let out = dir.join("repgeom.gz");
-    let tmp = dir.join("repgeom.gz.tmp");
+    // Written beside the folder too, so that a write cut short leaves nothing in it.
+    let tmp = root.join("target/repgeom.gz.tmp");
     let mut gz = flate2::write::GzEncoder::new(
         std::io::BufWriter::new(
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
