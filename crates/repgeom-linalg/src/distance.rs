@@ -238,13 +238,15 @@ pub fn spearman_of_cosine<T: Copy + Into<f64> + Sync>(
     );
     let xn = normalize_rows(x, what, par)?;
     let rank2 = reference.rank2();
-    reference.spearman_with_words(scratch, what, |words, block| {
+    reference.spearman_with_columns(scratch, what, |sink, block| {
         for_each_gram_column(xn.as_ref(), par, block, |pos, sims| {
             let end = pos + sims.len();
-            crate::vectorize(CosineWords {
-                words: &mut words[pos..end],
-                rank2: &rank2[pos..end],
-                sims,
+            sink.put(pos, sims.len(), |words| {
+                crate::vectorize(CosineWords {
+                    words,
+                    rank2: &rank2[pos..end],
+                    sims,
+                })
             });
         });
     })
@@ -408,18 +410,20 @@ pub fn spearman_of_distances<T: Copy + Into<f64> + Sync>(
             );
             let (rows, sq) = rows_with_sq_norms(x, what, par)?;
             let rank2 = reference.rank2();
-            reference.spearman_with_words(scratch, what, |words, block| {
+            reference.spearman_with_columns(scratch, what, |sink, block| {
                 let mut i = 0usize;
                 for_each_gram_column(rows.as_ref(), par, block, |pos, sims| {
                     while i + 1 < n && pair_index_start(n, i + 1) <= pos {
                         i += 1;
                     }
                     let end = pos + sims.len();
-                    let pairs = words[pos..end].iter_mut().zip(&rank2[pos..end]);
-                    for (t, ((w, &r), g)) in pairs.zip(sims).enumerate() {
-                        let key = float_key(euclidean_from_gram(sq[i], sq[i + 1 + t], *g));
-                        *w = (key << 32) | u64::from(r);
-                    }
+                    sink.put(pos, sims.len(), |words| {
+                        let pairs = words.iter_mut().zip(&rank2[pos..end]);
+                        for (t, ((w, &r), g)) in pairs.zip(sims).enumerate() {
+                            let key = float_key(euclidean_from_gram(sq[i], sq[i + 1 + t], *g));
+                            *w = (key << 32) | u64::from(r);
+                        }
+                    });
                 });
             })
         }

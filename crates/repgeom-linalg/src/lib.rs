@@ -52,7 +52,8 @@ pub use kernel::{
     matmul_abt_add_f32, matmul_abt_f32, matmul_atb_add_f64, singular_values, syrk_add_f64,
 };
 pub use rank::{
-    RankScratch, RankedReference, TieSums, average_ranks, float_key, pearson, spearman,
+    BUCKET_MIN_WORDS, PairSort, RankScratch, RankedReference, TieSums, average_ranks, float_key,
+    pearson, spearman,
 };
 pub use simd::vectorize;
 

@@ -34,10 +34,7 @@ pub(crate) fn radix_sort_keys(words: &mut Vec<u64>, tmp: &mut Vec<u64>, par: Par
     }
     // Every slot of `tmp` is written by a pass before it is read: only its length matters,
     // so a reused buffer is not cleared again.
-    if tmp.len() != words.len() {
-        tmp.clear();
-        tmp.resize(words.len(), 0);
-    }
+    tmp.resize(words.len(), 0);
     if words.is_empty() {
         return;
     }
@@ -131,12 +128,279 @@ fn radix_sort_keys_par(words: &mut Vec<u64>, tmp: &mut Vec<u64>) {
 }
 
 /// Reusable buffers for [`RankedReference::spearman`], one per worker thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RankScratch {
     words: Vec<u64>,
     tmp: Vec<u64>,
     /// The block of similarities that block-wise distances are computed into.
     pub(crate) block: Vec<f32>,
+    sort: PairSort,
+    buckets: Buckets,
+}
+
+impl Default for RankScratch {
+    /// Empty buffers, and the sort [`PairSort::from_env`] names.
+    fn default() -> Self {
+        Self::with_sort(PairSort::from_env())
+    }
+}
+
+impl RankScratch {
+    /// Empty buffers that sort block-wise distances ([`crate::spearman_of_distances`]) with
+    /// `sort`. Every sort gives the same correlation, to the bit; only their speed differs.
+    ///
+    /// ```
+    /// use repgeom_linalg::{Distance, Mat, Par, PairSort, RankScratch, RankedReference};
+    /// use repgeom_linalg::{BUCKET_MIN_WORDS, condensed_len, pairwise_distances};
+    /// let n = 1030; // 529,935 pairs: enough to go through the buckets
+    /// assert!(condensed_len(n) >= BUCKET_MIN_WORDS);
+    /// let x = Mat::<f32>::from_fn(n, 4, |i, j| ((i * 7 + j * 13) % 101) as f32);
+    /// let y = Mat::<f32>::from_fn(n, 4, |i, j| ((i * 11 + j * 5) % 97) as f32);
+    /// let dy = pairwise_distances(y.as_ref(), Distance::Euclidean, "y", Par::Seq).unwrap();
+    /// let reference = RankedReference::new(&dy, "y", Par::Seq).unwrap();
+    /// let rho = |sort| {
+    ///     let mut scratch = RankScratch::with_sort(sort);
+    ///     repgeom_linalg::spearman_of_distances(
+    ///         &reference, x.as_ref(), Distance::Euclidean, &mut scratch, "x", Par::Seq,
+    ///     )
+    ///     .unwrap()
+    /// };
+    /// assert_eq!(rho(PairSort::Buckets).to_bits(), rho(PairSort::Radix).to_bits());
+    /// ```
+    pub fn with_sort(sort: PairSort) -> Self {
+        Self {
+            words: Vec::new(),
+            tmp: Vec::new(),
+            block: Vec::new(),
+            sort,
+            buckets: Buckets::default(),
+        }
+    }
+}
+
+/// How [`crate::spearman_of_distances`] sorts a vector's pairwise distances, each one a
+/// `(key, payload)` word. Both give the same correlation to the bit (the same integer sums);
+/// they differ in how often the 16 bytes a pair cross memory, which matters where many cores
+/// share its bandwidth. The choice is for measuring that: `REPGEOM_PAIR_SORT=buckets` in the
+/// environment selects [`PairSort::Buckets`] for every scratch made by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairSort {
+    /// One array of every word, then an LSD radix sort in passes over memory (three at the
+    /// 24 bits a cosine distance's key spans) and two passes for the sums: the words cross
+    /// memory about eleven times. The default.
+    Radix,
+    /// Every word sent to one of about 2,048 buckets by its key's top bits as the distances
+    /// are made, then each bucket sorted and summed in cache: the words cross memory twice.
+    /// Used from [`BUCKET_MIN_WORDS`] words on (the radix sort below).
+    Buckets,
+}
+
+impl PairSort {
+    /// The sort `REPGEOM_PAIR_SORT` names (`radix` or `buckets`), read once per process;
+    /// [`PairSort::Radix`] when it is unset or names neither.
+    pub fn from_env() -> Self {
+        static SORT: std::sync::OnceLock<PairSort> = std::sync::OnceLock::new();
+        *SORT.get_or_init(|| match std::env::var("REPGEOM_PAIR_SORT").as_deref() {
+            Ok("buckets") => PairSort::Buckets,
+            _ => PairSort::Radix,
+        })
+    }
+}
+
+/// The fewest words that [`PairSort::Buckets`] sorts through buckets: below it, the radix
+/// sort's buffers are a few MB, and the buckets would hold a few words each.
+pub const BUCKET_MIN_WORDS: usize = 1 << 19;
+
+/// Words per page of [`Buckets`] (4 KiB).
+const PAGE: usize = 512;
+
+/// Buckets are indexed by the top `LOG_BUCKETS` significant bits of the estimated key range.
+const LOG_BUCKETS: u32 = 11;
+
+/// [`PairSort::Buckets`]: words written into buckets by their key's top bits as they are made,
+/// each bucket a chain of pages in one arena, so that the words cross memory once on the way
+/// in and once on the way out; each bucket is then sorted and summed in cache. The buckets'
+/// key ranges come from the keys of the first eighth of the words (the range widened by an
+/// eighth each side; keys outside it go to the first or the last bucket), so the split is
+/// monotone in the key whatever the estimate, a tie group never spans two buckets, and the
+/// sums are those of one sort of every word.
+#[derive(Debug, Default)]
+struct Buckets {
+    lo: u32,
+    shift: u32,
+    last: u32,
+    arena: Vec<u64>,
+    /// Per bucket: the arena index its next word goes to, and the end of its current page.
+    fronts: Vec<[u32; 2]>,
+    /// Per bucket: its first and its current page.
+    pages: Vec<[u32; 2]>,
+    /// Per page: the next page of its bucket.
+    next: Vec<u32>,
+    /// The first page not yet in a chain.
+    free: u32,
+    /// One column's words, on their way into the buckets.
+    column: Vec<u64>,
+    /// One bucket's words, gathered from its pages, and the radix sort's other buffer.
+    gather: Vec<u64>,
+    tmp: Vec<u64>,
+}
+
+impl Buckets {
+    /// Sets the buckets up for `n` words from the keys of `staged`, and puts those in.
+    fn start(&mut self, staged: &[u64], n: usize) {
+        let (mut lo, mut hi) = (u32::MAX, 0u32);
+        for &w in staged {
+            let k = (w >> 32) as u32;
+            lo = lo.min(k);
+            hi = hi.max(k);
+        }
+        let pad = (hi - lo) / 8;
+        let (lo, hi) = (lo.saturating_sub(pad), hi.saturating_add(pad));
+        let bits = 32 - (hi - lo).leading_zeros();
+        self.shift = bits.saturating_sub(LOG_BUCKETS);
+        self.lo = lo;
+        self.last = (hi - lo) >> self.shift;
+        let nb = self.last as usize + 1;
+        let pages = n / PAGE + nb + 1;
+        if self.arena.len() < pages * PAGE {
+            self.arena = vec![0; pages * PAGE];
+        }
+        if self.next.len() < pages {
+            self.next.resize(pages, u32::MAX);
+        }
+        self.fronts.clear();
+        self.fronts.resize(nb, [0, 0]);
+        self.pages.clear();
+        self.pages.resize(nb, [u32::MAX, u32::MAX]);
+        self.free = 0;
+        self.put(staged);
+    }
+
+    /// Appends each word to its bucket, chaining a fresh page to a bucket whose page is full.
+    /// The arena has a page for every `PAGE` words and one more per bucket, so it never runs
+    /// out.
+    #[inline]
+    fn put(&mut self, words: &[u64]) {
+        for &w in words {
+            let k = (w >> 32) as u32;
+            let b = ((k.saturating_sub(self.lo)) >> self.shift).min(self.last) as usize;
+            let [mut c, end] = self.fronts[b];
+            if c == end {
+                let page = self.free;
+                self.free += 1;
+                let [first, tail] = &mut self.pages[b];
+                match *tail {
+                    u32::MAX => *first = page,
+                    t => self.next[t as usize] = page,
+                }
+                *tail = page;
+                c = page * PAGE as u32;
+                self.fronts[b][1] = c + PAGE as u32;
+            }
+            self.arena[c as usize] = w;
+            self.fronts[b][0] = c + 1;
+        }
+    }
+
+    /// The [`TieSums`] of every word put in: each bucket gathered, sorted and summed in key
+    /// order, its positions offset by the words of the buckets before it.
+    fn sums(&mut self) -> TieSums {
+        let mut total = TieSums::default();
+        let mut offset = 0u64;
+        for b in 0..=self.last as usize {
+            let [mut page, tail] = self.pages[b];
+            if page == u32::MAX {
+                continue;
+            }
+            self.gather.clear();
+            loop {
+                let at = page as usize * PAGE;
+                if page == tail {
+                    let end = self.fronts[b][0] as usize;
+                    self.gather.extend_from_slice(&self.arena[at..end]);
+                    break;
+                }
+                self.gather.extend_from_slice(&self.arena[at..at + PAGE]);
+                page = self.next[page as usize];
+            }
+            radix_sort_keys(&mut self.gather, &mut self.tmp, Par::Seq);
+            let s = tie_sums(&self.gather, offset);
+            total.starts += s.starts;
+            total.ends += s.ends;
+            total.ties += s.ties;
+            offset += self.gather.len() as u64;
+        }
+        total
+    }
+}
+
+/// Where the sort words of [`RankedReference::spearman_with_columns`] go, column by column:
+/// one array ([`PairSort::Radix`]), or the first eighth of them staged in an array and the
+/// rest straight into [`Buckets`].
+pub(crate) struct ColumnSink<'a> {
+    words: &'a mut Vec<u64>,
+    buckets: &'a mut Buckets,
+    stage: usize,
+    staged: usize,
+    ready: bool,
+    n: usize,
+}
+
+impl ColumnSink<'_> {
+    /// Has `write` fill the words of positions `pos..pos + len` (given in increasing order,
+    /// every position once).
+    #[inline]
+    pub(crate) fn put(&mut self, pos: usize, len: usize, write: impl FnOnce(&mut [u64])) {
+        if self.ready {
+            let mut col = std::mem::take(&mut self.buckets.column);
+            col.resize(len, 0);
+            write(&mut col);
+            self.buckets.put(&col);
+            self.buckets.column = col;
+        } else {
+            if self.words.len() < pos + len {
+                self.words.resize(pos + len, 0);
+            }
+            write(&mut self.words[pos..pos + len]);
+            self.staged = pos + len;
+            if self.staged >= self.stage && self.stage < self.n {
+                self.buckets.start(&self.words[..self.staged], self.n);
+                self.ready = true;
+            }
+        }
+    }
+}
+
+/// The [`TieSums`] of sorted words that sit at positions `offset..` of the whole sort and
+/// hold whole tie groups.
+fn tie_sums(words: &[u64], offset: u64) -> TieSums {
+    let n = words.len() as u64;
+    let (mut starts, mut ties) = (0u128, 0u128);
+    let mut start = offset;
+    let mut prev = words[0] >> 32;
+    for (p, &w) in (offset..).zip(words.iter()) {
+        let key = w >> 32;
+        start = if key == prev { start } else { p };
+        prev = key;
+        let q2 = w & 0xFFFF_FFFF;
+        let j = p - start;
+        starts += u128::from(start * q2);
+        ties += u128::from(j * (j + 1));
+    }
+    let mut ends = 0u128;
+    let mut end = offset + n;
+    let mut next = words[words.len() - 1] >> 32;
+    for (p, &w) in words.iter().enumerate().rev() {
+        let key = w >> 32;
+        end = if key == next {
+            end
+        } else {
+            offset + p as u64 + 1
+        };
+        next = key;
+        ends += u128::from(end * (w & 0xFFFF_FFFF));
+    }
+    TieSums { starts, ends, ties }
 }
 
 /// Fills `words` with sorted `(key, index)` words for `values`, on the current rayon pool
@@ -392,30 +656,40 @@ impl RankedReference {
     /// a backward pass its end `e`.
     fn finish(&self, scratch: &mut RankScratch, what: &str) -> Result<f64> {
         radix_sort_keys(&mut scratch.words, &mut scratch.tmp, Par::Seq);
-        let words = &scratch.words;
-        let n = words.len();
-        let (mut starts, mut ties) = (0u128, 0u128);
-        let mut start = 0u64;
-        let mut prev = words[0] >> 32;
-        for (p, &w) in (0u64..).zip(words.iter()) {
-            let key = w >> 32;
-            start = if key == prev { start } else { p };
-            prev = key;
-            let q2 = w & 0xFFFF_FFFF;
-            let j = p - start;
-            starts += u128::from(start * q2);
-            ties += u128::from(j * (j + 1));
+        self.rho_from_tie_sums(tie_sums(&scratch.words, 0), what)
+    }
+
+    /// The correlation from sort words made column by column: `fill(sink, block)` must
+    /// [`ColumnSink::put`] every position's `(key_p << 32) | rank2[p]`, in increasing order.
+    /// Sorted as the scratch's [`PairSort`] says (the buckets from [`BUCKET_MIN_WORDS`] words
+    /// on): the same sums either way.
+    pub(crate) fn spearman_with_columns(
+        &self,
+        scratch: &mut RankScratch,
+        what: &str,
+        fill: impl FnOnce(&mut ColumnSink<'_>, &mut Vec<f32>),
+    ) -> Result<f64> {
+        let n = self.rank2.len();
+        let bucketed = scratch.sort == PairSort::Buckets && n >= BUCKET_MIN_WORDS;
+        let stage = if bucketed { n / 8 } else { n };
+        if scratch.words.len() != stage {
+            scratch.words.clear();
+            scratch.words.resize(stage, 0);
         }
-        let mut ends = 0u128;
-        let mut end = n as u64;
-        let mut next = words[n - 1] >> 32;
-        for (p, &w) in words.iter().enumerate().rev() {
-            let key = w >> 32;
-            end = if key == next { end } else { p as u64 + 1 };
-            next = key;
-            ends += u128::from(end * (w & 0xFFFF_FFFF));
+        let mut sink = ColumnSink {
+            words: &mut scratch.words,
+            buckets: &mut scratch.buckets,
+            stage,
+            staged: 0,
+            ready: false,
+            n,
+        };
+        fill(&mut sink, &mut scratch.block);
+        if sink.ready {
+            let sums = scratch.buckets.sums();
+            return self.rho_from_tie_sums(sums, what);
         }
-        self.rho_from_tie_sums(TieSums { starts, ends, ties }, what)
+        self.finish(scratch, what)
     }
 
     /// Spearman's rho from the three integer sums of the other values' sorted words (see

@@ -652,6 +652,87 @@ fn spearman_on_large_inputs_matches_ranks_from_a_comparison_sort() {
     assert!(matches!(tied, Err(Error::Constant { .. })), "{tied:?}");
 }
 
+/// Both [`PairSort`]s of `x`'s distances against `reference`, cosine and Euclidean: the same
+/// correlation to the bit (or the same error), from fresh buffers and from `reused` ones that
+/// sorted other distances before.
+fn check_pair_sorts(
+    x: MatRef<'_, f32>,
+    reference: &RankedReference,
+    reused: &mut RankScratch,
+    label: &str,
+) {
+    assert!(
+        condensed_len(x.nrows()) >= BUCKET_MIN_WORDS,
+        "{label}: too few pairs to bucket"
+    );
+    for distance in [Distance::Cosine, Distance::Euclidean] {
+        let rho = |scratch: &mut RankScratch| {
+            spearman_of_distances(reference, x, distance, scratch, label, Par::Seq)
+                .map(f64::to_bits)
+                .map_err(|e| e.to_string())
+        };
+        let radix = rho(&mut RankScratch::with_sort(PairSort::Radix));
+        let buckets = rho(&mut RankScratch::with_sort(PairSort::Buckets));
+        assert_eq!(buckets, radix, "{label}, {distance}: the buckets");
+        assert_eq!(rho(reused), radix, "{label}, {distance}: reused buckets");
+    }
+}
+
+#[test]
+fn bucketed_pair_sort_gives_the_radix_sorts_bits() {
+    // 604,450 pairs: past the buckets' threshold.
+    let n = 1100;
+    let hash = |i: usize, j: usize| ((i * 7919 + j * 104_729) % 10_007) as f32 / 10_007.0;
+    let spread = Mat::<f32>::from_fn(n, 8, |i, j| hash(i, j) - 0.5);
+    // Distances with many exact ties: small integer coordinates.
+    let tied = Mat::<f32>::from_fn(n, 3, |i, j| ((i * 31 + j * 17) % 3) as f32 + 1.0);
+    // The first 150 rows on axes of their own (10 e_i), the others in two tight groups at
+    // ±8 e_159: every pair of the first eighth, which sets the buckets' range, has a row of
+    // the first 150 (distances 12.8 to 14.2, cosine distances near 1), while the others'
+    // pairs lie below that range (within a group) and above it (across the groups), and fall
+    // into the first and the last bucket.
+    let clustered = Mat::<f32>::from_fn(n, 160, |i, j| {
+        let noise = 0.05 * (hash(i, j) - 0.5);
+        match (i < 150, j) {
+            (true, _) if j == i => 10.0 + noise,
+            (false, 159) => 8.0 * if i % 2 == 0 { 1.0 } else { -1.0 } + noise,
+            _ => noise,
+        }
+    });
+    // Only one row differs: a near-constant distance vector with one spread-out row.
+    let one_apart = Mat::<f32>::from_fn(n, 4, |i, j| if i == n / 2 { hash(i, j) } else { 1.0 });
+    let other = Mat::<f32>::from_fn(n, 8, |i, j| hash(j + 3, i) - 0.25 * hash(i, j));
+    let cos = cosine_distances(other.as_ref(), "other", Par::Seq).unwrap();
+    let reference = RankedReference::new(&cos, "other", Par::Seq).unwrap();
+    let mut reused = RankScratch::with_sort(PairSort::Buckets);
+    for (x, label) in [
+        (&spread, "spread"),
+        (&tied, "tied"),
+        (&clustered, "clustered"),
+        (&one_apart, "one row apart"),
+        (&spread, "spread again"),
+    ] {
+        check_pair_sorts(x.as_ref(), &reference, &mut reused, label);
+    }
+    // Every distance the same: the same error both ways.
+    let same = Mat::<f32>::from_fn(n, 2, |_, j| j as f32 + 1.0);
+    let err = |sort| {
+        spearman_of_distances(
+            &reference,
+            same.as_ref(),
+            Distance::Euclidean,
+            &mut RankScratch::with_sort(sort),
+            "same",
+            Par::Seq,
+        )
+    };
+    assert!(matches!(
+        err(PairSort::Buckets),
+        Err(Error::Constant { .. })
+    ));
+    assert!(matches!(err(PairSort::Radix), Err(Error::Constant { .. })));
+}
+
 /// Many pairs of ranked vectors at once, by blocks and spans on a pool: each rho the bits of
 /// the pair's own sort, over two spans (the second a few values long), with ties, self-pairs
 /// and a vector in several pairs.
