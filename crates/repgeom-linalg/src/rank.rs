@@ -340,8 +340,8 @@ impl Buckets {
 pub(crate) struct ColumnSink<'a> {
     words: &'a mut Vec<u64>,
     buckets: &'a mut Buckets,
-    stage: usize,
-    staged: usize,
+    /// Under [`PairSort::Buckets`], the words staged before the buckets start.
+    stage: Option<usize>,
     ready: bool,
     n: usize,
 }
@@ -361,10 +361,10 @@ impl ColumnSink<'_> {
             if self.words.len() < pos + len {
                 self.words.resize(pos + len, 0);
             }
-            write(&mut self.words[pos..pos + len]);
-            self.staged = pos + len;
-            if self.staged >= self.stage && self.stage < self.n {
-                self.buckets.start(&self.words[..self.staged], self.n);
+            let staged = pos + len;
+            write(&mut self.words[pos..staged]);
+            if self.stage.is_some_and(|stage| staged >= stage) {
+                self.buckets.start(&self.words[..staged], self.n);
                 self.ready = true;
             }
         }
@@ -671,16 +671,14 @@ impl RankedReference {
     ) -> Result<f64> {
         let n = self.rank2.len();
         let bucketed = scratch.sort == PairSort::Buckets && n >= BUCKET_MIN_WORDS;
-        let stage = if bucketed { n / 8 } else { n };
-        if scratch.words.len() != stage {
-            scratch.words.clear();
-            scratch.words.resize(stage, 0);
-        }
+        let stage = bucketed.then_some(n / 8);
+        // Every position is written before it is read, so a reused buffer is only cut or
+        // grown to length (a stage's last column may have grown it past the stage).
+        scratch.words.resize(stage.unwrap_or(n), 0);
         let mut sink = ColumnSink {
             words: &mut scratch.words,
             buckets: &mut scratch.buckets,
             stage,
-            staged: 0,
             ready: false,
             n,
         };
